@@ -1,0 +1,1 @@
+//! DGLJob API (in progress).

@@ -1,0 +1,1 @@
+//! DGLJob controller (in progress).

@@ -1,0 +1,424 @@
+//! The `DGLJob` custom resource (`dgloperator.io/v1alpha1`).
+//!
+//! Validation lives in the schema: OpenAPI bounds and enums from the Rust types,
+//! CEL rules (`x-kubernetes-validations`) for what spans several fields. Every
+//! rule carries a message that names the field, because that message is what a
+//! user sees from `kubectl apply`.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Specification of a distributed DGL training job.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "dgloperator.io",
+    version = "v1alpha1",
+    kind = "DGLJob",
+    plural = "dgljobs",
+    singular = "dgljob",
+    shortname = "dglj",
+    category = "all",
+    namespaced,
+    status = "DGLJobStatus",
+    derive = "PartialEq",
+    doc = "A distributed DGL (Deep Graph Library) training job: partition a graph, ship each worker its shard, train.",
+    printcolumn(
+        name = "Phase",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "Where the job is in its life"
+    ),
+    printcolumn(
+        name = "Mode",
+        type_ = "string",
+        json_path = ".spec.partitionMode",
+        description = "How the graph is partitioned"
+    ),
+    printcolumn(
+        name = "Workers",
+        type_ = "integer",
+        json_path = ".spec.dglReplicaSpecs.Worker.replicas",
+        description = "Number of worker pods"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    validation = Rule::new("self.metadata.name.size() <= 50").message(
+        "metadata.name: must be at most 50 characters, so that the names of the job's pods (<name>-partitioner, <name>-worker-<i>) stay valid"
+    ),
+)]
+#[x_kube(validation = Rule::new(
+    "self.partitionMode != 'Skip' || !('Partitioner' in self.dglReplicaSpecs)"
+).message("spec.dglReplicaSpecs.Partitioner: must not be set when spec.partitionMode is Skip (Skip uses partitions that already exist)"))]
+#[x_kube(validation = Rule::new(
+    "self.partitionMode != 'DistParMETIS' || !('Partitioner' in self.dglReplicaSpecs)"
+).message("spec.dglReplicaSpecs.Partitioner: must not be set when spec.partitionMode is DistParMETIS (the workers partition the graph themselves)"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.runPolicy) || !has(self.runPolicy.schedulingPolicy) || !has(self.runPolicy.schedulingPolicy.minAvailable) || self.runPolicy.schedulingPolicy.minAvailable <= ('Worker' in self.dglReplicaSpecs && has(self.dglReplicaSpecs.Worker.replicas) ? self.dglReplicaSpecs.Worker.replicas : 1) + 2"
+).message("spec.runPolicy.schedulingPolicy.minAvailable: must not exceed the number of pods of the job (workers + launcher + partitioner)"))]
+#[serde(rename_all = "camelCase")]
+pub struct DGLJobSpec {
+    /// Which pods to delete when the job ends: `Running` (default) deletes the
+    /// pods still running, `All` deletes every pod, `None` keeps them all.
+    #[serde(default)]
+    pub clean_pod_policy: CleanPodPolicy,
+
+    /// How the graph is partitioned before training.
+    #[serde(default)]
+    pub partition_mode: PartitionMode,
+
+    /// Pod templates per role. `Launcher` (exactly one replica) and `Worker`
+    /// (one or more) are required; `Partitioner` is optional (at most one) and
+    /// defaults to the Launcher's template.
+    #[x_kube(validation = Rule::new("self.all(k, k in ['Launcher', 'Worker', 'Partitioner'])")
+        .message("spec.dglReplicaSpecs: the only allowed keys are Launcher, Worker and Partitioner"))]
+    #[x_kube(validation = Rule::new("'Launcher' in self")
+        .message("spec.dglReplicaSpecs.Launcher: is required"))]
+    #[x_kube(validation = Rule::new("'Worker' in self")
+        .message("spec.dglReplicaSpecs.Worker: is required"))]
+    #[x_kube(validation = Rule::new("!('Launcher' in self) || !has(self.Launcher.replicas) || self.Launcher.replicas == 1")
+        .message("spec.dglReplicaSpecs.Launcher.replicas: must be exactly 1"))]
+    #[x_kube(validation = Rule::new("!('Worker' in self) || !has(self.Worker.replicas) || self.Worker.replicas >= 1")
+        .message("spec.dglReplicaSpecs.Worker.replicas: must be at least 1"))]
+    #[x_kube(validation = Rule::new("!('Partitioner' in self) || !has(self.Partitioner.replicas) || self.Partitioner.replicas <= 1")
+        .message("spec.dglReplicaSpecs.Partitioner.replicas: must be 0 or 1"))]
+    pub dgl_replica_specs: BTreeMap<ReplicaType, ReplicaSpec>,
+
+    /// Trainer processes per worker pod, written into the hostfile as
+    /// `slots=N`; dglrun uses it as the default of `--num-trainers`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub slots_per_worker: Option<i32>,
+
+    /// Lifecycle policies, in the vocabulary of Kubeflow's training jobs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_policy: Option<RunPolicy>,
+}
+
+/// Which pods survive the end of a job.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum CleanPodPolicy {
+    /// Delete the pods that are still running or pending when the job ends.
+    #[default]
+    Running,
+    /// Delete every pod of the job when it ends.
+    All,
+    /// Keep every pod.
+    None,
+}
+
+/// How the graph is partitioned.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PartitionMode {
+    /// One partitioner pod runs the user's partition script
+    /// (`dgl.distributed.partition_graph`).
+    #[default]
+    #[serde(rename = "DGL-API")]
+    DglApi,
+    /// One partitioner pod runs DGL's multi-process ParMETIS pipeline (not supported yet).
+    #[serde(rename = "ParMETIS")]
+    ParMetis,
+    /// The worker pods run DGL's distributed partition pipeline (not supported yet).
+    #[serde(rename = "DistParMETIS")]
+    DistParMetis,
+    /// No partitioning: the partitions already exist (for example on a volume).
+    Skip,
+}
+
+impl PartitionMode {
+    /// The spelling used in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PartitionMode::DglApi => "DGL-API",
+            PartitionMode::ParMetis => "ParMETIS",
+            PartitionMode::DistParMetis => "DistParMETIS",
+            PartitionMode::Skip => "Skip",
+        }
+    }
+
+    /// Whether this mode runs a partitioner pod.
+    pub fn has_partitioner(self) -> bool {
+        matches!(self, PartitionMode::DglApi | PartitionMode::ParMetis)
+    }
+
+    /// Whether this build can run the mode. ParMETIS and DistParMETIS are
+    /// refused with a clear message until they are implemented.
+    pub fn is_supported(self) -> bool {
+        matches!(self, PartitionMode::DglApi | PartitionMode::Skip)
+    }
+}
+
+impl std::fmt::Display for PartitionMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The roles of a job's pods, the keys of `dglReplicaSpecs`.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, JsonSchema,
+)]
+pub enum ReplicaType {
+    Launcher,
+    Worker,
+    Partitioner,
+}
+
+impl ReplicaType {
+    pub const ALL: [ReplicaType; 3] = [
+        ReplicaType::Launcher,
+        ReplicaType::Worker,
+        ReplicaType::Partitioner,
+    ];
+
+    /// The spelling used in the API (`dglReplicaSpecs` keys).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReplicaType::Launcher => "Launcher",
+            ReplicaType::Worker => "Worker",
+            ReplicaType::Partitioner => "Partitioner",
+        }
+    }
+
+    /// The lower-case spelling used in labels and object names.
+    pub fn label_value(self) -> &'static str {
+        match self {
+            ReplicaType::Launcher => "launcher",
+            ReplicaType::Worker => "worker",
+            ReplicaType::Partitioner => "partitioner",
+        }
+    }
+
+    /// Parses a label value back into a role.
+    pub fn from_label_value(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.label_value() == s)
+    }
+}
+
+impl std::fmt::Display for ReplicaType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The pods of one role.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, PartialEq)]
+#[x_kube(validation = Rule::new("has(self.template.spec) && size(self.template.spec.containers) > 0")
+    .message("template.spec.containers: must contain at least one container"))]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaSpec {
+    /// Number of pods of this role (Launcher: 1, Worker: 1 or more,
+    /// Partitioner: 0 or 1). Defaults to 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub replicas: Option<i32>,
+
+    /// The pod template. The operator keeps it and only adds what it needs:
+    /// env, volumes, labels, and a command where the template has none.
+    pub template: PodTemplateSpec,
+}
+
+impl ReplicaSpec {
+    /// The replica count with the API default (1) applied.
+    pub fn replicas(&self) -> i32 {
+        self.replicas.unwrap_or(1)
+    }
+}
+
+/// Lifecycle policies of a job.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPolicy {
+    /// Seconds after the job finishes (Succeeded or Failed) before the job and
+    /// everything it owns are deleted. Unset: never.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ttl_seconds_after_finished: Option<i32>,
+
+    /// Seconds from the job's start before it is failed with reason
+    /// `DeadlineExceeded`. Unset: no deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub active_deadline_seconds: Option<i64>,
+
+    /// How many times a failed run is restarted (reusing finished partitions)
+    /// before the job fails. Defaults to 0: the first failure is final.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub backoff_limit: Option<i32>,
+
+    /// When true, the job's pods are deleted and no new ones are created; the
+    /// job is kept. Setting it back to false starts the job again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspend: Option<bool>,
+
+    /// Gang scheduling. Used when Volcano or scheduler-plugins is installed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling_policy: Option<SchedulingPolicy>,
+}
+
+/// Gang-scheduling settings, turned into a PodGroup.
+#[derive(Serialize, Deserialize, KubeSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingPolicy {
+    /// Pods that must be schedulable together. Defaults to every pod of the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub min_available: Option<i32>,
+
+    /// The scheduler queue (Volcano) to submit the PodGroup to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub queue: Option<String>,
+
+    /// The PriorityClass of the PodGroup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub priority_class: Option<String>,
+
+    /// Seconds the scheduler waits for the whole gang (scheduler-plugins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub schedule_timeout_seconds: Option<i32>,
+}
+
+/// Observed state of a job, derived by the operator from what exists.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct DGLJobStatus {
+    /// Standard conditions: Created, Partitioning, Partitioned, Running,
+    /// Restarting, Succeeded, Failed, Suspended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+
+    /// Pod counts per role.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub replica_statuses: BTreeMap<ReplicaType, ReplicaStatus>,
+
+    /// When the job's first pod was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+
+    /// When the job reached Succeeded or Failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+
+    /// A one-word summary for printer columns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<JobPhase>,
+
+    /// How many times the job's pods were restarted after a failed run
+    /// (compared with runPolicy.backoffLimit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart_count: Option<i32>,
+
+    /// The generation of the spec this status was derived from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Pod counts of one role.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicaStatus {
+    /// Pods pending or running.
+    #[serde(default)]
+    pub active: i32,
+    /// Pods that exited 0.
+    #[serde(default)]
+    pub succeeded: i32,
+    /// Pods that failed (non-zero exit, eviction, deletion while running).
+    #[serde(default)]
+    pub failed: i32,
+}
+
+/// The summary phase shown by `kubectl get dgljobs`.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobPhase {
+    Created,
+    Partitioning,
+    Partitioned,
+    Running,
+    Restarting,
+    Succeeded,
+    Failed,
+    Suspended,
+}
+
+impl JobPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobPhase::Created => "Created",
+            JobPhase::Partitioning => "Partitioning",
+            JobPhase::Partitioned => "Partitioned",
+            JobPhase::Running => "Running",
+            JobPhase::Restarting => "Restarting",
+            JobPhase::Succeeded => "Succeeded",
+            JobPhase::Failed => "Failed",
+            JobPhase::Suspended => "Suspended",
+        }
+    }
+
+    /// Succeeded and Failed are final.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobPhase::Succeeded | JobPhase::Failed)
+    }
+}
+
+impl std::fmt::Display for JobPhase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Condition types, one per phase; the same strings as [`JobPhase`].
+pub type ConditionType = JobPhase;
+
+impl DGLJobSpec {
+    /// The spec of a role, if present.
+    pub fn replica_spec(&self, role: ReplicaType) -> Option<&ReplicaSpec> {
+        self.dgl_replica_specs.get(&role)
+    }
+
+    /// Number of worker pods.
+    pub fn num_workers(&self) -> i32 {
+        self.replica_spec(ReplicaType::Worker)
+            .map(ReplicaSpec::replicas)
+            .unwrap_or(0)
+    }
+
+    /// Trainer slots per worker (`slotsPerWorker`, default 1).
+    pub fn slots_per_worker(&self) -> i32 {
+        self.slots_per_worker.unwrap_or(1)
+    }
+
+    /// The run policy with defaults applied.
+    pub fn run_policy(&self) -> RunPolicy {
+        self.run_policy.clone().unwrap_or_default()
+    }
+
+    /// Whether the job asks to be suspended.
+    pub fn suspended(&self) -> bool {
+        self.run_policy
+            .as_ref()
+            .and_then(|p| p.suspend)
+            .unwrap_or(false)
+    }
+
+    /// Whether the job has a partitioner pod: the mode needs one and
+    /// `Partitioner.replicas` is not 0.
+    pub fn has_partitioner(&self) -> bool {
+        self.partition_mode.has_partitioner()
+            && self
+                .replica_spec(ReplicaType::Partitioner)
+                .map(|s| s.replicas() > 0)
+                .unwrap_or(true)
+    }
+}

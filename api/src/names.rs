@@ -1,0 +1,114 @@
+//! Names shared by the operator and the programs in the pods: object names,
+//! labels, environment variables, paths and ports. Defined once, here.
+
+use crate::ReplicaType;
+
+/// API group of the DGLJob.
+pub const GROUP: &str = "dgloperator.io";
+/// The operator's field manager for server-side apply.
+pub const FIELD_MANAGER: &str = "dgl-operator";
+
+/// Label: the name of the job a child belongs to.
+pub const LABEL_JOB_NAME: &str = "dgloperator.io/job-name";
+/// Label: the role of a pod (`launcher`, `worker`, `partitioner`).
+pub const LABEL_REPLICA_TYPE: &str = "dgloperator.io/replica-type";
+/// Label: the index of a worker pod (its partition id).
+pub const LABEL_REPLICA_INDEX: &str = "dgloperator.io/replica-index";
+/// Label: which run of the job (0, then +1 per restart) created the pod.
+pub const LABEL_RUN: &str = "dgloperator.io/run";
+/// Standard label naming the controller of every child.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Value of [`LABEL_MANAGED_BY`].
+pub const MANAGED_BY: &str = "dgl-operator";
+
+/// Env: the role of the pod, as in the proposal (`Partitioner`, `Launcher`, `Worker`).
+pub const ENV_PHASE: &str = "DGL_OPERATOR_PHASE_ENV";
+/// Env: the job's name.
+pub const ENV_JOB_NAME: &str = "DGL_OPERATOR_JOB_NAME";
+/// Env: the job's namespace.
+pub const ENV_NAMESPACE: &str = "DGL_OPERATOR_NAMESPACE";
+/// Env: this pod's name (downward API).
+pub const ENV_POD_NAME: &str = "DGL_OPERATOR_POD_NAME";
+/// Env: this pod's IP (downward API).
+pub const ENV_POD_IP: &str = "DGL_OPERATOR_POD_IP";
+/// Env: a worker's index (its partition id).
+pub const ENV_WORKER_INDEX: &str = "DGL_OPERATOR_WORKER_INDEX";
+/// Env: number of worker pods.
+pub const ENV_NUM_WORKERS: &str = "DGL_OPERATOR_NUM_WORKERS";
+/// Env: the partition mode.
+pub const ENV_PARTITION_MODE: &str = "DGL_OPERATOR_PARTITION_MODE";
+/// Env: directory holding the job's ConfigMap files.
+pub const ENV_CONFIG_DIR: &str = "DGL_OPERATOR_CONFIG_DIR";
+/// Env: file holding the job's secret token for the control channel.
+pub const ENV_TOKEN_FILE: &str = "DGL_OPERATOR_TOKEN_FILE";
+/// Env: `watcher-loop`'s file of pods to watch.
+pub const ENV_WATCHER_FILE: &str = "WATCHERFILE";
+/// Env: `watcher-loop`'s mode (`ready` or `finished`).
+pub const ENV_WATCHER_MODE: &str = "WATCHERMODE";
+
+/// Where the ConfigMap is mounted.
+pub const CONFIG_DIR: &str = "/etc/dgl";
+/// Where the secret is mounted.
+pub const SECRET_DIR: &str = "/etc/dgl-secret";
+/// Key of the token in the job's Secret.
+pub const SECRET_TOKEN_KEY: &str = "token";
+/// The default workspace inside the pods.
+pub const WORKSPACE: &str = "/dgl_workspace";
+
+/// ConfigMap key: workers, one line each in partition order (`<ip> <port> <pod> slots=<n>`).
+pub const HOSTFILE: &str = "hostfile";
+/// ConfigMap key: the partitioner (`<ip> <port> <pod>`).
+pub const PARTFILE: &str = "partfile";
+/// ConfigMap key: the launcher (`<ip> <port> <pod>`).
+pub const LEADFILE: &str = "leadfile";
+/// ConfigMap key: DGL's ip_config (`<ip> <port>` per worker, partition order).
+pub const IP_CONFIG: &str = "ip_config";
+
+/// DGL's default server port.
+pub const DGL_SERVER_PORT: u16 = 30050;
+/// The port of dglrun's authenticated control and shard channel.
+pub const AGENT_PORT: u16 = 30049;
+
+/// `<job>-launcher`
+pub fn launcher_name(job: &str) -> String {
+    format!("{job}-launcher")
+}
+
+/// `<job>-partitioner`
+pub fn partitioner_name(job: &str) -> String {
+    format!("{job}-partitioner")
+}
+
+/// `<job>-worker-<i>`
+pub fn worker_name(job: &str, index: i32) -> String {
+    format!("{job}-worker-{index}")
+}
+
+/// `<job>-config`
+pub fn config_name(job: &str) -> String {
+    format!("{job}-config")
+}
+
+/// `<job>-token`: the per-job Secret for the control channel.
+pub fn secret_name(job: &str) -> String {
+    format!("{job}-token")
+}
+
+/// `<job>-worker`: the headless Service over the worker pods.
+pub fn service_name(job: &str) -> String {
+    format!("{job}-worker")
+}
+
+/// The pod name of a role's replica.
+pub fn pod_name(job: &str, role: ReplicaType, index: i32) -> String {
+    match role {
+        ReplicaType::Launcher => launcher_name(job),
+        ReplicaType::Partitioner => partitioner_name(job),
+        ReplicaType::Worker => worker_name(job, index),
+    }
+}
+
+/// The ServiceAccount / Role / RoleBinding name of a role that calls the API.
+pub fn rbac_name(job: &str, role: ReplicaType) -> String {
+    format!("{job}-{}", role.label_value())
+}

@@ -5,6 +5,7 @@
 pub mod files;
 mod job;
 pub mod names;
+pub mod wire;
 
 pub use job::*;
 

@@ -54,6 +54,10 @@ pub const SECRET_DIR: &str = "/etc/dgl-secret";
 pub const SECRET_TOKEN_KEY: &str = "token";
 /// The default workspace inside the pods.
 pub const WORKSPACE: &str = "/dgl_workspace";
+/// The partitions' folder below the workspace (`--rel_data_path` of the
+/// partition script): `<workspace>/dataset/<graph>.json` and `part<i>/`. In
+/// partition mode Skip the partitions must already be there.
+pub const DATASET_DIR: &str = "dataset";
 
 /// ConfigMap key: workers, one line each in partition order (`<ip> <port> <pod> slots=<n>`).
 pub const HOSTFILE: &str = "hostfile";

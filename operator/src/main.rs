@@ -1,10 +1,29 @@
 //! `dgl-operator`: the DGLJob controller binary.
-use clap::{Parser, Subcommand};
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use dgl_operator::builders::{BuildConfig, GangScheduler};
+use dgl_operator::controller::{self, Settings};
+use dgl_operator::leader::{LeaderConfig, LeaderElector};
+use dgl_operator::metrics::Metrics;
+use dgl_operator::server::{self, ServerState};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::{Api, Client};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
 
 #[derive(Parser)]
 #[command(
     version,
-    about = "Kubernetes operator for distributed DGL training jobs (DGLJob)"
+    about = "Kubernetes operator for distributed DGL training jobs (DGLJob)",
+    long_about = "Reconciles DGLJobs (dgloperator.io/v1alpha1) into a partitioner pod, worker pods and a \
+                  launcher pod that run dglrun, and reports the job's progress in its status, conditions \
+                  and Events."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -13,13 +32,249 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller (in a cluster, or against $KUBECONFIG).
+    Run(RunArgs),
     /// Print the DGLJob CustomResourceDefinition as YAML (what crds/dgljobs.yaml holds).
     Crd,
 }
 
-fn main() -> anyhow::Result<()> {
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Gang {
+    /// Use Volcano or scheduler-plugins if its PodGroup CRD is installed.
+    Auto,
+    Volcano,
+    SchedulerPlugins,
+    /// No PodGroups.
+    None,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum MetricsAuth {
+    /// Require a bearer token authorized for `get /metrics` (TokenReview + SubjectAccessReview).
+    Token,
+    /// No authentication (only behind a trusted proxy).
+    None,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Watch only this namespace (single-namespace install). Default: all namespaces.
+    #[arg(long, env = "WATCH_NAMESPACE")]
+    namespace: Option<String>,
+
+    /// How many DGLJobs are reconciled at once.
+    #[arg(long, default_value_t = 16, env = "DGL_OPERATOR_CONCURRENCY")]
+    concurrency: u16,
+
+    /// Elect a leader with a Lease so that only one replica reconciles.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "DGL_OPERATOR_LEADER_ELECT")]
+    leader_elect: bool,
+
+    /// Namespace of the leader Lease. Default: the operator pod's namespace.
+    #[arg(long, env = "POD_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "dgl-operator-leader")]
+    lease_name: String,
+
+    /// Seconds a leader may go without renewing before another replica takes over.
+    #[arg(long, default_value_t = 15)]
+    lease_duration_seconds: u64,
+
+    /// Address of the /healthz, /readyz and /metrics endpoints.
+    #[arg(
+        long,
+        default_value = "0.0.0.0:8080",
+        env = "DGL_OPERATOR_METRICS_ADDR"
+    )]
+    metrics_addr: SocketAddr,
+
+    /// How /metrics is protected.
+    #[arg(long, value_enum, default_value_t = MetricsAuth::Token)]
+    metrics_auth: MetricsAuth,
+
+    /// Image of the launcher's watcher-loop init container. Default: the launcher's own image.
+    #[arg(long, env = "DGL_OPERATOR_WATCHER_IMAGE")]
+    watcher_image: Option<String>,
+
+    /// Gang scheduler for runPolicy.schedulingPolicy.
+    #[arg(long, value_enum, default_value_t = Gang::Auto)]
+    gang_scheduler: Gang,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "DGL_OPERATOR_LOG_FORMAT")]
+    log_format: LogFormat,
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+async fn detect_gang(client: &Client, wanted: Gang) -> anyhow::Result<Option<GangScheduler>> {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let installed = |name: &'static str| {
+        let crds = crds.clone();
+        async move { crds.get_opt(name).await.map(|c| c.is_some()) }
+    };
+    Ok(match wanted {
+        Gang::None => None,
+        Gang::Volcano => Some(GangScheduler::Volcano),
+        Gang::SchedulerPlugins => Some(GangScheduler::SchedulerPlugins),
+        Gang::Auto => {
+            if installed("podgroups.scheduling.volcano.sh")
+                .await
+                .unwrap_or(false)
+            {
+                Some(GangScheduler::Volcano)
+            } else if installed("podgroups.scheduling.x-k8s.io")
+                .await
+                .unwrap_or(false)
+            {
+                Some(GangScheduler::SchedulerPlugins)
+            } else {
+                None
+            }
+        }
+    })
+}
+
+fn in_cluster_namespace() -> Option<String> {
+    std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler installs");
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+}
+
+async fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_tracing(args.log_format);
+    let client = Client::try_default().await.context(
+        "no Kubernetes client configuration (in-cluster service account or $KUBECONFIG)",
+    )?;
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = ServerState {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+        auth: (args.metrics_auth == MetricsAuth::Token).then(|| client.clone()),
+    };
+    let addr = args.metrics_addr;
+    tokio::spawn(async move {
+        if let Err(e) = server::serve(addr, state).await {
+            error!(%addr, error = %e, "metrics server failed");
+            std::process::exit(1);
+        }
+    });
+
+    // One shutdown switch for the signal and for lost leadership.
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let signal_tx = stop_tx.clone();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = signal_tx.send(true);
+    });
+
+    let instance = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| "dgl-operator".into());
+    let elector = if args.leader_elect {
+        let namespace = args
+            .leader_election_namespace
+            .clone()
+            .or_else(in_cluster_namespace)
+            .unwrap_or_else(|| "default".into());
+        let identity = format!("{instance}_{:08x}", std::process::id() ^ rand_u32());
+        let elector = Arc::new(LeaderElector::new(
+            client.clone(),
+            LeaderConfig {
+                namespace,
+                name: args.lease_name.clone(),
+                identity,
+                duration: Duration::from_secs(args.lease_duration_seconds),
+                renew: Duration::from_secs((args.lease_duration_seconds / 5).max(1)),
+            },
+        ));
+        tokio::select! {
+            _ = elector.acquire() => {}
+            _ = stop_rx.changed() => return Ok(()),
+        }
+        metrics.is_leader.set(1);
+        let holder = elector.clone();
+        let lost_tx = stop_tx.clone();
+        tokio::spawn(async move {
+            holder.hold().await;
+            error!("leadership lost: stopping so that the new leader alone reconciles");
+            let _ = lost_tx.send(true);
+        });
+        Some(elector)
+    } else {
+        metrics.is_leader.set(1);
+        None
+    };
+
+    let gang = detect_gang(&client, args.gang_scheduler).await?;
+    if let Some(g) = gang {
+        info!(scheduler = ?g, "gang scheduling: PodGroups will be created");
+    }
+    let settings = Settings {
+        concurrency: args.concurrency,
+        namespace: args.namespace.clone(),
+        build: BuildConfig {
+            watcher_image: args.watcher_image.clone(),
+            gang,
+        },
+        instance,
+    };
+    ready.store(true, Ordering::Relaxed);
+    info!(namespace = ?settings.namespace, concurrency = settings.concurrency, "starting controller");
+    let mut rx = stop_rx.clone();
+    controller::run(client, settings, metrics.clone(), async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    })
+    .await;
+    ready.store(false, Ordering::Relaxed);
+    if let Some(e) = elector {
+        e.release().await;
+        metrics.is_leader.set(0);
+    }
+    if !*stop_rx.borrow_and_update() {
+        warn!("controller ended without a shutdown request");
+    }
+    Ok(())
+}
+
+fn rand_u32() -> u32 {
+    use std::io::Read;
+    let mut b = [0u8; 4];
+    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
+    u32::from_le_bytes(b)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crd => print!("{}", dgl_api::crd_yaml()),
+        Command::Run(args) => run(args).await?,
     }
     Ok(())
 }

@@ -1,0 +1,433 @@
+//! The control channel between the `dglrun` processes of a job (launcher,
+//! workers, partitioner): constants of the handshake, the framing, and every
+//! message. `dglrun` implements the I/O; this module is the contract.
+//!
+//! ## Connection
+//! TCP to the agent port ([`crate::names::AGENT_PORT`] by default).
+//!
+//! 1. server → client: [`MAGIC`] (8 bytes: `DGLRUN`, 0, protocol version)
+//!    then a random nonce of [`NONCE_LEN`] bytes.
+//! 2. client → server: `HMAC-SHA256(token, server_nonce)` ([`MAC_LEN`] bytes)
+//!    then the client's own random nonce ([`NONCE_LEN`] bytes).
+//! 3. server → client: one status byte. [`AUTH_REFUSED`]: the answer was
+//!    wrong and the server closes the connection. [`AUTH_OK`]: followed by
+//!    `HMAC-SHA256(token, SERVER_PROOF_CONTEXT || client_nonce)`, which the
+//!    client checks so that it never takes shards or orders from a peer that
+//!    does not hold the job's token. The context string keeps the server's
+//!    proof from ever being a valid client answer (no reflection).
+//! 4. Then frames both ways: a 4-byte big-endian length followed by that many
+//!    bytes of JSON ([`Request`] from the client, [`Response`] from the
+//!    server), at most [`MAX_FRAME_LEN`] bytes. A [`Response::File`] frame is
+//!    followed by exactly `size - offset` raw bytes of the file.
+//!
+//! The token is the job's Secret; it never travels on the wire.
+//!
+//! ## Conversations
+//! - Probe / wait: `Ping` → `Pong`.
+//! - Worker → partitioner: `GetManifest` → `Manifest`; `Fetch` → `File` + bytes
+//!   (repeated on one connection; on an error the connection is dropped and a
+//!   new one resumes at the offset already written).
+//! - Launcher → worker: `PrepareShard` → `ShardReady` | `Error`.
+//! - Launcher → worker: `Start` → a stream of `Output` and `Exited`, ending with
+//!   one `Finished`. While the stream runs the launcher may send `Stop` on the
+//!   same connection; the worker stops its processes and still ends with
+//!   `Finished`. A launcher that disconnects counts as `Stop`.
+//! - Launcher → partitioner (after a successful training) or worker (when the
+//!   job is abandoned before `Start`): `Shutdown` → `Ack`, then the process exits.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::ReplicaType;
+
+/// First bytes the server sends: `DGLRUN`, a zero, and the protocol version.
+pub const MAGIC: [u8; 8] = *b"DGLRUN\x00\x01";
+/// Length of each side's random nonce.
+pub const NONCE_LEN: usize = 32;
+/// Length of an HMAC-SHA256 tag.
+pub const MAC_LEN: usize = 32;
+/// Status byte: the client's answer was right.
+pub const AUTH_OK: u8 = 0x00;
+/// Status byte: the client's answer was wrong; the connection is closed.
+pub const AUTH_REFUSED: u8 = 0x01;
+/// Prefix of the message the server signs to prove it holds the token.
+pub const SERVER_PROOF_CONTEXT: &[u8] = b"dglrun server proof v1";
+/// Length of a frame's length prefix.
+pub const FRAME_HEADER_LEN: usize = 4;
+/// Largest JSON frame accepted (file bytes are not framed and not limited).
+pub const MAX_FRAME_LEN: usize = 16 * 1024 * 1024;
+
+/// A frame that cannot be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("frame of {len} bytes exceeds the limit of {MAX_FRAME_LEN} bytes")]
+    TooLarge { len: usize },
+    #[error("malformed message: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Encodes one message as a frame: length prefix + JSON.
+pub fn encode_frame<T: Serialize>(msg: &T) -> Result<Vec<u8>, WireError> {
+    let body = serde_json::to_vec(msg)?;
+    if body.len() > MAX_FRAME_LEN {
+        return Err(WireError::TooLarge { len: body.len() });
+    }
+    let mut out = Vec::with_capacity(FRAME_HEADER_LEN + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// The body length announced by a frame header, checked against the limit.
+pub fn frame_len(header: [u8; FRAME_HEADER_LEN]) -> Result<usize, WireError> {
+    let len = u32::from_be_bytes(header) as usize;
+    if len > MAX_FRAME_LEN {
+        return Err(WireError::TooLarge { len });
+    }
+    Ok(len)
+}
+
+/// Decodes a frame body.
+pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, WireError> {
+    Ok(serde_json::from_slice(body)?)
+}
+
+/// Messages from the connecting side.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// Is the agent up (and, for a partitioner, are the partitions ready)?
+    Ping,
+    /// Partitioner: the list of files it serves.
+    GetManifest,
+    /// Partitioner: one file of the manifest from byte `offset` on.
+    Fetch { path: String, offset: u64 },
+    /// Worker: get this machine's shard into its workspace.
+    PrepareShard(ShardRequest),
+    /// Worker: start the DGL servers and the trainers.
+    Start(TrainSpec),
+    /// Worker: stop the training processes (SIGTERM, SIGKILL after a grace period).
+    Stop { reason: String },
+    /// Partitioner or idle worker: exit.
+    Shutdown { reason: String },
+}
+
+/// Messages from the accepting side.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Response {
+    Pong(AgentInfo),
+    Manifest(Manifest),
+    /// Followed by `size - offset` raw bytes.
+    File(FileHeader),
+    ShardReady(ShardReport),
+    /// One line a training process printed.
+    Output(OutputLine),
+    /// A training process ended.
+    Exited(ProcessExit),
+    /// The worker's training ended; the last message of a `Start` stream.
+    Finished(TrainResult),
+    Ack,
+    Error {
+        message: String,
+    },
+}
+
+/// Who answered a `Ping`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct AgentInfo {
+    pub role: ReplicaType,
+    /// A worker's index (partition id), when it knows it.
+    pub index: Option<u32>,
+    /// dglrun's version.
+    pub version: String,
+}
+
+/// The files a partitioner serves, paths relative to its dataset folder.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    pub graph_name: String,
+    pub num_parts: u32,
+    pub files: Vec<FileEntry>,
+}
+
+/// One file: `/`-separated path relative to the dataset folder, size, sha256 (hex).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct FileEntry {
+    pub path: String,
+    pub size: u64,
+    pub sha256: String,
+}
+
+/// The partition JSON's file name: `<graph>.json`.
+pub fn partition_json_name(graph_name: &str) -> String {
+    format!("{graph_name}.json")
+}
+
+/// The folder of partition `i`: `part<i>`.
+pub fn part_dir_name(part: u32) -> String {
+    format!("part{part}")
+}
+
+/// Whether `path` is a plain relative path (no `..`, no root, no empty or `.`
+/// components), so that a received name can never leave the dataset folder.
+pub fn is_safe_relative_path(path: &str) -> bool {
+    !path.is_empty()
+        && !path.starts_with('/')
+        && path
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains('\\'))
+}
+
+impl Manifest {
+    /// What worker `part` needs: the partition JSON and everything below `part<part>/`.
+    pub fn shard_files(&self, part: u32) -> Vec<FileEntry> {
+        let json = partition_json_name(&self.graph_name);
+        let prefix = format!("{}/", part_dir_name(part));
+        self.files
+            .iter()
+            .filter(|f| f.path == json || f.path.starts_with(&prefix))
+            .cloned()
+            .collect()
+    }
+
+    /// Looks a file up by path.
+    pub fn get(&self, path: &str) -> Option<&FileEntry> {
+        self.files.iter().find(|f| f.path == path)
+    }
+}
+
+/// Header of a file transfer.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct FileHeader {
+    pub path: String,
+    /// Size of the whole file.
+    pub size: u64,
+    /// First byte sent.
+    pub offset: u64,
+    /// sha256 of the whole file (hex).
+    pub sha256: String,
+}
+
+/// Where a worker gets its shard from.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ShardSource {
+    /// Pull from the partitioner's agent at `addr` (`ip:port`).
+    Partitioner { addr: String },
+    /// Partition mode Skip: the shard is already in the worker's workspace.
+    Local,
+}
+
+/// `PrepareShard`'s parameters.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ShardRequest {
+    pub graph_name: String,
+    /// The worker's partition id (= its index = its line in ip_config).
+    pub part_id: u32,
+    /// Number of partitions (= number of workers).
+    pub num_parts: u32,
+    pub source: ShardSource,
+}
+
+/// A worker's shard is in place.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ShardReport {
+    pub part_id: u32,
+    pub files: u32,
+    pub bytes: u64,
+    /// Bytes that crossed the network (0 in Skip mode or when files were reused).
+    pub transferred_bytes: u64,
+    /// Files already present with the right size and sha256.
+    pub reused_files: u32,
+    /// Transfer attempts that failed and were retried.
+    pub retries: u32,
+}
+
+/// `Start`'s parameters: what a worker needs to run its share of the training.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct TrainSpec {
+    pub graph_name: String,
+    /// The training script, as the worker's image sees it.
+    pub entry_point: String,
+    pub num_epochs: u32,
+    pub batch_size: u32,
+    /// Trainer processes per worker.
+    pub num_trainers: u32,
+    /// Sampler processes per trainer.
+    pub num_samplers: u32,
+    /// DGL server processes per worker.
+    pub num_servers: u32,
+    /// This worker's machine id (line in ip_config, partition id).
+    pub machine_rank: u32,
+    /// DGL's ip_config content: one `<ip> <port>` line per worker, partition order.
+    pub ip_config: String,
+    /// torch.distributed's rendezvous port on worker 0.
+    pub master_port: u16,
+    /// Arguments appended to the training script's command line.
+    pub extra_args: Vec<String>,
+}
+
+/// Which pipe a line came from.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// One line of a process's output.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct OutputLine {
+    /// `server-<i>` or `trainer`.
+    pub process: String,
+    pub stream: Stream,
+    pub line: String,
+}
+
+/// How a process ended: an exit code, or the signal that killed it.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitInfo {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+impl ExitInfo {
+    pub const SUCCESS: ExitInfo = ExitInfo {
+        code: Some(0),
+        signal: None,
+    };
+
+    pub fn code(code: i32) -> Self {
+        ExitInfo {
+            code: Some(code),
+            signal: None,
+        }
+    }
+
+    pub fn signal(signal: i32) -> Self {
+        ExitInfo {
+            code: None,
+            signal: Some(signal),
+        }
+    }
+
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// The status a shell would report: the code, or 128 + signal.
+    pub fn as_shell_status(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            (None, None) => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for ExitInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.code, self.signal) {
+            (Some(c), _) => write!(f, "exit code {c}"),
+            (None, Some(s)) => write!(f, "signal {s}"),
+            (None, None) => f.write_str("unknown exit status"),
+        }
+    }
+}
+
+/// A training process ended.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ProcessExit {
+    pub process: String,
+    pub exit: ExitInfo,
+}
+
+/// The end of a worker's training.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct TrainResult {
+    /// The worker's status: success only if every process exited 0.
+    pub exit: ExitInfo,
+    /// The first process that failed, if any.
+    pub failed_process: Option<String>,
+    /// Human-readable summary (names the process and its status on failure).
+    pub message: String,
+    /// True when the processes were stopped on request (`Stop`, SIGTERM,
+    /// launcher gone) rather than failing on their own.
+    pub stopped: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_enforce_the_limit() {
+        let msg = Request::Fetch {
+            path: "part0/graph.dgl".into(),
+            offset: 42,
+        };
+        let frame = encode_frame(&msg).unwrap();
+        let len = frame_len(frame[..4].try_into().unwrap()).unwrap();
+        assert_eq!(len, frame.len() - 4);
+        let back: Request = decode_body(&frame[4..]).unwrap();
+        assert_eq!(back, msg);
+        let body = std::str::from_utf8(&frame[4..]).unwrap();
+        assert_eq!(
+            body,
+            r#"{"type":"fetch","path":"part0/graph.dgl","offset":42}"#
+        );
+        assert!(matches!(
+            frame_len((MAX_FRAME_LEN as u32 + 1).to_be_bytes()),
+            Err(WireError::TooLarge { .. })
+        ));
+        assert!(decode_body::<Request>(b"{\"type\":\"nope\"}").is_err());
+    }
+
+    #[test]
+    fn shard_files_are_the_json_and_one_part() {
+        let entry = |p: &str| FileEntry {
+            path: p.into(),
+            size: 1,
+            sha256: "00".into(),
+        };
+        let m = Manifest {
+            graph_name: "g".into(),
+            num_parts: 12,
+            files: vec![
+                entry("g.json"),
+                entry("part1/graph.dgl"),
+                entry("part11/graph.dgl"),
+                entry("part1/node_feat.dgl"),
+            ],
+        };
+        let paths: Vec<String> = m.shard_files(1).into_iter().map(|f| f.path).collect();
+        assert_eq!(paths, ["g.json", "part1/graph.dgl", "part1/node_feat.dgl"]);
+    }
+
+    #[test]
+    fn unsafe_paths_are_refused() {
+        for ok in ["g.json", "part0/graph.dgl", "part0/sub/x"] {
+            assert!(is_safe_relative_path(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "/etc/passwd",
+            "../x",
+            "part0/../../x",
+            "a//b",
+            "./a",
+            "a\\b",
+        ] {
+            assert!(!is_safe_relative_path(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn exit_info_reads_like_a_shell() {
+        assert!(ExitInfo::SUCCESS.success());
+        assert_eq!(ExitInfo::code(3).to_string(), "exit code 3");
+        assert_eq!(ExitInfo::signal(9).as_shell_status(), 137);
+        assert_eq!(ExitInfo::signal(15).to_string(), "signal 15");
+    }
+}

@@ -1,0 +1,813 @@
+//! Desired objects, computed from the job alone: plain functions, no I/O.
+//!
+//! The user's pod templates are kept (image, resources, volumes, env); the
+//! operator only adds what its programs need: env, volumes, labels, ports, a
+//! readiness probe and a command where the template has none.
+
+use std::collections::BTreeMap;
+
+use dgl_api::files::{render_hosts, render_ip_config, HostLine};
+use dgl_api::names::*;
+use dgl_api::{DGLJob, ReplicaType};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, ExecAction, ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements,
+    Secret, SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec, Volume,
+    VolumeMount,
+};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::ByteString;
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use crate::observe::ObservedPod;
+
+/// Annotation holding the hash of what the operator last applied to a child,
+/// so an unchanged child is not written again.
+pub const HASH_ANNOTATION: &str = "dgloperator.io/applied-hash";
+
+/// Volume names the operator adds.
+pub const CONFIG_VOLUME: &str = "dgl-config";
+pub const TOKEN_VOLUME: &str = "dgl-token";
+pub const SHM_VOLUME: &str = "dgl-shm";
+pub const DATASET_VOLUME: &str = "dgl-dataset";
+/// Where partitions live inside the pods.
+pub const DATASET_DIR: &str = "/dgl_workspace/dataset";
+
+/// Operator-wide settings that shape the children.
+#[derive(Debug, Clone, Default)]
+pub struct BuildConfig {
+    /// Image for the launcher's watcher-loop init container; default: the
+    /// launcher's own image (the runtime binaries ship in the training image).
+    pub watcher_image: Option<String>,
+    /// Gang scheduler in use, if any.
+    pub gang: Option<GangScheduler>,
+}
+
+/// Supported gang schedulers (their PodGroup CRDs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GangScheduler {
+    /// `podgroups.scheduling.volcano.sh`
+    Volcano,
+    /// `podgroups.scheduling.x-k8s.io` (kubernetes-sigs/scheduler-plugins)
+    SchedulerPlugins,
+}
+
+/// The controller ownerReference every child carries.
+pub fn owner_ref(job: &DGLJob) -> OwnerReference {
+    job.controller_owner_ref(&())
+        .expect("a DGLJob from the API server has a name and uid")
+}
+
+/// Labels every child of a job carries.
+pub fn job_labels(job: &DGLJob) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_JOB_NAME.to_string(), job.name_any()),
+        (LABEL_MANAGED_BY.to_string(), MANAGED_BY.to_string()),
+    ])
+}
+
+fn meta(job: &DGLJob, name: String, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: job.namespace(),
+        labels: Some(labels),
+        owner_references: Some(vec![owner_ref(job)]),
+        ..Default::default()
+    }
+}
+
+/// Stamps the hash of an object's content into its annotations.
+pub fn with_hash<T: serde::Serialize + Resource>(mut obj: T) -> T {
+    let json = serde_json::to_vec(&obj).expect("k8s objects serialize");
+    let hash = hex(&Sha256::digest(&json)[..12]);
+    obj.annotations_mut()
+        .insert(HASH_ANNOTATION.to_string(), hash);
+    obj
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `<job>-config`: hostfile, partfile, leadfile and, once every worker has
+/// an IP, DGL's ip_config. Workers are listed by index (partition order).
+pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
+    let name = job.name_any();
+    let ip_of = |pod_name: &str| {
+        pods.iter()
+            .find(|p| p.name == pod_name)
+            .and_then(|p| p.ip.as_deref())
+            .and_then(|ip| ip.parse().ok())
+    };
+    let workers: Vec<HostLine> = (0..job.spec.num_workers())
+        .map(|i| {
+            let pod = worker_name(&name, i);
+            HostLine {
+                ip: ip_of(&pod),
+                port: DGL_SERVER_PORT,
+                pod,
+                slots: Some(job.spec.slots_per_worker() as u32),
+            }
+        })
+        .collect();
+    let single = |pod: String| {
+        render_hosts(&[HostLine {
+            ip: ip_of(&pod),
+            port: AGENT_PORT,
+            pod,
+            slots: None,
+        }])
+    };
+    let mut data = BTreeMap::from([
+        (HOSTFILE.to_string(), render_hosts(&workers)),
+        (LEADFILE.to_string(), single(launcher_name(&name))),
+    ]);
+    if job.spec.has_partitioner() {
+        data.insert(PARTFILE.to_string(), single(partitioner_name(&name)));
+    }
+    let ips: Option<Vec<_>> = workers
+        .iter()
+        .map(|w| w.ip.map(|ip| (ip, w.port)))
+        .collect();
+    if let Some(ips) = ips {
+        data.insert(IP_CONFIG.to_string(), render_ip_config(&ips));
+    }
+    with_hash(ConfigMap {
+        metadata: meta(job, config_name(&name), job_labels(job)),
+        data: Some(data),
+        ..Default::default()
+    })
+}
+
+/// `<job>-token`: the control channel's shared secret. Created once with a
+/// random token and never rewritten (rewriting would cut running pods off).
+pub fn secret(job: &DGLJob, token: &str) -> Secret {
+    Secret {
+        metadata: meta(job, secret_name(&job.name_any()), job_labels(job)),
+        type_: Some("Opaque".into()),
+        data: Some(BTreeMap::from([(
+            SECRET_TOKEN_KEY.to_string(),
+            ByteString(token.as_bytes().to_vec()),
+        )])),
+        ..Default::default()
+    }
+}
+
+/// ServiceAccount, Role and RoleBinding of the launcher: its watcher-loop
+/// init container reads (get/list/watch) the job's worker pods, named by
+/// resourceNames. Nothing else: no exec, no writes, no cluster-wide rights.
+pub fn launcher_rbac(job: &DGLJob) -> (ServiceAccount, Role, RoleBinding) {
+    let job_name = job.name_any();
+    let name = rbac_name(&job_name, ReplicaType::Launcher);
+    let workers: Vec<String> = (0..job.spec.num_workers())
+        .map(|i| worker_name(&job_name, i))
+        .collect();
+    let sa = with_hash(ServiceAccount {
+        metadata: meta(job, name.clone(), job_labels(job)),
+        automount_service_account_token: Some(false),
+        ..Default::default()
+    });
+    let role = with_hash(Role {
+        metadata: meta(job, name.clone(), job_labels(job)),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["".into()]),
+            resources: Some(vec!["pods".into()]),
+            verbs: vec!["get".into(), "list".into(), "watch".into()],
+            resource_names: Some(workers),
+            ..Default::default()
+        }]),
+    });
+    let binding = with_hash(RoleBinding {
+        metadata: meta(job, name.clone(), job_labels(job)),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "Role".into(),
+            name: name.clone(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name,
+            namespace: job.namespace(),
+            ..Default::default()
+        }]),
+    });
+    (sa, role, binding)
+}
+
+/// `<job>-worker`: a headless Service over the worker pods (stable DNS names
+/// where the cluster has DNS; dglrun itself uses pod IPs).
+pub fn worker_service(job: &DGLJob) -> Service {
+    let mut selector = job_labels(job);
+    selector.insert(
+        LABEL_REPLICA_TYPE.into(),
+        ReplicaType::Worker.label_value().into(),
+    );
+    with_hash(Service {
+        metadata: meta(job, service_name(&job.name_any()), job_labels(job)),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(selector),
+            publish_not_ready_addresses: Some(true),
+            ports: Some(vec![
+                ServicePort {
+                    name: Some("dgl-agent".into()),
+                    port: AGENT_PORT as i32,
+                    ..Default::default()
+                },
+                ServicePort {
+                    name: Some("dgl-server".into()),
+                    port: DGL_SERVER_PORT as i32,
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+fn env_value(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+fn env_field(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Sets env vars on a container; the operator's values win over the template's.
+fn set_env(c: &mut Container, vars: Vec<EnvVar>) {
+    let env = c.env.get_or_insert_with(Vec::new);
+    for v in vars {
+        env.retain(|e| e.name != v.name);
+        env.push(v);
+    }
+}
+
+fn mounts_at(c: &Container, path: &str) -> bool {
+    c.volume_mounts
+        .iter()
+        .flatten()
+        .any(|m| m.mount_path.trim_end_matches('/') == path)
+}
+
+fn add_mount(c: &mut Container, name: &str, path: &str, read_only: bool) {
+    c.volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(VolumeMount {
+            name: name.into(),
+            mount_path: path.into(),
+            read_only: read_only.then_some(true),
+            ..Default::default()
+        });
+}
+
+fn add_volume(spec: &mut PodSpec, v: Volume) {
+    let vols = spec.volumes.get_or_insert_with(Vec::new);
+    if !vols.iter().any(|x| x.name == v.name) {
+        vols.push(v);
+    }
+}
+
+fn add_port(c: &mut Container, name: &str, port: u16) {
+    let ports = c.ports.get_or_insert_with(Vec::new);
+    if !ports.iter().any(|p| p.container_port == port as i32) {
+        ports.push(ContainerPort {
+            name: Some(name.into()),
+            container_port: port as i32,
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        });
+    }
+}
+
+/// Size of the worker's /dev/shm: half the main container's memory limit, as
+/// in the proposal (DGL servers and trainers share the partition there; the
+/// container default of 64 MiB fails later as a SIGBUS).
+pub fn shm_size_limit(resources: Option<&ResourceRequirements>) -> Option<Quantity> {
+    let limit = resources?.limits.as_ref()?.get("memory")?;
+    let bytes = parse_quantity_bytes(&limit.0)?;
+    Some(Quantity(format!("{}", bytes / 2)))
+}
+
+/// Parses a memory quantity (`512Mi`, `2G`, `1e9`, `1073741824`) into bytes.
+pub fn parse_quantity_bytes(q: &str) -> Option<u64> {
+    let q = q.trim();
+    let split = q
+        .find(|c: char| c.is_ascii_alphabetic() && c != 'e' && c != 'E')
+        .unwrap_or(q.len());
+    let (num, suffix) = q.split_at(split);
+    let mult: f64 = match suffix {
+        "" => 1.0,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "Ki" => 1024.0,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "m" => 1e-3,
+        _ => return None,
+    };
+    let n: f64 = num.parse().ok()?;
+    (n >= 0.0).then_some((n * mult) as u64)
+}
+
+fn readiness_probe() -> Probe {
+    Probe {
+        exec: Some(ExecAction {
+            command: Some(vec!["dglrun".into(), "probe".into(), "--ready".into()]),
+        }),
+        period_seconds: Some(2),
+        failure_threshold: Some(1),
+        ..Default::default()
+    }
+}
+
+/// The common part of every pod: template kept, labels, env, config + token
+/// volumes, `restartPolicy: Never`.
+fn base_pod(
+    job: &DGLJob,
+    role: ReplicaType,
+    index: i32,
+    run: i32,
+    template_role: ReplicaType,
+    cfg: &BuildConfig,
+) -> Pod {
+    let job_name = job.name_any();
+    let template = job
+        .spec
+        .replica_spec(template_role)
+        .map(|s| s.template.clone())
+        .unwrap_or_default();
+    let mut labels = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.clone())
+        .unwrap_or_default();
+    labels.extend(job_labels(job));
+    labels.insert(LABEL_REPLICA_TYPE.into(), role.label_value().into());
+    labels.insert(LABEL_REPLICA_INDEX.into(), index.to_string());
+    labels.insert(LABEL_RUN.into(), run.to_string());
+    let mut annotations = template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
+    let mut spec = template.spec.unwrap_or_default();
+    spec.restart_policy = Some("Never".into());
+    if let Some(gang) = cfg.gang {
+        match gang {
+            GangScheduler::Volcano => {
+                annotations.insert("scheduling.k8s.io/group-name".into(), job_name.clone());
+                spec.scheduler_name.get_or_insert_with(|| "volcano".into());
+            }
+            GangScheduler::SchedulerPlugins => {
+                labels.insert("scheduling.x-k8s.io/pod-group".into(), job_name.clone());
+            }
+        }
+    }
+    add_volume(
+        &mut spec,
+        Volume {
+            name: CONFIG_VOLUME.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_name(&job_name),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    add_volume(
+        &mut spec,
+        Volume {
+            name: TOKEN_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret_name(&job_name)),
+                default_mode: Some(0o444),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    let phase = role.as_str();
+    if let Some(c) = spec.containers.first_mut() {
+        let mut env = vec![
+            env_value(ENV_PHASE, phase),
+            env_value(ENV_JOB_NAME, job_name.clone()),
+            env_field(ENV_NAMESPACE, "metadata.namespace"),
+            env_field(ENV_POD_NAME, "metadata.name"),
+            env_field(ENV_POD_IP, "status.podIP"),
+            env_value(ENV_NUM_WORKERS, job.spec.num_workers().to_string()),
+            env_value(ENV_PARTITION_MODE, job.spec.partition_mode.as_str()),
+            env_value(ENV_CONFIG_DIR, CONFIG_DIR),
+            env_value(ENV_TOKEN_FILE, format!("{SECRET_DIR}/{SECRET_TOKEN_KEY}")),
+        ];
+        if role == ReplicaType::Worker {
+            env.push(env_value(ENV_WORKER_INDEX, index.to_string()));
+        }
+        set_env(c, env);
+        if c.command.as_ref().is_none_or(|cmd| cmd.is_empty()) {
+            c.command = Some(vec!["dglrun".into()]);
+        }
+        if !mounts_at(c, CONFIG_DIR) {
+            add_mount(c, CONFIG_VOLUME, CONFIG_DIR, true);
+        }
+        if !mounts_at(c, SECRET_DIR) {
+            add_mount(c, TOKEN_VOLUME, SECRET_DIR, true);
+        }
+    }
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(pod_name(&job_name, role, index)),
+            namespace: job.namespace(),
+            labels: Some(labels),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            owner_references: Some(vec![owner_ref(job)]),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// Adds the dataset volume (partitions), agent port and readiness probe that
+/// the partitioner and the workers share.
+fn add_data_plane(spec: &mut PodSpec) {
+    let Some(c) = spec.containers.first_mut() else {
+        return;
+    };
+    add_port(c, "dgl-agent", AGENT_PORT);
+    if c.readiness_probe.is_none() {
+        c.readiness_probe = Some(readiness_probe());
+    }
+    let need_dataset = !mounts_at(c, DATASET_DIR) && !mounts_at(c, WORKSPACE);
+    if need_dataset {
+        add_mount(c, DATASET_VOLUME, DATASET_DIR, false);
+    }
+    // These pods never call the API server.
+    spec.automount_service_account_token.get_or_insert(false);
+    if need_dataset {
+        add_volume(
+            spec,
+            Volume {
+                name: DATASET_VOLUME.into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+        );
+    }
+}
+
+/// `<job>-partitioner`: from the Partitioner template if given, else the
+/// Worker template (the training image and the workers' resources) running
+/// the Launcher's command and arguments, as the proposal describes.
+pub fn partitioner_pod(job: &DGLJob, run: i32, cfg: &BuildConfig) -> Pod {
+    let own_template = job.spec.replica_spec(ReplicaType::Partitioner).is_some();
+    let template_role = if own_template {
+        ReplicaType::Partitioner
+    } else {
+        ReplicaType::Worker
+    };
+    let mut pod = base_pod(job, ReplicaType::Partitioner, 0, run, template_role, cfg);
+    let spec = pod.spec.as_mut().expect("base_pod sets a spec");
+    if !own_template {
+        let launcher_main = job
+            .spec
+            .replica_spec(ReplicaType::Launcher)
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.containers.first());
+        if let (Some(c), Some(l)) = (spec.containers.first_mut(), launcher_main) {
+            c.command = l.command.clone().or_else(|| Some(vec!["dglrun".into()]));
+            c.args = l.args.clone();
+            c.ports = None;
+        }
+    }
+    add_data_plane(spec);
+    pod
+}
+
+/// `<job>-worker-<i>`: holds the DGL servers and trainers under dglrun.
+pub fn worker_pod(job: &DGLJob, index: i32, run: i32, cfg: &BuildConfig) -> Pod {
+    let mut pod = base_pod(
+        job,
+        ReplicaType::Worker,
+        index,
+        run,
+        ReplicaType::Worker,
+        cfg,
+    );
+    let spec = pod.spec.as_mut().expect("base_pod sets a spec");
+    add_data_plane(spec);
+    if let Some(c) = spec.containers.first_mut() {
+        add_port(c, "dgl-server", DGL_SERVER_PORT);
+        if !mounts_at(c, "/dev/shm") {
+            let size_limit = shm_size_limit(c.resources.as_ref());
+            add_mount(c, SHM_VOLUME, "/dev/shm", false);
+            add_volume(
+                spec,
+                Volume {
+                    name: SHM_VOLUME.into(),
+                    empty_dir: Some(EmptyDirVolumeSource {
+                        medium: Some("Memory".into()),
+                        size_limit,
+                    }),
+                    ..Default::default()
+                },
+            );
+        }
+    }
+    pod
+}
+
+/// `<job>-launcher`: waits for the workers (watcher-loop init container),
+/// then runs dglrun, which drives the whole job and exits with its outcome.
+pub fn launcher_pod(job: &DGLJob, run: i32, cfg: &BuildConfig) -> Pod {
+    let job_name = job.name_any();
+    let mut pod = base_pod(
+        job,
+        ReplicaType::Launcher,
+        0,
+        run,
+        ReplicaType::Launcher,
+        cfg,
+    );
+    let spec = pod.spec.as_mut().expect("base_pod sets a spec");
+    spec.service_account_name = Some(rbac_name(&job_name, ReplicaType::Launcher));
+    spec.automount_service_account_token = Some(true);
+    let image = cfg
+        .watcher_image
+        .clone()
+        .or_else(|| spec.containers.first().and_then(|c| c.image.clone()));
+    let mut watcher = Container {
+        name: "watcher-loop-worker".into(),
+        image,
+        command: Some(vec!["watcher-loop".into()]),
+        env: Some(vec![
+            env_value(ENV_WATCHER_FILE, format!("{CONFIG_DIR}/{HOSTFILE}")),
+            env_value(ENV_WATCHER_MODE, "ready"),
+            env_field("NAMESPACE", "metadata.namespace"),
+        ]),
+        resources: Some(ResourceRequirements {
+            requests: Some(BTreeMap::from([
+                ("cpu".into(), Quantity("10m".into())),
+                ("memory".into(), Quantity("32Mi".into())),
+            ])),
+            limits: Some(BTreeMap::from([(
+                "memory".into(),
+                Quantity("128Mi".into()),
+            )])),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    add_mount(&mut watcher, CONFIG_VOLUME, CONFIG_DIR, true);
+    spec.init_containers
+        .get_or_insert_with(Vec::new)
+        .push(watcher);
+    pod
+}
+
+/// A PodGroup for the gang scheduler in use (an untyped object: the CRDs are
+/// optional and not in k8s-openapi).
+pub fn pod_group(job: &DGLJob, gang: GangScheduler) -> kube::api::DynamicObject {
+    let total = job.spec.num_workers() + 1 + i32::from(job.spec.has_partitioner());
+    let policy = job.spec.run_policy().scheduling_policy.unwrap_or_default();
+    let min = policy.min_available.unwrap_or(total);
+    let (api_version, spec) = match gang {
+        GangScheduler::Volcano => (
+            "scheduling.volcano.sh/v1beta1",
+            serde_json::json!({
+                "minMember": min,
+                "queue": policy.queue,
+                "priorityClassName": policy.priority_class,
+            }),
+        ),
+        GangScheduler::SchedulerPlugins => (
+            "scheduling.x-k8s.io/v1alpha1",
+            serde_json::json!({
+                "minMember": min,
+                "scheduleTimeoutSeconds": policy.schedule_timeout_seconds,
+            }),
+        ),
+    };
+    let mut spec = spec;
+    if let Some(obj) = spec.as_object_mut() {
+        obj.retain(|_, v| !v.is_null());
+    }
+    let mut obj = kube::api::DynamicObject {
+        types: Some(kube::api::TypeMeta {
+            api_version: api_version.into(),
+            kind: "PodGroup".into(),
+        }),
+        metadata: meta(job, job.name_any(), job_labels(job)),
+        data: serde_json::json!({ "spec": spec }),
+    };
+    obj = with_hash(obj);
+    obj
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::PodState;
+
+    pub(crate) fn job(yaml: &str) -> DGLJob {
+        let mut job: DGLJob = serde_yaml::from_str(yaml).unwrap();
+        job.metadata.namespace = Some("ns".into());
+        job.metadata.uid = Some("uid-1".into());
+        job
+    }
+
+    fn seed() -> DGLJob {
+        job(include_str!("../../examples/seed-dgljob.yaml"))
+    }
+
+    fn main_container(pod: &Pod) -> &Container {
+        &pod.spec.as_ref().unwrap().containers[0]
+    }
+
+    fn env<'a>(c: &'a Container, name: &str) -> Option<&'a EnvVar> {
+        c.env.iter().flatten().find(|e| e.name == name)
+    }
+
+    #[test]
+    fn worker_keeps_template_and_adds_runtime() {
+        let mut j = seed();
+        let w = j
+            .spec
+            .dgl_replica_specs
+            .get_mut(&ReplicaType::Worker)
+            .unwrap();
+        let c = &mut w.template.spec.as_mut().unwrap().containers[0];
+        c.resources = Some(ResourceRequirements {
+            limits: Some(BTreeMap::from([("memory".into(), Quantity("4Gi".into()))])),
+            ..Default::default()
+        });
+        c.env = Some(vec![env_value("USER_VAR", "kept")]);
+        let pod = worker_pod(&j, 1, 0, &BuildConfig::default());
+        assert_eq!(pod.metadata.name.as_deref(), Some("dgl-graphsage-worker-1"));
+        let labels = pod.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels[LABEL_JOB_NAME], "dgl-graphsage");
+        assert_eq!(labels[LABEL_REPLICA_TYPE], "worker");
+        assert_eq!(labels[LABEL_REPLICA_INDEX], "1");
+        let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(owner.kind, "DGLJob");
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let c = main_container(&pod);
+        assert_eq!(c.image.as_deref(), Some("dgloperator/graphsage:v0.1.0"));
+        assert_eq!(c.command.as_deref(), Some(&["dglrun".to_string()][..]));
+        assert_eq!(env(c, "USER_VAR").unwrap().value.as_deref(), Some("kept"));
+        assert_eq!(env(c, ENV_PHASE).unwrap().value.as_deref(), Some("Worker"));
+        assert_eq!(
+            env(c, ENV_WORKER_INDEX).unwrap().value.as_deref(),
+            Some("1")
+        );
+        // /dev/shm is memory-backed, sized at half the 4Gi limit.
+        let shm = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == SHM_VOLUME)
+            .unwrap();
+        let ed = shm.empty_dir.as_ref().unwrap();
+        assert_eq!(ed.medium.as_deref(), Some("Memory"));
+        assert_eq!(ed.size_limit.as_ref().unwrap().0, "2147483648");
+        assert!(mounts_at(c, "/dev/shm"));
+        assert!(mounts_at(c, CONFIG_DIR) && mounts_at(c, SECRET_DIR) && mounts_at(c, DATASET_DIR));
+        assert!(c.readiness_probe.is_some());
+    }
+
+    #[test]
+    fn worker_respects_own_shm_and_workspace_mounts() {
+        let mut j = seed();
+        let w = j
+            .spec
+            .dgl_replica_specs
+            .get_mut(&ReplicaType::Worker)
+            .unwrap();
+        let spec = w.template.spec.as_mut().unwrap();
+        spec.volumes = Some(vec![Volume {
+            name: "mine".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        }]);
+        let c = &mut spec.containers[0];
+        add_mount(c, "mine", "/dev/shm", false);
+        add_mount(c, "mine", "/dgl_workspace", false);
+        let pod = worker_pod(&j, 0, 0, &BuildConfig::default());
+        let spec = pod.spec.as_ref().unwrap();
+        assert!(!spec.volumes.iter().flatten().any(|v| v.name == SHM_VOLUME));
+        assert!(!spec
+            .volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == DATASET_VOLUME));
+    }
+
+    #[test]
+    fn partitioner_runs_the_launchers_command_on_the_worker_template() {
+        let pod = partitioner_pod(&seed(), 0, &BuildConfig::default());
+        assert_eq!(
+            pod.metadata.name.as_deref(),
+            Some("dgl-graphsage-partitioner")
+        );
+        let c = main_container(&pod);
+        assert_eq!(c.command.as_deref(), Some(&["dglrun".to_string()][..]));
+        assert_eq!(c.args.as_ref().unwrap()[1], "graphsage");
+        assert_eq!(
+            env(c, ENV_PHASE).unwrap().value.as_deref(),
+            Some("Partitioner")
+        );
+    }
+
+    #[test]
+    fn launcher_waits_for_workers_with_least_privilege() {
+        let j = seed();
+        let pod = launcher_pod(&j, 0, &BuildConfig::default());
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(
+            spec.service_account_name.as_deref(),
+            Some("dgl-graphsage-launcher")
+        );
+        let init = &spec.init_containers.as_ref().unwrap()[0];
+        assert_eq!(
+            init.command.as_deref(),
+            Some(&["watcher-loop".to_string()][..])
+        );
+        assert_eq!(init.image.as_deref(), Some("dgloperator/graphsage:v0.1.0"));
+        let (_, role, binding) = launcher_rbac(&j);
+        let rules = role.rules.unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].verbs, vec!["get", "list", "watch"]);
+        assert_eq!(
+            rules[0].resource_names.as_deref().unwrap(),
+            ["dgl-graphsage-worker-0", "dgl-graphsage-worker-1"]
+        );
+        assert_eq!(binding.role_ref.name, "dgl-graphsage-launcher");
+    }
+
+    #[test]
+    fn config_map_lists_workers_in_index_order_and_ip_config_when_complete() {
+        let mut j = seed();
+        j.spec
+            .dgl_replica_specs
+            .get_mut(&ReplicaType::Worker)
+            .unwrap()
+            .replicas = Some(11);
+        let pod = |i: i32, ip: Option<&str>| ObservedPod {
+            name: worker_name("dgl-graphsage", i),
+            role: ReplicaType::Worker,
+            index: i,
+            run: 0,
+            state: PodState::Running { ready: true },
+            ip: ip.map(String::from),
+        };
+        let mut pods: Vec<ObservedPod> = (0..11)
+            .map(|i| pod(i, Some(&format!("10.0.0.{}", 100 + i)).map(|s| s.as_str())))
+            .collect();
+        pods[10].ip = None;
+        let cm = config_map(&j, &pods);
+        let data = cm.data.as_ref().unwrap();
+        let lines: Vec<&str> = data[HOSTFILE].lines().collect();
+        assert_eq!(lines[2], "10.0.0.102 30050 dgl-graphsage-worker-2 slots=1");
+        assert_eq!(lines[10], "- 30050 dgl-graphsage-worker-10 slots=1");
+        assert!(!data.contains_key(IP_CONFIG));
+        pods[10].ip = Some("10.0.0.110".into());
+        let cm2 = config_map(&j, &pods);
+        let ipc = &cm2.data.as_ref().unwrap()[IP_CONFIG];
+        assert_eq!(ipc.lines().nth(10), Some("10.0.0.110 30050"));
+        assert_ne!(
+            cm.annotations()[HASH_ANNOTATION],
+            cm2.annotations()[HASH_ANNOTATION]
+        );
+    }
+
+    #[test]
+    fn quantities() {
+        assert_eq!(parse_quantity_bytes("512Mi"), Some(512 * 1024 * 1024));
+        assert_eq!(parse_quantity_bytes("2G"), Some(2_000_000_000));
+        assert_eq!(parse_quantity_bytes("1e9"), Some(1_000_000_000));
+        assert_eq!(parse_quantity_bytes("bad"), None);
+    }
+}

@@ -1,0 +1,157 @@
+//! Leader election with a coordination.k8s.io Lease, so several replicas can
+//! run and exactly one reconciles. The holder renews every `renew` period;
+//! another replica takes over once `duration` passes without a renewal.
+
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ObjectMeta, PostParams};
+use kube::Client;
+use tracing::{info, warn};
+
+/// Lease settings.
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub duration: Duration,
+    pub renew: Duration,
+}
+
+pub struct LeaderElector {
+    api: Api<Lease>,
+    cfg: LeaderConfig,
+}
+
+impl LeaderElector {
+    pub fn new(client: Client, cfg: LeaderConfig) -> Self {
+        LeaderElector {
+            api: Api::namespaced(client, &cfg.namespace),
+            cfg,
+        }
+    }
+
+    /// Tries once to take or renew the lease; true when this replica holds it.
+    pub async fn try_acquire(&self) -> Result<bool, kube::Error> {
+        let now = Timestamp::now();
+        let mut lease = match self.api.get_opt(&self.cfg.name).await? {
+            Some(l) => l,
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.cfg.name.clone()),
+                        ..Default::default()
+                    },
+                    spec: Some(self.spec(now, now, 0)),
+                };
+                return match self.api.create(&PostParams::default(), &lease).await {
+                    Ok(_) => Ok(true),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                    Err(e) => Err(e),
+                };
+            }
+        };
+        let spec = lease.spec.clone().unwrap_or_default();
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let expired = spec
+            .renew_time
+            .as_ref()
+            .map(|t| {
+                let secs = i64::from(spec.lease_duration_seconds.unwrap_or(15));
+                t.0.as_second() + secs < now.as_second()
+            })
+            .unwrap_or(true);
+        let mine = holder == self.cfg.identity;
+        if !mine && !holder.is_empty() && !expired {
+            return Ok(false);
+        }
+        let acquire = if mine {
+            spec.acquire_time.map(|t| t.0).unwrap_or(now)
+        } else {
+            now
+        };
+        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!mine);
+        lease.spec = Some(self.spec(acquire, now, transitions));
+        // replace() carries the resourceVersion: a concurrent writer loses with 409.
+        match self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn spec(&self, acquire: Timestamp, renew: Timestamp, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.cfg.identity.clone()),
+            lease_duration_seconds: Some(self.cfg.duration.as_secs() as i32),
+            acquire_time: Some(MicroTime(acquire)),
+            renew_time: Some(MicroTime(renew)),
+            lease_transitions: Some(transitions),
+            ..Default::default()
+        }
+    }
+
+    /// Blocks until this replica holds the lease.
+    pub async fn acquire(&self) {
+        info!(lease = %self.cfg.name, identity = %self.cfg.identity, "waiting for leadership");
+        loop {
+            match self.try_acquire().await {
+                Ok(true) => {
+                    info!(lease = %self.cfg.name, "became leader");
+                    return;
+                }
+                Ok(false) => {}
+                Err(e) => warn!(error = %e, "leader election: lease request failed"),
+            }
+            tokio::time::sleep(self.cfg.renew).await;
+        }
+    }
+
+    /// Renews until a renewal fails for longer than the lease duration
+    /// (another replica may have taken over); then returns.
+    pub async fn hold(&self) {
+        let mut last_ok = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(self.cfg.renew).await;
+            match self.try_acquire().await {
+                Ok(true) => last_ok = std::time::Instant::now(),
+                Ok(false) => {
+                    warn!("leadership lost to another replica");
+                    return;
+                }
+                Err(e) => {
+                    warn!(error = %e, "lease renewal failed");
+                    if last_ok.elapsed() > self.cfg.duration {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Gives the lease up (on shutdown) so a successor need not wait for it
+    /// to expire.
+    pub async fn release(&self) {
+        if let Ok(Some(mut lease)) = self.api.get_opt(&self.cfg.name).await {
+            let spec = lease.spec.get_or_insert_with(Default::default);
+            if spec.holder_identity.as_deref() == Some(&self.cfg.identity) {
+                spec.holder_identity = None;
+                spec.renew_time = None;
+                if let Err(e) = self
+                    .api
+                    .replace(&self.cfg.name, &PostParams::default(), &lease)
+                    .await
+                {
+                    warn!(error = %e, "could not release the lease");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! What exists: a job's pods, classified (pure functions over `Pod`).
+
+use dgl_api::names::{LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE, LABEL_RUN};
+use dgl_api::ReplicaType;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+/// The state of one pod, as the state machine needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PodState {
+    /// Not yet running (scheduling, pulling, init containers).
+    Pending,
+    /// Running; `ready` when its Ready condition is True.
+    Running {
+        ready: bool,
+    },
+    Succeeded,
+    /// Failed, with a message naming the container and exit code or the
+    /// eviction reason.
+    Failed {
+        reason: String,
+        message: String,
+    },
+    /// Being deleted (deletionTimestamp set).
+    Terminating,
+}
+
+/// One observed pod of a job.
+#[derive(Debug, Clone)]
+pub struct ObservedPod {
+    pub name: String,
+    pub role: ReplicaType,
+    pub index: i32,
+    /// Which run of the job created it (see `DGLJobStatus::restart_count`).
+    pub run: i32,
+    pub state: PodState,
+    pub ip: Option<String>,
+}
+
+impl ObservedPod {
+    /// Classifies a pod carrying the job's labels; `None` for a pod without a
+    /// valid role label (not one of ours, ignored rather than guessed at).
+    pub fn from_pod(pod: &Pod) -> Option<Self> {
+        let labels = pod.labels();
+        let role = ReplicaType::from_label_value(labels.get(LABEL_REPLICA_TYPE)?)?;
+        let index = labels
+            .get(LABEL_REPLICA_INDEX)
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(0);
+        let run = labels
+            .get(LABEL_RUN)
+            .and_then(|i| i.parse().ok())
+            .unwrap_or(0);
+        let status = pod.status.as_ref();
+        let ip = status
+            .and_then(|s| s.pod_ip.clone())
+            .filter(|ip| !ip.is_empty());
+        Some(ObservedPod {
+            name: pod.name_any(),
+            role,
+            index,
+            run,
+            state: pod_state(pod),
+            ip,
+        })
+    }
+
+    pub fn is_active(&self) -> bool {
+        matches!(self.state, PodState::Pending | PodState::Running { .. })
+    }
+
+    pub fn is_ready(&self) -> bool {
+        matches!(self.state, PodState::Running { ready: true })
+    }
+}
+
+fn pod_state(pod: &Pod) -> PodState {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return PodState::Terminating;
+    }
+    let Some(status) = pod.status.as_ref() else {
+        return PodState::Pending;
+    };
+    match status.phase.as_deref() {
+        Some("Succeeded") => PodState::Succeeded,
+        Some("Failed") => {
+            let (reason, message) = failure_of(pod);
+            PodState::Failed { reason, message }
+        }
+        Some("Running") => {
+            // A container of a `restartPolicy: Never` pod that exited non-zero
+            // fails the pod's work even while a sidecar keeps the phase Running.
+            if let Some((container, code, reason)) = terminated_non_zero(pod) {
+                return PodState::Failed {
+                    reason: "ContainerFailed".into(),
+                    message: format!(
+                        "pod {}: container {container} exited with code {code}{}",
+                        pod.name_any(),
+                        reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                    ),
+                };
+            }
+            let ready = status
+                .conditions
+                .as_ref()
+                .map(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                .unwrap_or(false);
+            PodState::Running { ready }
+        }
+        _ => PodState::Pending,
+    }
+}
+
+fn terminated_non_zero(pod: &Pod) -> Option<(String, i32, Option<String>)> {
+    let status = pod.status.as_ref()?;
+    let all = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten());
+    for cs in all {
+        let term = cs.state.as_ref().and_then(|s| s.terminated.as_ref());
+        if let Some(t) = term {
+            if t.exit_code != 0 {
+                return Some((cs.name.clone(), t.exit_code, t.reason.clone()));
+            }
+        }
+    }
+    None
+}
+
+/// Reason and message of a Failed pod: eviction, or the first container that
+/// exited non-zero.
+fn failure_of(pod: &Pod) -> (String, String) {
+    let name = pod.name_any();
+    let status = pod.status.as_ref();
+    let pod_reason = status.and_then(|s| s.reason.clone());
+    let pod_message = status.and_then(|s| s.message.clone());
+    if let Some((container, code, reason)) = terminated_non_zero(pod) {
+        return (
+            "ContainerFailed".into(),
+            format!(
+                "pod {name}: container {container} exited with code {code}{}",
+                reason.map(|r| format!(" ({r})")).unwrap_or_default()
+            ),
+        );
+    }
+    match pod_reason {
+        Some(r) => (
+            if r == "Evicted" {
+                "Evicted".into()
+            } else {
+                r.clone()
+            },
+            format!(
+                "pod {name} failed: {r}{}",
+                pod_message.map(|m| format!(": {m}")).unwrap_or_default()
+            ),
+        ),
+        None => (
+            "PodFailed".into(),
+            format!(
+                "pod {name} failed{}",
+                pod_message.map(|m| format!(": {m}")).unwrap_or_default()
+            ),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn classifies_phases_and_failures() {
+        let base = |status: serde_json::Value| {
+            pod(json!({
+                "metadata": {"name": "j-worker-1", "labels": {
+                    "dgloperator.io/replica-type": "worker",
+                    "dgloperator.io/replica-index": "1",
+                    "dgloperator.io/run": "2"}},
+                "status": status
+            }))
+        };
+        let p = ObservedPod::from_pod(&base(json!({"phase": "Running", "podIP": "10.0.0.5",
+            "conditions": [{"type": "Ready", "status": "True"}]})))
+        .unwrap();
+        assert_eq!((p.role, p.index, p.run), (ReplicaType::Worker, 1, 2));
+        assert!(p.is_ready());
+        assert_eq!(p.ip.as_deref(), Some("10.0.0.5"));
+
+        let p = ObservedPod::from_pod(&base(json!({"phase": "Failed", "containerStatuses": [
+            {"name": "main", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+             "state": {"terminated": {"exitCode": 3, "reason": "Error"}}}]})))
+        .unwrap();
+        match p.state {
+            PodState::Failed { reason, message } => {
+                assert_eq!(reason, "ContainerFailed");
+                assert_eq!(
+                    message,
+                    "pod j-worker-1: container main exited with code 3 (Error)"
+                );
+            }
+            s => panic!("unexpected {s:?}"),
+        }
+
+        let p = ObservedPod::from_pod(&base(json!({"phase": "Failed", "reason": "Evicted",
+            "message": "The node was low on resource: memory."})))
+        .unwrap();
+        assert_eq!(
+            p.state,
+            PodState::Failed {
+                reason: "Evicted".into(),
+                message: "pod j-worker-1 failed: Evicted: The node was low on resource: memory."
+                    .into()
+            }
+        );
+        assert_eq!(
+            ObservedPod::from_pod(&base(json!({}))).unwrap().state,
+            PodState::Pending
+        );
+    }
+
+    #[test]
+    fn ignores_pods_without_a_role() {
+        assert!(ObservedPod::from_pod(&pod(json!({"metadata": {"name": "x"}}))).is_none());
+    }
+}

@@ -1,0 +1,944 @@
+//! The state machine: from the job and its observed pods to the next status
+//! and the pod changes that move the job forward. Pure: no I/O, `now` is an
+//! argument, so every transition is unit-tested without a server.
+//!
+//! ```text
+//!  Created ─► Partitioning ─► Partitioned ─► Running ─► Succeeded
+//!     │  (Skip: straight to Running)    │          └───► Failed
+//!     │                                 └─ pod failed ─► Restarting ─► (new run) ─► ...
+//!     └─ suspend ─► Suspended ─ resume ─► Created path again
+//! ```
+//! Failed comes from a failed pod with no restarts left, the deadline, or an
+//! unsupported mode. cleanPodPolicy is applied on every terminal path.
+
+use std::time::Duration;
+
+use dgl_api::{CleanPodPolicy, DGLJob, DGLJobStatus, JobPhase, ReplicaStatus, ReplicaType};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::builders::{self, BuildConfig};
+use crate::observe::{ObservedPod, PodState};
+
+/// A change to the job's pods.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Create (server-side apply) a pod that does not exist.
+    CreatePod(Box<Pod>),
+    /// Delete a pod by name.
+    DeletePod(String),
+    /// Delete the job itself (ttlSecondsAfterFinished reached).
+    DeleteJob,
+}
+
+/// The outcome of planning one reconcile.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub status: DGLJobStatus,
+    pub steps: Vec<Step>,
+    /// Wake up after this long even without a watch event (deadline, TTL).
+    pub requeue_after: Option<Duration>,
+    /// Whether the job's supporting objects (ConfigMap, Secret, RBAC,
+    /// Service) should be kept up to date: false once the job is finished.
+    pub ensure_children: bool,
+}
+
+/// A condition that became True in this plan, for Events and metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transition {
+    pub type_: JobPhase,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Conditions that became True between two statuses.
+pub fn transitions(old: Option<&DGLJobStatus>, new: &DGLJobStatus) -> Vec<Transition> {
+    new.conditions
+        .iter()
+        .filter(|c| c.status == "True")
+        .filter(|c| {
+            let before = old.and_then(|o| o.conditions.iter().find(|x| x.type_ == c.type_));
+            // A new True, or a True whose reason changed (another restart).
+            before.is_none_or(|b| {
+                b.status != "True" || b.last_transition_time != c.last_transition_time
+            })
+        })
+        .filter_map(|c| {
+            Some(Transition {
+                type_: phase_of(&c.type_)?,
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+        })
+        .collect()
+}
+
+fn phase_of(s: &str) -> Option<JobPhase> {
+    use JobPhase::*;
+    [
+        Created,
+        Partitioning,
+        Partitioned,
+        Running,
+        Restarting,
+        Succeeded,
+        Failed,
+        Suspended,
+    ]
+    .into_iter()
+    .find(|p| p.as_str() == s)
+}
+
+struct StatusBuilder {
+    status: DGLJobStatus,
+    now: Time,
+    generation: Option<i64>,
+}
+
+impl StatusBuilder {
+    fn is_true(&self, t: JobPhase) -> bool {
+        self.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == t.as_str() && c.status == "True")
+    }
+
+    /// Sets a condition, keeping lastTransitionTime when the status does not
+    /// change (and the reason/message stay unless given new ones).
+    fn set(&mut self, t: JobPhase, value: bool, reason: &str, message: &str) {
+        let status = if value { "True" } else { "False" };
+        match self
+            .status
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == t.as_str())
+        {
+            Some(c) => {
+                if c.status != status {
+                    c.status = status.into();
+                    c.last_transition_time = self.now.clone();
+                }
+                c.reason = reason.into();
+                c.message = message.into();
+                c.observed_generation = self.generation;
+            }
+            None => {
+                if !value {
+                    return; // a False condition that never was True says nothing
+                }
+                self.status.conditions.push(Condition {
+                    type_: t.as_str().into(),
+                    status: status.into(),
+                    reason: reason.into(),
+                    message: message.into(),
+                    last_transition_time: self.now.clone(),
+                    observed_generation: self.generation,
+                });
+            }
+        }
+    }
+
+    /// Turns a condition False if it is True (same reason kept otherwise).
+    fn clear(&mut self, t: JobPhase, reason: &str, message: &str) {
+        if self.is_true(t) {
+            self.set(t, false, reason, message);
+        }
+    }
+
+    /// Clears the in-progress conditions when the job reaches `terminal`.
+    fn finish(&mut self, terminal: JobPhase, reason: &str, message: &str) {
+        for t in [
+            JobPhase::Partitioning,
+            JobPhase::Running,
+            JobPhase::Restarting,
+        ] {
+            self.clear(t, reason, message);
+        }
+        self.set(terminal, true, reason, message);
+        if self.status.completion_time.is_none() {
+            self.status.completion_time = Some(self.now.clone());
+        }
+    }
+
+    fn derive_phase(&mut self) {
+        use JobPhase::*;
+        let order = [
+            Failed,
+            Succeeded,
+            Suspended,
+            Restarting,
+            Running,
+            Partitioned,
+            Partitioning,
+            Created,
+        ];
+        self.status.phase = order.into_iter().find(|p| self.is_true(*p));
+    }
+}
+
+fn counts(pods: &[&ObservedPod]) -> std::collections::BTreeMap<ReplicaType, ReplicaStatus> {
+    let mut out = std::collections::BTreeMap::new();
+    for p in pods {
+        let e: &mut ReplicaStatus = out.entry(p.role).or_default();
+        match p.state {
+            PodState::Pending | PodState::Running { .. } => e.active += 1,
+            PodState::Succeeded => e.succeeded += 1,
+            PodState::Failed { .. } => e.failed += 1,
+            PodState::Terminating => {}
+        }
+    }
+    out
+}
+
+/// Pods to delete under `policy` when the job ends.
+fn clean_pods(policy: CleanPodPolicy, pods: &[ObservedPod]) -> Vec<Step> {
+    pods.iter()
+        .filter(|p| p.state != PodState::Terminating)
+        .filter(|p| match policy {
+            CleanPodPolicy::All => true,
+            CleanPodPolicy::Running => p.is_active(),
+            CleanPodPolicy::None => false,
+        })
+        .map(|p| Step::DeletePod(p.name.clone()))
+        .collect()
+}
+
+fn secs_between(from: &Time, to: Timestamp) -> i64 {
+    to.as_second() - from.0.as_second()
+}
+
+/// Plans one reconcile of `job` given its observed pods.
+pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfig) -> Plan {
+    let old = job.status.clone().unwrap_or_default();
+    let mut sb = StatusBuilder {
+        status: old.clone(),
+        now: Time(now),
+        generation: job.metadata.generation,
+    };
+    sb.status.observed_generation = job.metadata.generation;
+    let name = job.name_any();
+    let spec = &job.spec;
+    let policy = spec.run_policy();
+    let mut steps = Vec::new();
+    let mut requeue: Option<Duration> = None;
+    let mut wake = |d: i64| {
+        let d = Duration::from_secs(d.max(1) as u64);
+        requeue = Some(requeue.map_or(d, |r: Duration| r.min(d)));
+    };
+
+    if !sb.is_true(JobPhase::Created) {
+        sb.set(
+            JobPhase::Created,
+            true,
+            "JobCreated",
+            &format!("DGLJob {name} is created."),
+        );
+    }
+    let run = sb.status.restart_count.unwrap_or(0);
+
+    // Finished jobs: keep applying cleanPodPolicy, then the TTL.
+    if sb.is_true(JobPhase::Succeeded) || sb.is_true(JobPhase::Failed) {
+        steps.extend(clean_pods(spec.clean_pod_policy, pods));
+        if let (Some(ttl), Some(done)) = (
+            policy.ttl_seconds_after_finished,
+            sb.status.completion_time.clone(),
+        ) {
+            let left = i64::from(ttl) - secs_between(&done, now);
+            if left <= 0 {
+                steps.push(Step::DeleteJob);
+            } else {
+                wake(left);
+            }
+        }
+        let current: Vec<&ObservedPod> = pods.iter().filter(|p| p.run == run).collect();
+        sb.status.replica_statuses = counts(&current);
+        sb.derive_phase();
+        return Plan {
+            status: sb.status,
+            steps,
+            requeue_after: requeue,
+            ensure_children: false,
+        };
+    }
+
+    // Modes this build cannot run fail at once, with the field named.
+    if !spec.partition_mode.is_supported() {
+        sb.finish(
+            JobPhase::Failed,
+            "UnsupportedPartitionMode",
+            &format!(
+                "spec.partitionMode: {} is not supported yet; use DGL-API or Skip",
+                spec.partition_mode
+            ),
+        );
+        sb.derive_phase();
+        return Plan {
+            status: sb.status,
+            steps,
+            requeue_after: None,
+            ensure_children: false,
+        };
+    }
+
+    // Suspend: no pods, job kept; resume starts again (deadline from resume).
+    if spec.suspended() {
+        steps.extend(clean_pods(CleanPodPolicy::All, pods));
+        for t in [
+            JobPhase::Partitioning,
+            JobPhase::Running,
+            JobPhase::Restarting,
+        ] {
+            sb.clear(t, "JobSuspended", &format!("DGLJob {name} is suspended."));
+        }
+        sb.set(
+            JobPhase::Suspended,
+            true,
+            "JobSuspended",
+            &format!("DGLJob {name} is suspended."),
+        );
+        sb.status.start_time = None;
+        sb.status.replica_statuses = Default::default();
+        sb.derive_phase();
+        return Plan {
+            status: sb.status,
+            steps,
+            requeue_after: None,
+            ensure_children: true,
+        };
+    }
+    if sb.is_true(JobPhase::Suspended) {
+        sb.set(
+            JobPhase::Suspended,
+            false,
+            "JobResumed",
+            &format!("DGLJob {name} is resumed."),
+        );
+    }
+
+    // Pods of earlier runs go away; the partitioner is shared by all runs.
+    let (current, stale): (Vec<&ObservedPod>, Vec<&ObservedPod>) = pods
+        .iter()
+        .partition(|p| p.run == run || p.role == ReplicaType::Partitioner);
+    for p in &stale {
+        if p.state != PodState::Terminating {
+            steps.push(Step::DeletePod(p.name.clone()));
+        }
+    }
+    let find = |n: &str| current.iter().find(|p| p.name == n).copied();
+    let exists = |n: &str| pods.iter().any(|p| p.name == n);
+
+    if sb.status.start_time.is_none() {
+        sb.status.start_time = Some(Time(now));
+    }
+
+    // Deadline (timer-driven: the requeue wakes us when it passes).
+    if let (Some(deadline), Some(start)) =
+        (policy.active_deadline_seconds, sb.status.start_time.clone())
+    {
+        let left = deadline - secs_between(&start, now);
+        if left <= 0 {
+            sb.finish(
+                JobPhase::Failed,
+                "DeadlineExceeded",
+                &format!(
+                    "DGLJob {name} was active longer than activeDeadlineSeconds ({deadline}s)."
+                ),
+            );
+            steps.extend(clean_pods(spec.clean_pod_policy, pods));
+            sb.status.replica_statuses = counts(&current);
+            sb.derive_phase();
+            return Plan {
+                status: sb.status,
+                steps,
+                requeue_after: policy
+                    .ttl_seconds_after_finished
+                    .map(|t| Duration::from_secs(t.max(1) as u64)),
+                ensure_children: false,
+            };
+        }
+        wake(left);
+    }
+
+    // A failure in the current run: restart (reusing partitions) or fail.
+    let launcher_name = dgl_api::names::launcher_name(&name);
+    let training_started = find(&launcher_name).is_some() || sb.is_true(JobPhase::Running);
+    // Only pods created by this run count: a failed pod of an earlier run
+    // that the cache still shows must not trigger a second restart.
+    let mut failure: Option<(ReplicaType, String, String)> = current
+        .iter()
+        .filter(|p| p.run == run)
+        .find_map(|p| match &p.state {
+            PodState::Failed { reason, message } => Some((p.role, reason.clone(), message.clone())),
+            _ => None,
+        });
+    if failure.is_none() && training_started {
+        // A pod of the running job that vanished or is being deleted by
+        // someone else: the run cannot finish.
+        let expected = (0..spec.num_workers())
+            .map(|i| (ReplicaType::Worker, dgl_api::names::worker_name(&name, i)))
+            .chain(
+                sb.is_true(JobPhase::Running)
+                    .then(|| (ReplicaType::Launcher, launcher_name.clone())),
+            );
+        for (role, pod) in expected {
+            match find(&pod) {
+                None => {
+                    failure = Some((
+                        role,
+                        "PodDeleted".into(),
+                        format!("pod {pod} was deleted while the job was running"),
+                    ))
+                }
+                Some(p) if p.state == PodState::Terminating => {
+                    failure = Some((
+                        role,
+                        "PodDeleted".into(),
+                        format!("pod {pod} is being deleted while the job was running"),
+                    ))
+                }
+                _ => continue,
+            }
+            break;
+        }
+    }
+    let launcher_succeeded = find(&launcher_name).is_some_and(|p| p.state == PodState::Succeeded);
+    if let Some((role, reason, message)) = failure.filter(|_| !launcher_succeeded) {
+        let limit = policy.backoff_limit.unwrap_or(0);
+        let reason = if reason == "PodDeleted" || reason == "Evicted" {
+            reason
+        } else {
+            format!("{role}Failed")
+        };
+        if run < limit {
+            let msg = format!("{message}; restarting (restart {} of {limit})", run + 1);
+            sb.clear(JobPhase::Running, &reason, &msg);
+            sb.set(JobPhase::Restarting, true, &reason, &msg);
+            sb.status.restart_count = Some(run + 1);
+            // Keep a partitioner that finished its work: the next run reuses it.
+            for p in &current {
+                let keep = p.role == ReplicaType::Partitioner
+                    && matches!(
+                        p.state,
+                        PodState::Succeeded | PodState::Running { ready: true }
+                    );
+                if !keep && p.state != PodState::Terminating {
+                    steps.push(Step::DeletePod(p.name.clone()));
+                }
+            }
+        } else {
+            let msg = if limit > 0 {
+                format!("{message}; backoffLimit ({limit}) reached")
+            } else {
+                message
+            };
+            sb.finish(JobPhase::Failed, &reason, &msg);
+            steps.extend(clean_pods(spec.clean_pod_policy, pods));
+        }
+        sb.status.replica_statuses = counts(&current);
+        sb.derive_phase();
+        let ensure_children = !sb.is_true(JobPhase::Failed);
+        return Plan {
+            status: sb.status,
+            steps,
+            requeue_after: requeue,
+            ensure_children,
+        };
+    }
+
+    if launcher_succeeded {
+        sb.finish(
+            JobPhase::Succeeded,
+            "JobSucceeded",
+            &format!("DGLJob {name} successfully completed."),
+        );
+        steps.extend(clean_pods(spec.clean_pod_policy, pods));
+        sb.status.replica_statuses = counts(&current);
+        sb.derive_phase();
+        if let Some(ttl) = policy.ttl_seconds_after_finished {
+            requeue = Some(Duration::from_secs(ttl.max(1) as u64));
+        } else {
+            requeue = None;
+        }
+        return Plan {
+            status: sb.status,
+            steps,
+            requeue_after: requeue,
+            ensure_children: false,
+        };
+    }
+
+    // Forward: partitioner, then workers, then the launcher.
+    let create = |pod: Pod, steps: &mut Vec<Step>| {
+        let n = pod.name_any();
+        // A pod of that name still being deleted (an earlier run) blocks the
+        // new one; its deletion event brings us back.
+        if !exists(&n) {
+            steps.push(Step::CreatePod(Box::new(pod)));
+        }
+    };
+    let partitioned = if spec.has_partitioner() {
+        let pname = dgl_api::names::partitioner_name(&name);
+        match find(&pname) {
+            Some(p) if p.is_ready() || p.state == PodState::Succeeded => true,
+            Some(_) => false,
+            None => {
+                create(builders::partitioner_pod(job, run, cfg), &mut steps);
+                false
+            }
+        }
+    } else {
+        true
+    };
+    if spec.has_partitioner() {
+        if partitioned {
+            sb.clear(
+                JobPhase::Partitioning,
+                "JobPartitioned",
+                "The graph is partitioned.",
+            );
+            sb.set(
+                JobPhase::Partitioned,
+                true,
+                "JobPartitioned",
+                "The graph is partitioned.",
+            );
+        } else if !sb.is_true(JobPhase::Partitioned) {
+            sb.set(
+                JobPhase::Partitioning,
+                true,
+                "JobPartitioning",
+                &format!("The partitioner pod of DGLJob {name} is partitioning the graph."),
+            );
+        }
+    }
+    let mut workers_ready = partitioned;
+    if partitioned {
+        for i in 0..spec.num_workers() {
+            let wname = dgl_api::names::worker_name(&name, i);
+            match find(&wname) {
+                Some(p) => workers_ready &= p.is_ready() && p.ip.is_some(),
+                None => {
+                    create(builders::worker_pod(job, i, run, cfg), &mut steps);
+                    workers_ready = false;
+                }
+            }
+        }
+    }
+    match find(&launcher_name) {
+        None if workers_ready => create(builders::launcher_pod(job, run, cfg), &mut steps),
+        Some(p) if matches!(p.state, PodState::Running { .. }) => {
+            sb.clear(
+                JobPhase::Restarting,
+                "JobRunning",
+                &format!("DGLJob {name} is running."),
+            );
+            sb.set(
+                JobPhase::Running,
+                true,
+                "JobRunning",
+                &format!("DGLJob {name} is running."),
+            );
+        }
+        _ => {}
+    }
+    sb.status.replica_statuses = counts(&current);
+    sb.derive_phase();
+    Plan {
+        status: sb.status,
+        steps,
+        requeue_after: requeue,
+        ensure_children: true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dgl_api::names::{launcher_name, partitioner_name, worker_name};
+    use dgl_api::{PartitionMode, RunPolicy};
+
+    const JOB: &str = "dgl-graphsage";
+
+    fn job() -> DGLJob {
+        let mut job: DGLJob =
+            serde_yaml::from_str(include_str!("../../examples/seed-dgljob.yaml")).unwrap();
+        job.metadata.uid = Some("uid-1".into());
+        job.metadata.generation = Some(1);
+        job
+    }
+
+    fn t(s: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn pod(role: ReplicaType, index: i32, run: i32, state: PodState) -> ObservedPod {
+        let name = match role {
+            ReplicaType::Launcher => launcher_name(JOB),
+            ReplicaType::Partitioner => partitioner_name(JOB),
+            ReplicaType::Worker => worker_name(JOB, index),
+        };
+        ObservedPod {
+            name,
+            role,
+            index,
+            run,
+            state,
+            ip: Some(format!("10.0.0.{}", 10 + index)),
+        }
+    }
+
+    fn ready() -> PodState {
+        PodState::Running { ready: true }
+    }
+
+    fn failed(msg: &str) -> PodState {
+        PodState::Failed {
+            reason: "ContainerFailed".into(),
+            message: msg.into(),
+        }
+    }
+
+    /// Runs plan and feeds its status back into the job, as the API would.
+    fn step(job: &mut DGLJob, pods: &[ObservedPod], now: Timestamp) -> Plan {
+        let p = plan(job, pods, now, &BuildConfig::default());
+        job.status = Some(p.status.clone());
+        p
+    }
+
+    fn created(p: &Plan) -> Vec<String> {
+        p.steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::CreatePod(pod) => Some(pod.name_any()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn deleted(p: &Plan) -> Vec<String> {
+        p.steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::DeletePod(n) => Some(n.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn cond(p: &Plan, t: JobPhase) -> Option<&Condition> {
+        p.status.conditions.iter().find(|c| c.type_ == t.as_str())
+    }
+
+    fn running_job() -> (DGLJob, Vec<ObservedPod>) {
+        let mut j = job();
+        let pods = vec![
+            pod(ReplicaType::Partitioner, 0, 0, ready()),
+            pod(ReplicaType::Worker, 0, 0, ready()),
+            pod(ReplicaType::Worker, 1, 0, ready()),
+            pod(
+                ReplicaType::Launcher,
+                0,
+                0,
+                PodState::Running { ready: false },
+            ),
+        ];
+        step(&mut j, &pods, t(0));
+        (j, pods)
+    }
+
+    #[test]
+    fn dgl_api_job_walks_partitioner_workers_launcher_in_order() {
+        let mut j = job();
+        let p = step(&mut j, &[], t(0));
+        assert_eq!(created(&p), vec![partitioner_name(JOB)]);
+        assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
+        assert_eq!(cond(&p, JobPhase::Created).unwrap().reason, "JobCreated");
+        assert_eq!(p.status.start_time, Some(Time(t(0))));
+
+        let mut pods = vec![pod(
+            ReplicaType::Partitioner,
+            0,
+            0,
+            PodState::Running { ready: false },
+        )];
+        let p = step(&mut j, &pods, t(1));
+        assert!(created(&p).is_empty(), "no worker before partitioning ends");
+
+        pods[0].state = ready();
+        let p = step(&mut j, &pods, t(2));
+        assert_eq!(created(&p), vec![worker_name(JOB, 0), worker_name(JOB, 1)]);
+        assert_eq!(p.status.phase, Some(JobPhase::Partitioned));
+        assert_eq!(cond(&p, JobPhase::Partitioning).unwrap().status, "False");
+
+        pods.push(pod(ReplicaType::Worker, 0, 0, ready()));
+        pods.push(pod(ReplicaType::Worker, 1, 0, PodState::Pending));
+        let p = step(&mut j, &pods, t(3));
+        assert!(
+            created(&p).is_empty(),
+            "no launcher before every worker is ready"
+        );
+        pods[2].state = ready();
+        pods[2].ip = None;
+        assert!(
+            created(&step(&mut j, &pods, t(3))).is_empty(),
+            "a worker without an IP is not ready"
+        );
+        pods[2].ip = Some("10.0.0.11".into());
+        let p = step(&mut j, &pods, t(4));
+        assert_eq!(created(&p), vec![launcher_name(JOB)]);
+
+        pods.push(pod(
+            ReplicaType::Launcher,
+            0,
+            0,
+            PodState::Running { ready: false },
+        ));
+        let p = step(&mut j, &pods, t(5));
+        assert_eq!(p.status.phase, Some(JobPhase::Running));
+        assert_eq!(p.status.replica_statuses[&ReplicaType::Worker].active, 2);
+
+        pods[3].state = PodState::Succeeded;
+        let p = step(&mut j, &pods, t(9));
+        assert_eq!(p.status.phase, Some(JobPhase::Succeeded));
+        assert_eq!(p.status.completion_time, Some(Time(t(9))));
+        assert_eq!(cond(&p, JobPhase::Running).unwrap().status, "False");
+        // cleanPodPolicy Running: the serving partitioner and workers go.
+        let mut d = deleted(&p);
+        d.sort();
+        assert_eq!(
+            d,
+            vec![
+                partitioner_name(JOB),
+                worker_name(JOB, 0),
+                worker_name(JOB, 1)
+            ]
+        );
+        assert!(!p.ensure_children);
+    }
+
+    #[test]
+    fn replanning_without_change_keeps_status_identical() {
+        let (mut j, pods) = running_job();
+        let before = j.status.clone().unwrap();
+        let p = step(&mut j, &pods, t(100));
+        assert_eq!(
+            p.status, before,
+            "a reconcile without news must not write status"
+        );
+    }
+
+    #[test]
+    fn skip_mode_starts_workers_at_once() {
+        let mut j = job();
+        j.spec.partition_mode = PartitionMode::Skip;
+        let p = step(&mut j, &[], t(0));
+        assert_eq!(created(&p), vec![worker_name(JOB, 0), worker_name(JOB, 1)]);
+        assert!(cond(&p, JobPhase::Partitioning).is_none());
+    }
+
+    #[test]
+    fn worker_failure_fails_the_job_naming_the_pod() {
+        let (mut j, mut pods) = running_job();
+        pods[2].state =
+            failed("pod dgl-graphsage-worker-1: container main exited with code 3 (Error)");
+        let p = step(&mut j, &pods, t(10));
+        assert_eq!(p.status.phase, Some(JobPhase::Failed));
+        let c = cond(&p, JobPhase::Failed).unwrap();
+        assert_eq!(c.reason, "WorkerFailed");
+        assert!(c.message.contains("dgl-graphsage-worker-1") && c.message.contains("code 3"));
+        // cleanPodPolicy Running deletes what is still active, keeps the failed pod.
+        let d = deleted(&p);
+        assert!(d.contains(&launcher_name(JOB)) && d.contains(&worker_name(JOB, 0)));
+        assert!(!d.contains(&worker_name(JOB, 1)));
+    }
+
+    #[test]
+    fn partitioner_and_launcher_failures_name_their_role() {
+        let mut j = job();
+        let pods = vec![pod(
+            ReplicaType::Partitioner,
+            0,
+            0,
+            failed("pod p: container c exited with code 2"),
+        )];
+        let p = step(&mut j, &pods, t(1));
+        assert_eq!(
+            cond(&p, JobPhase::Failed).unwrap().reason,
+            "PartitionerFailed"
+        );
+
+        let (mut j, mut pods) = running_job();
+        pods[3].state = failed("pod l: container c exited with code 1");
+        let p = step(&mut j, &pods, t(1));
+        assert_eq!(cond(&p, JobPhase::Failed).unwrap().reason, "LauncherFailed");
+    }
+
+    #[test]
+    fn clean_pod_policies() {
+        for (policy, expect) in [
+            (CleanPodPolicy::All, 4usize),
+            (CleanPodPolicy::Running, 3),
+            (CleanPodPolicy::None, 0),
+        ] {
+            let (mut j, mut pods) = running_job();
+            j.spec.clean_pod_policy = policy;
+            pods[3].state = PodState::Succeeded;
+            let p = step(&mut j, &pods, t(5));
+            assert_eq!(deleted(&p).len(), expect, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn backoff_restarts_reuse_the_partitioner_then_fail() {
+        let (mut j, mut pods) = running_job();
+        j.spec.run_policy = Some(RunPolicy {
+            backoff_limit: Some(1),
+            ..Default::default()
+        });
+        pods[1].state = failed("pod w0: container c exited with code 1");
+        let p = step(&mut j, &pods, t(10));
+        assert_eq!(p.status.phase, Some(JobPhase::Restarting));
+        assert_eq!(p.status.restart_count, Some(1));
+        let d = deleted(&p);
+        assert!(
+            !d.contains(&partitioner_name(JOB)),
+            "a ready partitioner is reused"
+        );
+        assert_eq!(d.len(), 3);
+
+        // Old pods still terminating block the new run's names.
+        for p in pods.iter_mut().skip(1) {
+            p.state = PodState::Terminating;
+        }
+        let p = step(&mut j, &pods, t(11));
+        assert!(created(&p).is_empty());
+        assert_eq!(p.status.phase, Some(JobPhase::Restarting));
+
+        // Gone: run 1 starts with new workers.
+        pods.truncate(1);
+        let p = step(&mut j, &pods, t(12));
+        assert_eq!(created(&p), vec![worker_name(JOB, 0), worker_name(JOB, 1)]);
+        let run_label = |p: &Plan| match &p.steps[0] {
+            Step::CreatePod(pod) => pod.labels()[dgl_api::names::LABEL_RUN].clone(),
+            _ => unreachable!(),
+        };
+        assert_eq!(run_label(&p), "1");
+
+        pods.push(pod(
+            ReplicaType::Worker,
+            0,
+            1,
+            failed("pod w0: container c exited with code 1"),
+        ));
+        let p = step(&mut j, &pods, t(13));
+        assert_eq!(p.status.phase, Some(JobPhase::Failed));
+        assert!(cond(&p, JobPhase::Failed)
+            .unwrap()
+            .message
+            .contains("backoffLimit (1) reached"));
+        assert_eq!(p.status.restart_count, Some(1));
+    }
+
+    #[test]
+    fn deadline_requeues_then_fails() {
+        let mut j = job();
+        j.spec.run_policy = Some(RunPolicy {
+            active_deadline_seconds: Some(60),
+            ..Default::default()
+        });
+        let p = step(&mut j, &[], t(0));
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(60)));
+        let pods = vec![pod(
+            ReplicaType::Partitioner,
+            0,
+            0,
+            PodState::Running { ready: false },
+        )];
+        let p = step(&mut j, &pods, t(45));
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(15)));
+        let p = step(&mut j, &pods, t(60));
+        assert_eq!(p.status.phase, Some(JobPhase::Failed));
+        assert_eq!(
+            cond(&p, JobPhase::Failed).unwrap().reason,
+            "DeadlineExceeded"
+        );
+        assert_eq!(deleted(&p), vec![partitioner_name(JOB)]);
+    }
+
+    #[test]
+    fn ttl_deletes_the_finished_job() {
+        let (mut j, mut pods) = running_job();
+        j.spec.run_policy = Some(RunPolicy {
+            ttl_seconds_after_finished: Some(30),
+            ..Default::default()
+        });
+        pods[3].state = PodState::Succeeded;
+        step(&mut j, &pods, t(100));
+        let p = step(&mut j, &pods, t(110));
+        assert_eq!(p.requeue_after, Some(Duration::from_secs(20)));
+        assert!(!p.steps.iter().any(|s| matches!(s, Step::DeleteJob)));
+        let p = step(&mut j, &pods, t(130));
+        assert!(p.steps.iter().any(|s| matches!(s, Step::DeleteJob)));
+    }
+
+    #[test]
+    fn suspend_deletes_pods_and_resume_starts_again() {
+        let (mut j, pods) = running_job();
+        j.spec.run_policy = Some(RunPolicy {
+            suspend: Some(true),
+            ..Default::default()
+        });
+        let p = step(&mut j, &pods, t(10));
+        assert_eq!(p.status.phase, Some(JobPhase::Suspended));
+        assert_eq!(deleted(&p).len(), 4);
+        assert_eq!(cond(&p, JobPhase::Running).unwrap().status, "False");
+        j.spec.run_policy = None;
+        let p = step(&mut j, &[], t(20));
+        assert_eq!(cond(&p, JobPhase::Suspended).unwrap().status, "False");
+        assert_eq!(cond(&p, JobPhase::Suspended).unwrap().reason, "JobResumed");
+        assert_eq!(created(&p), vec![partitioner_name(JOB)]);
+        assert_eq!(p.status.start_time, Some(Time(t(20))));
+    }
+
+    #[test]
+    fn unsupported_modes_fail_with_the_field_named() {
+        for mode in [PartitionMode::ParMetis, PartitionMode::DistParMetis] {
+            let mut j = job();
+            j.spec.partition_mode = mode;
+            let p = step(&mut j, &[], t(0));
+            let c = cond(&p, JobPhase::Failed).unwrap();
+            assert_eq!(c.reason, "UnsupportedPartitionMode");
+            assert!(
+                c.message.starts_with("spec.partitionMode:")
+                    && c.message.contains("not supported yet")
+            );
+            assert!(created(&p).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_worker_deleted_mid_run_fails_the_run() {
+        let (mut j, mut pods) = running_job();
+        pods.remove(2);
+        let p = step(&mut j, &pods, t(10));
+        let c = cond(&p, JobPhase::Failed).unwrap();
+        assert_eq!(c.reason, "PodDeleted");
+        assert!(c.message.contains("dgl-graphsage-worker-1"));
+    }
+
+    #[test]
+    fn transitions_report_each_new_true_condition_once() {
+        let mut j = job();
+        let p1 = plan(&j, &[], t(0), &BuildConfig::default());
+        let tr = transitions(None, &p1.status);
+        assert_eq!(
+            tr.iter().map(|t| t.type_).collect::<Vec<_>>(),
+            vec![JobPhase::Created, JobPhase::Partitioning]
+        );
+        j.status = Some(p1.status.clone());
+        let p2 = plan(&j, &[], t(5), &BuildConfig::default());
+        assert!(transitions(Some(&p1.status), &p2.status).is_empty());
+    }
+}

@@ -1,0 +1,113 @@
+//! The operator's HTTP endpoints: `/healthz` and `/readyz` for the kubelet,
+//! `/metrics` for Prometheus. `/metrics` requires a bearer token that the API
+//! server authenticates (TokenReview) and authorizes for `get` on the
+//! non-resource URL `/metrics` (SubjectAccessReview), as Kubernetes
+//! components and controller-runtime do; `--metrics-auth=none` turns it off.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+use kube::Client;
+
+use crate::metrics::Metrics;
+
+#[derive(Clone)]
+pub struct ServerState {
+    pub metrics: Arc<Metrics>,
+    /// Set once the controller's caches are running (and leadership, if on, is held).
+    pub ready: Arc<AtomicBool>,
+    /// Client for TokenReview/SubjectAccessReview; None disables auth.
+    pub auth: Option<Client>,
+}
+
+pub async fn serve(addr: SocketAddr, state: ServerState) -> std::io::Result<()> {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
+    axum::serve(listener, app).await
+}
+
+async fn readyz(State(s): State<ServerState>) -> Response {
+    if s.ready.load(Ordering::Relaxed) {
+        "ok".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready").into_response()
+    }
+}
+
+async fn metrics(State(s): State<ServerState>, headers: HeaderMap) -> Response {
+    if let Some(client) = &s.auth {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let Some(token) = token else {
+            return (StatusCode::UNAUTHORIZED, "bearer token required").into_response();
+        };
+        match authorize(client, token).await {
+            Ok(true) => {}
+            Ok(false) => return (StatusCode::FORBIDDEN, "forbidden").into_response(),
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics auth check failed");
+                return (StatusCode::SERVICE_UNAVAILABLE, "auth check failed").into_response();
+            }
+        }
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        s.metrics.render(),
+    )
+        .into_response()
+}
+
+async fn authorize(client: &Client, token: &str) -> Result<bool, kube::Error> {
+    let review = TokenReview {
+        spec: TokenReviewSpec {
+            token: Some(token.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let review = Api::<TokenReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await?;
+    let Some(status) = review.status.filter(|s| s.authenticated == Some(true)) else {
+        return Ok(false);
+    };
+    let user = status.user.unwrap_or_default();
+    let sar = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: user.username,
+            groups: user.groups,
+            uid: user.uid,
+            non_resource_attributes: Some(NonResourceAttributes {
+                path: Some("/metrics".into()),
+                verb: Some("get".into()),
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let sar = Api::<SubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &sar)
+        .await?;
+    Ok(sar.status.map(|s| s.allowed).unwrap_or(false))
+}

@@ -70,7 +70,10 @@ async fn seed_yaml_is_accepted_as_written() {
 
 /// Each case: what to change in the seed, and a piece of the API server's
 /// answer that names the offending field.
-fn malformed_cases() -> Vec<(&'static str, Box<dyn Fn(&mut Value)>, &'static str)> {
+/// (what is wrong, how to break the seed, what the refusal must say)
+type Case = (&'static str, Box<dyn Fn(&mut Value)>, &'static str);
+
+fn malformed_cases() -> Vec<Case> {
     vec![
         (
             "no Launcher",

@@ -1,0 +1,145 @@
+//! `cargo xtask test`: every check and test of the project, from a fresh
+//! machine: installs what is missing (Debian packages, the Kubernetes
+//! binaries from the Go module proxy, the DGL venv from PyPI), all cached, so
+//! a warm run only runs the tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Skip `cargo fmt --check` and `cargo clippy`.
+    #[arg(long)]
+    no_lint: bool,
+    /// Leave the test control plane running afterwards (faster reruns).
+    #[arg(long)]
+    keep_cluster: bool,
+    /// Extra arguments for `cargo test` (e.g. a test name filter).
+    #[arg(last = true)]
+    cargo_test_args: Vec<String>,
+}
+
+/// Debian packages the tests need (network namespaces for the real-DGL tests).
+const APT_PACKAGES: &[&str] = &["iproute2", "util-linux"];
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+fn step(name: &str) -> Instant {
+    println!("\n==> {name}");
+    Instant::now()
+}
+
+fn done(started: Instant) {
+    println!("    ({:.1}s)", started.elapsed().as_secs_f64());
+}
+
+/// Runs a command in the repo root, inheriting output; fails naming it.
+pub fn run_cmd(cmd: &mut Command) -> Result<()> {
+    let shown = format!("{cmd:?}");
+    let status = cmd
+        .current_dir(repo_root())
+        .status()
+        .with_context(|| format!("could not start {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed ({status})");
+    }
+    Ok(())
+}
+
+/// Installs the Debian packages that are missing (no-op when all are there).
+pub fn ensure_apt(packages: &[&str]) -> Result<()> {
+    let missing: Vec<&str> = packages
+        .iter()
+        .copied()
+        .filter(|p| {
+            !Command::new("dpkg-query")
+                .args(["-W", "-f=${Status}", p])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+                .unwrap_or(false)
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    println!("    installing Debian packages: {}", missing.join(" "));
+    run_cmd(Command::new("apt-get").args(["update", "-q"]))?;
+    run_cmd(
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+    )
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let all = Instant::now();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+
+    if !args.no_lint {
+        let t = step("cargo fmt --check");
+        run_cmd(Command::new(&cargo).args(["fmt", "--all", "--", "--check"]))?;
+        done(t);
+        let t = step("cargo clippy --all-targets -- -D warnings");
+        run_cmd(Command::new(&cargo).args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        done(t);
+    }
+
+    let t = step("Debian packages");
+    ensure_apt(APT_PACKAGES)?;
+    done(t);
+
+    let t = step("Python venv with DGL 2.1.0 + torch 2.2.1 (cached)");
+    let python = crate::pyenv::ensure_venv(&repo_root())?;
+    println!("    {}", python.display());
+    done(t);
+
+    let t = step("Kubernetes, etcd and kwok binaries (cached) and the test control plane");
+    let rt = tokio::runtime::Runtime::new()?;
+    let info = rt
+        .block_on(localkube::ensure_cluster())
+        .context("starting the test control plane")?;
+    println!("    kubeconfig: {}", info.kubeconfig.display());
+    done(t);
+
+    let t = step("cargo test --workspace");
+    let result = run_cmd(
+        Command::new(&cargo)
+            .args(["test", "--workspace"])
+            .args(&args.cargo_test_args)
+            .env("DGLRUN_TEST_PYTHON", &python),
+    );
+    done(t);
+
+    if !args.keep_cluster {
+        if let Some(dir) = info.state_dir.as_ref() {
+            let t = step("stopping the test control plane");
+            let name = dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or(localkube::TEST_CLUSTER)
+                .to_string();
+            let cluster = localkube::LocalCluster::new(localkube::ClusterConfig::new(&name)?)?;
+            rt.block_on(cluster.down(false))?;
+            done(t);
+        }
+    }
+    result?;
+    println!("\nall checks passed in {:.0}s", all.elapsed().as_secs_f64());
+    Ok(())
+}

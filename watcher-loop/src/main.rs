@@ -1,1 +1,257 @@
-fn main() {}
+//! `watcher-loop` binary: flags and env in, exit code out. The work is in the lib.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Parser, ValueEnum};
+use watcher_loop::{
+    format_duration, parse_duration, resolve_namespace, Mode, Targets, EXIT_API, EXIT_USAGE,
+    SERVICE_ACCOUNT_NAMESPACE_FILE,
+};
+
+/// Where Kubernetes reads a container's termination message by default.
+const TERMINATION_LOG: &str = "/dev/termination-log";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Waits until pods are Ready or Succeeded, watching them through the
+/// Kubernetes API (no polling, no kubectl).
+///
+/// Exits 0 once every pod is Ready (`--mode ready`: condition Ready=True) or
+/// Succeeded (`--mode finished`). Exits non-zero at once, naming the pod, when
+/// a watched pod fails (phase Failed; or a container exited non-zero under
+/// restartPolicy Never; or, in ready mode, the pod completed without being
+/// Ready) or is deleted. A pod that does not exist yet is waited for.
+///
+/// With a file, each pod is watched with the field selector
+/// metadata.name=<pod>, so a Role granting get/list/watch on pods restricted
+/// by resourceNames to those pods is enough.
+#[derive(Debug, Parser)]
+#[command(
+    name = "watcher-loop",
+    version,
+    about = "Waits until pods are Ready or Succeeded; fails at once when one fails or is deleted",
+    after_help = "Exit codes: 0 all pods ready/finished; 1 a pod failed or was deleted; \
+2 bad arguments or pod file; 3 timeout; 4 the API refused the watch (RBAC, bad selector) \
+or no client could be built.\n\
+Logs go to stderr (RUST_LOG sets the filter, default info); the final error is also \
+written to /dev/termination-log when that file exists (as in a container)."
+)]
+struct Cli {
+    /// File listing the pods to wait for: the operator's hostfile/partfile
+    /// format (`<ip> <port> <pod> [slots=<n>]`, pod name in the third field),
+    /// or one pod name per line. Blank lines and `#` comments are skipped.
+    /// Use either this or --selector.
+    #[arg(long, env = "WATCHERFILE", value_name = "PATH")]
+    file: Option<PathBuf>,
+
+    /// What the pods must reach: `ready` (condition Ready=True) or
+    /// `finished` (phase Succeeded).
+    #[arg(long, env = "WATCHERMODE", value_name = "ready|finished")]
+    mode: Mode,
+
+    /// Wait for the pods matching this label selector (e.g.
+    /// `dgloperator.io/job-name=j,dgloperator.io/replica-type=worker`) instead
+    /// of a file; one watch, which needs list/watch on pods without
+    /// resourceNames.
+    #[arg(long, value_name = "SELECTOR")]
+    selector: Option<String>,
+
+    /// With --selector: how many matching pods must exist before the wait can
+    /// succeed.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "selector")]
+    min_pods: usize,
+
+    /// Namespace of the pods. Default: env NAMESPACE, then env
+    /// DGL_OPERATOR_NAMESPACE, then the pod's ServiceAccount namespace file.
+    #[arg(long, env = "NAMESPACE", value_name = "NAMESPACE")]
+    namespace: Option<String>,
+
+    /// Give up after this long (e.g. `90s`, `10m`, `1h30m`), exiting 3 with
+    /// the pods still waited for and where each stands. `0` or unset: no
+    /// limit.
+    #[arg(long, env = "WATCHERTIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    timeout: Option<Duration>,
+
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
+    log_format: LogFormat,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&anyhow::Error::new(e).context("starting the async runtime")),
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let targets = match (&cli.file, &cli.selector) {
+        (Some(_), Some(_)) => {
+            return Err(usage(
+                "give either --file (or WATCHERFILE) or --selector, not both",
+            ))
+        }
+        (None, None) => {
+            return Err(usage(
+                "no pods to wait for: give --file (or set WATCHERFILE) or --selector",
+            ))
+        }
+        (Some(path), None) => Targets::from_file(path)?,
+        (None, Some(selector)) => Targets::selector(selector, cli.min_pods)?,
+    };
+    let operator_ns = std::env::var(dgl_api::names::ENV_NAMESPACE).ok();
+    let namespace = resolve_namespace(
+        cli.namespace.as_deref(),
+        operator_ns.as_deref(),
+        SERVICE_ACCOUNT_NAMESPACE_FILE.as_ref(),
+    )?;
+    let timeout = cli.timeout.filter(|t| !t.is_zero());
+    let client = kube::Client::try_default().await.context(
+        "cannot build a Kubernetes client (from KUBECONFIG / ~/.kube/config or the in-cluster service account)",
+    )?;
+    let outcome = watcher_loop::run(client, &namespace, &targets, cli.mode, timeout).await?;
+    tracing::info!(
+        pods = outcome.pods.len(),
+        elapsed = %format_duration(outcome.elapsed),
+        "done: every pod is {}",
+        outcome.mode
+    );
+    Ok(())
+}
+
+fn usage(message: &str) -> anyhow::Error {
+    anyhow::Error::new(watcher_loop::Error::InvalidTargets(message.to_string()))
+}
+
+/// Reports the error and maps it to the exit code.
+fn fail(e: &anyhow::Error) -> ExitCode {
+    let code = e
+        .downcast_ref::<watcher_loop::Error>()
+        .map(watcher_loop::Error::exit_code)
+        .unwrap_or(EXIT_API);
+    let message = render_chain(e);
+    tracing::error!(exit_code = code, "{message}");
+    if std::path::Path::new(TERMINATION_LOG).exists() {
+        // Best effort: the kubelet copies this into the container's status.
+        let _ = std::fs::write(TERMINATION_LOG, format!("watcher-loop: {message}\n"));
+    }
+    ExitCode::from(u8::try_from(code).unwrap_or(EXIT_USAGE as u8))
+}
+
+/// The error and its causes, `: `-joined, skipping causes whose text is
+/// already shown (kube's errors repeat their source in their own message).
+fn render_chain(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal: container logs keep plain text.
+    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent_and_documents_every_flag() {
+        Cli::command().debug_assert();
+        let help = Cli::command().render_long_help().to_string();
+        for flag in [
+            "--file",
+            "--mode",
+            "--selector",
+            "--min-pods",
+            "--namespace",
+            "--timeout",
+            "--log-format",
+            "WATCHERFILE",
+            "WATCHERMODE",
+            "Exit codes",
+        ] {
+            assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
+        }
+    }
+
+    #[test]
+    fn error_chain_is_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::new(io)
+            .context("reading /x: no such file")
+            .context("starting");
+        assert_eq!(render_chain(&e), "starting: reading /x: no such file");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(render_chain(&e), "outer: inner");
+    }
+
+    #[test]
+    fn parses_flags() {
+        let cli = Cli::try_parse_from([
+            "watcher-loop",
+            "--file",
+            "/etc/dgl/hostfile",
+            "--mode",
+            "finished",
+            "--timeout",
+            "10m",
+            "--log-format",
+            "json",
+            "--namespace",
+            "ns",
+        ])
+        .unwrap();
+        assert_eq!(cli.mode, Mode::Finished);
+        assert_eq!(cli.timeout, Some(Duration::from_secs(600)));
+        assert_eq!(cli.log_format, LogFormat::Json);
+        assert_eq!(cli.namespace.as_deref(), Some("ns"));
+        let e = Cli::try_parse_from(["watcher-loop", "--mode", "done"]).unwrap_err();
+        assert!(e.to_string().contains("`ready` or `finished`"), "{e}");
+        let e = Cli::try_parse_from(["watcher-loop", "--mode", "ready", "--timeout", "10"])
+            .map(|c| c.timeout);
+        assert_eq!(e.unwrap(), Some(Duration::from_secs(10)));
+        assert!(
+            Cli::try_parse_from(["watcher-loop", "--mode", "ready", "--timeout", "ten"]).is_err()
+        );
+        assert!(
+            Cli::try_parse_from(["watcher-loop", "--mode", "ready", "--min-pods", "2"]).is_err()
+        );
+    }
+}

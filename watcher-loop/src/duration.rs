@@ -1,0 +1,119 @@
+//! Durations as users write them: `90s`, `10m`, `1h30m`, `500ms`.
+
+use std::time::Duration;
+
+/// Parses a duration made of one or more `<integer><unit>` parts, units
+/// `ms`, `s`, `m`, `h`, `d` (Go's `time.ParseDuration` style, as in kubectl's
+/// `--timeout`). A bare integer is seconds. `0` means zero.
+pub fn parse_duration(input: &str) -> Result<Duration, String> {
+    let s = input.trim();
+    if s.is_empty() {
+        return Err("empty duration; expected e.g. `90s`, `10m` or `1h30m`".into());
+    }
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        return s
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|e| format!("invalid duration {input:?}: {e}"));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 {
+            return Err(format!(
+                "invalid duration {input:?}: expected a number at {rest:?} (e.g. `90s`, `10m`, `1h30m`)"
+            ));
+        }
+        let value: u64 = rest[..digits]
+            .parse()
+            .map_err(|e| format!("invalid duration {input:?}: {e}"))?;
+        rest = &rest[digits..];
+        let unit_len = rest.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
+        let unit = &rest[..unit_len];
+        rest = &rest[unit_len..];
+        let part = match unit {
+            "ms" => Duration::from_millis(value),
+            "s" => Duration::from_secs(value),
+            "m" => Duration::from_secs(value.saturating_mul(60)),
+            "h" => Duration::from_secs(value.saturating_mul(3600)),
+            "d" => Duration::from_secs(value.saturating_mul(86400)),
+            "" => {
+                return Err(format!(
+                    "invalid duration {input:?}: {value} has no unit (use ms, s, m, h or d)"
+                ))
+            }
+            other => {
+                return Err(format!(
+                    "invalid duration {input:?}: unknown unit {other:?} (use ms, s, m, h or d)"
+                ))
+            }
+        };
+        total = total.saturating_add(part);
+    }
+    Ok(total)
+}
+
+/// Renders a duration compactly for messages (`10m`, `1h30m`, `2.5s`).
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if d.subsec_millis() != 0 {
+        return format!("{:.1}s", d.as_secs_f64());
+    }
+    let mut secs = d.as_secs();
+    let mut out = String::new();
+    for (unit, size) in [("h", 3600), ("m", 60)] {
+        if secs >= size {
+            out.push_str(&format!("{}{unit}", secs / size));
+            secs %= size;
+        }
+    }
+    if secs > 0 || out.is_empty() {
+        out.push_str(&format!("{secs}s"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_units_and_compounds() {
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("45").unwrap(), Duration::from_secs(45));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86400));
+        assert_eq!(parse_duration(" 2m5s ").unwrap(), Duration::from_secs(125));
+        assert_eq!(parse_duration("0").unwrap(), Duration::ZERO);
+    }
+
+    #[test]
+    fn rejects_garbage_with_a_reason() {
+        assert!(parse_duration("").unwrap_err().contains("empty"));
+        assert!(parse_duration("10x")
+            .unwrap_err()
+            .contains("unknown unit \"x\""));
+        assert!(parse_duration("1h30").unwrap_err().contains("no unit"));
+        assert!(parse_duration("m")
+            .unwrap_err()
+            .contains("expected a number"));
+        assert!(parse_duration("-5s").is_err());
+        assert!(parse_duration("1.5h").is_err());
+    }
+
+    #[test]
+    fn formats_compactly() {
+        assert_eq!(format_duration(Duration::from_secs(600)), "10m");
+        assert_eq!(format_duration(Duration::from_secs(5400)), "1h30m");
+        assert_eq!(format_duration(Duration::from_secs(3)), "3s");
+        assert_eq!(format_duration(Duration::from_millis(2500)), "2.5s");
+        assert_eq!(format_duration(Duration::from_millis(20)), "20ms");
+        assert_eq!(format_duration(Duration::from_secs(3601)), "1h1s");
+    }
+}

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use dgl_api::names::{secret_name, FIELD_MANAGER, LABEL_JOB_NAME, LABEL_MANAGED_BY, MANAGED_BY};
 use dgl_api::{DGLJob, JobPhase};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
@@ -47,6 +47,8 @@ pub enum Error {
     },
     #[error("DGLJob has no namespace")]
     NoNamespace,
+    #[error("a watch cache stopped before it was filled")]
+    CacheStopped,
 }
 
 /// Settings of the controller.
@@ -65,7 +67,6 @@ pub struct Settings {
 /// writes whose content did not change.
 struct ChildStores {
     config_maps: Store<PartialObjectMeta<ConfigMap>>,
-    secrets: Store<PartialObjectMeta<Secret>>,
     services: Store<PartialObjectMeta<Service>>,
     service_accounts: Store<PartialObjectMeta<ServiceAccount>>,
     roles: Store<PartialObjectMeta<Role>>,
@@ -82,6 +83,21 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     recorder: Recorder,
     failures: Mutex<HashMap<ObjectRef<DGLJob>, u32>>,
+}
+
+impl Context {
+    async fn caches_ready(&self) -> Result<(), Error> {
+        let c = &self.children;
+        let ready = futures::future::try_join_all([
+            self.pods.wait_until_ready().boxed(),
+            c.config_maps.wait_until_ready().boxed(),
+            c.services.wait_until_ready().boxed(),
+            c.service_accounts.wait_until_ready().boxed(),
+            c.roles.wait_until_ready().boxed(),
+            c.role_bindings.wait_until_ready().boxed(),
+        ]);
+        ready.await.map(|_| ()).map_err(|_| Error::CacheStopped)
+    }
 }
 
 /// Label selector of everything the operator owns.
@@ -154,7 +170,6 @@ pub async fn run(
     .reflect(pods_writer)
     .applied_objects();
     let (config_maps, cm_stream) = child_store::<ConfigMap>(&client, &ns);
-    let (secrets, secret_stream) = child_store::<Secret>(&client, &ns);
     let (services, svc_stream) = child_store::<Service>(&client, &ns);
     let (service_accounts, sa_stream) = child_store::<ServiceAccount>(&client, &ns);
     let (roles, role_stream) = child_store::<Role>(&client, &ns);
@@ -173,7 +188,6 @@ pub async fn run(
         pods: pods_reader,
         children: ChildStores {
             config_maps,
-            secrets,
             services,
             service_accounts,
             roles,
@@ -188,7 +202,6 @@ pub async fn run(
     Controller::new(jobs_guarded, watcher::Config::default())
         .owns_stream(pod_stream)
         .owns_stream(cm_stream)
-        .owns_stream(secret_stream)
         .owns_stream(svc_stream)
         .owns_stream(sa_stream)
         .owns_stream(role_stream)
@@ -279,30 +292,30 @@ async fn ensure_children(
     let name = job.name_any();
     let c = &ctx.children;
 
-    // The secret is created once (random token) and never rewritten.
-    let sname = secret_name(&name);
-    if cached(&c.secrets, ns, &sname).is_none() {
+    // The secret is created once (random token) and never rewritten. The
+    // operator may create Secrets but not read them (least privilege), so it
+    // creates the token together with the job's first ConfigMap; a repeat
+    // answered "already exists" is fine.
+    let cm = builders::config_map(job, pods);
+    let observed_cm = cached(&c.config_maps, ns, &cm.name_any());
+    if observed_cm.is_none() {
+        let sname = secret_name(&name);
         let secret = builders::secret(job, &random_token());
         ctx.metrics.api_writes.inc();
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
         match Api::<Secret>::namespaced(ctx.client.clone(), ns)
-            .create(
-                &PostParams {
-                    field_manager: Some(FIELD_MANAGER.into()),
-                    ..Default::default()
-                },
-                &secret,
-            )
+            .create(&pp, &secret)
             .await
         {
             Ok(_) => {}
-            Err(e) if is_status(&e, 409) => {} // the cache lags behind; it exists
+            Err(e) if is_status(&e, 409) => {}
             Err(e) => return Err(kube_err("create", "Secret", &sname)(e)),
         }
     }
-
-    let cm = builders::config_map(job, pods);
-    let observed = cached(&c.config_maps, ns, &cm.name_any());
-    apply_if_changed(ctx, ns, &cm, observed, "ConfigMap").await?;
+    apply_if_changed(ctx, ns, &cm, observed_cm, "ConfigMap").await?;
 
     let (sa, role, binding) = builders::launcher_rbac(job);
     let observed = cached(&c.service_accounts, ns, &sa.name_any());
@@ -437,6 +450,9 @@ async fn reconcile_job(obj: &DeserializeGuard<DGLJob>, ctx: &Context) -> Result<
     }
     let ns = job.namespace().ok_or(Error::NoNamespace)?;
     let name = job.name_any();
+    // Never plan from half-filled caches: right after a (re)start a missing
+    // pod would look deleted by hand. Cheap once the first list is in.
+    ctx.caches_ready().await?;
     let pods = observed_pods(ctx, job, &ns);
     let plan = plan::plan(job, &pods, now_seconds(), &ctx.settings.build);
 

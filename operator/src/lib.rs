@@ -5,9 +5,11 @@
 //! - [`builders`]: desired objects (pure);
 //! - [`plan`]: the state machine (pure);
 //! - [`controller`]: watches, apply, status, Events;
+//! - [`client`]: the API client (request counting, client-side rate limit);
 //! - [`leader`], [`metrics`], [`server`]: operations.
 
 pub mod builders;
+pub mod client;
 pub mod controller;
 pub mod leader;
 pub mod metrics;

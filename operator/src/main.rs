@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use dgl_operator::builders::{BuildConfig, GangScheduler};
+use dgl_operator::client::RateLimit;
 use dgl_operator::controller::{self, Settings};
 use dgl_operator::leader::{LeaderConfig, LeaderElector};
 use dgl_operator::metrics::Metrics;
@@ -71,6 +72,15 @@ struct RunArgs {
     /// How many DGLJobs are reconciled at once.
     #[arg(long, default_value_t = 16, env = "DGL_OPERATOR_CONCURRENCY")]
     concurrency: u16,
+
+    /// Sustained requests per second to the API server (client-side token
+    /// bucket, as client-go's --kube-api-qps). 0: no client-side limit.
+    #[arg(long, default_value_t = 50.0, env = "DGL_OPERATOR_KUBE_API_QPS")]
+    kube_api_qps: f32,
+
+    /// Requests that may be sent at once above --kube-api-qps (bucket size).
+    #[arg(long, default_value_t = 100, env = "DGL_OPERATOR_KUBE_API_BURST")]
+    kube_api_burst: u32,
 
     /// Elect a leader with a Lease so that only one replica reconciles.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "DGL_OPERATOR_LEADER_ELECT")]
@@ -168,10 +178,16 @@ async fn shutdown_signal() {
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     init_tracing(args.log_format);
-    let client = Client::try_default().await.context(
+    let metrics = Arc::new(Metrics::default());
+    let config = kube::Config::infer().await.context(
         "no Kubernetes client configuration (in-cluster service account or $KUBECONFIG)",
     )?;
-    let metrics = Arc::new(Metrics::default());
+    let limit = RateLimit {
+        qps: args.kube_api_qps,
+        burst: args.kube_api_burst,
+    };
+    let client = dgl_operator::client::build(config, limit, metrics.clone())
+        .context("building the Kubernetes client")?;
     let ready = Arc::new(AtomicBool::new(false));
     let state = ServerState {
         metrics: metrics.clone(),
@@ -246,7 +262,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         instance,
     };
     ready.store(true, Ordering::Relaxed);
-    info!(namespace = ?settings.namespace, concurrency = settings.concurrency, "starting controller");
+    info!(namespace = ?settings.namespace, concurrency = settings.concurrency,
+        kube_api_qps = limit.qps, kube_api_burst = limit.burst, "starting controller");
     let mut rx = stop_rx.clone();
     controller::run(client, settings, metrics.clone(), async move {
         let _ = rx.wait_for(|stop| *stop).await;

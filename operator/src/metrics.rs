@@ -16,6 +16,14 @@ pub struct NamespaceLabel {
     pub job_namespace: String,
 }
 
+/// Verb (`get`, `list`, `watch`, `create`, `patch`, ...) and resource
+/// (`pods`, `dgljobs/status`, ...) of a request to the API server.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiRequestLabels {
+    pub verb: String,
+    pub resource: String,
+}
+
 /// Every metric the operator exports.
 pub struct Metrics {
     registry: Registry,
@@ -29,6 +37,10 @@ pub struct Metrics {
     pub is_leader: Gauge<i64, std::sync::atomic::AtomicI64>,
     /// Kept as an AtomicU64-backed counter for API calls made by reconciles.
     pub api_writes: Counter<u64, AtomicU64>,
+    /// Every request the client sent (reconciles, watches, leader election).
+    pub api_requests: Family<ApiRequestLabels, Counter>,
+    /// Seconds requests waited for the client-side rate limiter.
+    pub client_throttled_seconds: Counter<f64, AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -46,6 +58,8 @@ impl Default for Metrics {
             status_writes: Counter::default(),
             is_leader: Gauge::default(),
             api_writes: Counter::default(),
+            api_requests: Family::default(),
+            client_throttled_seconds: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -83,6 +97,16 @@ impl Default for Metrics {
             "api_writes",
             "Create, apply and delete calls made by reconciles",
             m.api_writes.clone(),
+        );
+        registry.register(
+            "api_requests",
+            "Requests sent to the API server, by verb and resource",
+            m.api_requests.clone(),
+        );
+        registry.register(
+            "client_throttled_seconds",
+            "Seconds requests waited for the client-side rate limit (--kube-api-qps/--kube-api-burst)",
+            m.client_throttled_seconds.clone(),
         );
         registry.register(
             "is_leader",

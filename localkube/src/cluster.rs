@@ -1,0 +1,852 @@
+//! A local control plane: etcd + kube-apiserver + kube-controller-manager
+//! (+ kube-scheduler on request), all on 127.0.0.1, state under
+//! `<cache>/cluster/<name>/`.
+//!
+//! Processes are detached and outlive the caller, so `up` is cheap when the
+//! cluster already runs: it checks the recorded pids and `/readyz` and
+//! returns. Anything less than a healthy cluster is torn down (only the
+//! processes recorded in our pid files) and started fresh with an empty etcd.
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::Api;
+use kube::Client;
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::binaries::{self, Binaries, BuildOptions};
+use crate::error::{Error, Result};
+use crate::kubeconfig;
+use crate::pki::{self, PkiFiles};
+use crate::process::{self, PidRecord, ProcSpec};
+use crate::util::{self, progress, FileLock};
+
+/// Cluster used by `cargo xtask cluster` when no `--name` is given.
+pub const DEFAULT_CLUSTER: &str = "dev";
+/// Cluster used by [`crate::ensure_cluster`], separate from a developer's "dev".
+pub const TEST_CLUSTER: &str = "test";
+/// Service ClusterIP range; `10.96.0.1` is the `kubernetes` Service.
+pub const SERVICE_CIDR: &str = "10.96.0.0/16";
+/// Issuer of service-account tokens (the in-cluster DNS name of the apiserver).
+pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+const ETCD: &str = "etcd";
+const APISERVER: &str = "kube-apiserver";
+const CONTROLLER_MANAGER: &str = "kube-controller-manager";
+const SCHEDULER: &str = "kube-scheduler";
+/// Start order; stop order is the reverse.
+const COMPONENTS: [&str; 4] = [ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER];
+
+/// Loopback ports of one cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ports {
+    pub apiserver: u16,
+    pub etcd_client: u16,
+    pub etcd_peer: u16,
+    pub controller_manager: u16,
+    pub scheduler: u16,
+}
+
+impl Ports {
+    /// Fixed ports per name, so a kubeconfig stays valid across restarts and
+    /// two clusters never collide: "dev" gets the Kubernetes defaults (6443,
+    /// 2379/2380, 10257, 10259), "test" the same + 10000, any other name the
+    /// defaults + 1000..9000 derived from a stable hash of the name.
+    pub fn for_name(name: &str) -> Ports {
+        let offset: u16 = match name {
+            DEFAULT_CLUSTER => 0,
+            TEST_CLUSTER => 10_000,
+            other => 1000 * (1 + (util::fnv1a(other.as_bytes()) % 9) as u16),
+        };
+        Ports {
+            apiserver: 6443 + offset,
+            etcd_client: 2379 + offset,
+            etcd_peer: 2380 + offset,
+            controller_manager: 10257 + offset,
+            scheduler: 10259 + offset,
+        }
+    }
+
+    fn of(&self, component: &str) -> Vec<u16> {
+        match component {
+            ETCD => vec![self.etcd_client, self.etcd_peer],
+            APISERVER => vec![self.apiserver],
+            CONTROLLER_MANAGER => vec![self.controller_manager],
+            SCHEDULER => vec![self.scheduler],
+            _ => vec![],
+        }
+    }
+}
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub name: String,
+    /// Also run kube-scheduler (needed once pods should be bound to nodes).
+    pub scheduler: bool,
+    pub ports: Ports,
+    /// Extra SANs for the apiserver certificate (IPs or DNS names).
+    pub extra_sans: Vec<String>,
+    pub cache_dir: PathBuf,
+    /// Build missing binaries (slow when cold) instead of failing.
+    pub build_if_missing: bool,
+}
+
+impl ClusterConfig {
+    /// Defaults for `name`: its fixed ports, the standard cache dir, no scheduler.
+    pub fn new(name: &str) -> Result<ClusterConfig> {
+        util::validate_name(name)?;
+        Ok(ClusterConfig {
+            name: name.to_owned(),
+            scheduler: false,
+            ports: Ports::for_name(name),
+            extra_sans: Vec::new(),
+            cache_dir: util::cache_dir()?,
+            build_if_missing: true,
+        })
+    }
+}
+
+/// How to reach a running cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterInfo {
+    pub name: String,
+    /// Admin kubeconfig (client certificate in `system:masters`).
+    pub kubeconfig: PathBuf,
+    /// `https://127.0.0.1:<port>` (for an external cluster: its current context's server).
+    pub server: String,
+    /// `None` when the cluster was provided from outside (`DGL_TEST_KUBECONFIG`).
+    pub state_dir: Option<PathBuf>,
+    /// True if an already running cluster was reused.
+    pub reused: bool,
+}
+
+impl ClusterInfo {
+    /// A new client for this cluster. Build one per tokio runtime (each
+    /// `#[tokio::test]` has its own); a client must not outlive its runtime.
+    pub async fn client(&self) -> Result<Client> {
+        kubeconfig::client_from_file(&self.kubeconfig).await
+    }
+
+    /// The kube `Config`, for callers that tune timeouts or QPS.
+    pub async fn config(&self) -> Result<kube::Config> {
+        kubeconfig::config_from_file(&self.kubeconfig).await
+    }
+}
+
+/// State of one component, for `status`.
+#[derive(Debug, Clone)]
+pub struct ComponentStatus {
+    pub name: &'static str,
+    pub pid: Option<i32>,
+    pub running: bool,
+    pub log: PathBuf,
+}
+
+/// What `status` reports.
+#[derive(Debug, Clone)]
+pub struct ClusterStatus {
+    pub name: String,
+    pub state_dir: PathBuf,
+    pub kubeconfig: Option<PathBuf>,
+    pub ports: Ports,
+    pub components: Vec<ComponentStatus>,
+    /// `/readyz` answered OK.
+    pub ready: bool,
+    pub server_version: Option<String>,
+}
+
+/// Recorded after a successful start; lets `up` decide whether to reuse.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct State {
+    name: String,
+    ports: Ports,
+    server: String,
+    kubernetes_version: String,
+    etcd_version: String,
+    #[serde(default)]
+    scheduler: bool,
+    started_at_unix: u64,
+}
+
+/// Handle on a named local cluster (running or not).
+#[derive(Debug, Clone)]
+pub struct LocalCluster {
+    cfg: ClusterConfig,
+    state_dir: PathBuf,
+}
+
+impl LocalCluster {
+    pub fn new(cfg: ClusterConfig) -> Result<LocalCluster> {
+        util::validate_name(&cfg.name)?;
+        let state_dir = cfg.cache_dir.join("cluster").join(&cfg.name);
+        Ok(LocalCluster { cfg, state_dir })
+    }
+
+    pub fn config(&self) -> &ClusterConfig {
+        &self.cfg
+    }
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.state_dir.join("kubeconfig")
+    }
+    /// Directory with one `<component>.log` per process.
+    pub fn log_dir(&self) -> PathBuf {
+        self.state_dir.join("logs")
+    }
+    fn run_dir(&self) -> PathBuf {
+        self.state_dir.join("run")
+    }
+    fn etcd_dir(&self) -> PathBuf {
+        self.state_dir.join("etcd")
+    }
+    fn state_file(&self) -> PathBuf {
+        self.state_dir.join("cluster.json")
+    }
+    fn pki(&self) -> PkiFiles {
+        PkiFiles {
+            dir: self.state_dir.join("pki"),
+        }
+    }
+    fn server(&self) -> String {
+        format!("https://127.0.0.1:{}", self.cfg.ports.apiserver)
+    }
+
+    /// The lock lives next to (not inside) the state dir so `down --purge` can
+    /// delete the state dir without pulling the lock file from under a waiter.
+    async fn lock(&self) -> Result<FileLock> {
+        let path = self
+            .cfg
+            .cache_dir
+            .join("cluster")
+            .join(format!("{}.lock", self.cfg.name));
+        let purpose = format!("cluster {:?}", self.cfg.name);
+        blocking(move || FileLock::acquire(&path, &purpose)).await
+    }
+
+    async fn binaries(&self) -> Result<Binaries> {
+        let opts = BuildOptions::new(self.cfg.cache_dir.clone());
+        let build = self.cfg.build_if_missing;
+        blocking(move || {
+            if build {
+                binaries::ensure_binaries(&opts)
+            } else {
+                binaries::installed_binaries(&opts.cache_dir)
+            }
+        })
+        .await
+    }
+
+    /// Starts the cluster, or reuses it if it is already healthy. Safe to
+    /// call concurrently from several processes (a lock file serializes them).
+    pub async fn up(&self) -> Result<ClusterInfo> {
+        let _lock = self.lock().await?;
+        let bins = self.binaries().await?;
+        if let Some(info) = self.try_reuse(&bins).await? {
+            return Ok(info);
+        }
+        // Keep a scheduler that an earlier caller asked for: several test
+        // binaries share a cluster and one of them may rely on it.
+        let scheduler = self.cfg.scheduler
+            || process::read_pid(&self.run_dir(), SCHEDULER).is_some()
+            || self.read_state().is_some_and(|s| s.scheduler);
+        self.stop_all().await?;
+        util::remove_dir_all_if_exists(&self.etcd_dir())?;
+        util::remove_file_if_exists(&self.state_file())?;
+        match self.start_fresh(&bins, scheduler).await {
+            Ok(info) => Ok(info),
+            Err(e) => {
+                // Leave logs for diagnosis but free the ports for the next try.
+                if let Err(stop_err) = self.stop_all().await {
+                    tracing::warn!(error = %stop_err, "cleanup after failed start");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn try_reuse(&self, bins: &Binaries) -> Result<Option<ClusterInfo>> {
+        let Some(state) = self.read_state() else {
+            return Ok(None);
+        };
+        if state.ports != self.cfg.ports || !self.kubeconfig_path().is_file() {
+            return Ok(None);
+        }
+        for name in [ETCD, APISERVER, CONTROLLER_MANAGER] {
+            if !self.component_running(name, Some(binary_for(bins, name))) {
+                tracing::info!(component = name, "not running; restarting the cluster");
+                return Ok(None);
+            }
+        }
+        // A loaded machine can make /readyz slow for a moment; do not throw
+        // away a cluster (and every test namespace in it) on one slow answer.
+        let client = health_client(&self.server(), Some(&self.kubeconfig_path())).await?;
+        if !poll(Duration::from_secs(20), || readyz(&client)).await {
+            tracing::warn!("processes alive but /readyz failing for 20s; restarting the cluster");
+            return Ok(None);
+        }
+        // (Re)start the scheduler if asked for now or earlier (it may have crashed).
+        if (self.cfg.scheduler || state.scheduler)
+            && !self.component_running(SCHEDULER, Some(binary_for(bins, SCHEDULER)))
+        {
+            let pki = self.pki();
+            let spec = self.spec(SCHEDULER, bins, &pki);
+            self.check_ports(SCHEDULER)?;
+            let rec = process::spawn(&self.run_dir(), &self.log_dir(), &spec)?;
+            self.wait_component_healthz(SCHEDULER, &rec, self.cfg.ports.scheduler)
+                .await?;
+            self.write_state(&State {
+                scheduler: true,
+                ..state
+            })?;
+        }
+        Ok(Some(self.info(true)))
+    }
+
+    fn info(&self, reused: bool) -> ClusterInfo {
+        ClusterInfo {
+            name: self.cfg.name.clone(),
+            kubeconfig: self.kubeconfig_path(),
+            server: self.server(),
+            state_dir: Some(self.state_dir.clone()),
+            reused,
+        }
+    }
+
+    fn write_state(&self, state: &State) -> Result<()> {
+        let json = serde_json::to_vec_pretty(state).map_err(|e| Error::Invalid(e.to_string()))?;
+        util::write_atomic(&self.state_file(), &json, 0o644)
+    }
+
+    fn read_state(&self) -> Option<State> {
+        let path = self.state_file();
+        let bytes = std::fs::read(&path).ok()?;
+        match serde_json::from_slice(&bytes) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "ignoring malformed state file");
+                None
+            }
+        }
+    }
+
+    /// Is the recorded process alive (and, if given, running that binary)?
+    fn component_running(&self, name: &str, binary: Option<&Path>) -> bool {
+        let Some(rec) = process::read_pid(&self.run_dir(), name) else {
+            return false;
+        };
+        let same_binary = binary
+            .map(|b| {
+                std::fs::canonicalize(b)
+                    .map(|b| b == rec.binary)
+                    .unwrap_or(false)
+            })
+            .unwrap_or(true);
+        same_binary && process::is_running(&rec)
+    }
+
+    fn check_ports(&self, component: &'static str) -> Result<()> {
+        for port in self.cfg.ports.of(component) {
+            // std sets SO_REUSEADDR, like the Go servers, so sockets in
+            // TIME_WAIT from a previous run do not count as busy.
+            if TcpListener::bind(("127.0.0.1", port)).is_err() {
+                return Err(Error::PortBusy {
+                    port,
+                    component,
+                    cluster: self.cfg.name.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn start_fresh(&self, bins: &Binaries, scheduler: bool) -> Result<ClusterInfo> {
+        let started = Instant::now();
+        let mut wanted = vec![ETCD, APISERVER, CONTROLLER_MANAGER];
+        if scheduler {
+            wanted.push(SCHEDULER);
+        }
+        for c in &wanted {
+            self.check_ports(c)?;
+        }
+        progress!(
+            "starting cluster {:?} (Kubernetes {}, etcd {}) in {}",
+            self.cfg.name,
+            bins.kubernetes_version,
+            bins.etcd_version,
+            self.state_dir.display()
+        );
+
+        let sans = pki::apiserver_sans(&self.cfg.extra_sans);
+        let pki_dir = self.pki().dir;
+        let (pki, fresh) = blocking(move || pki::ensure(&pki_dir, &sans)).await?;
+        if fresh {
+            tracing::info!(dir = %pki.dir.display(), "generated PKI");
+        }
+        let kubeconfig = kubeconfig::render(
+            &format!("localkube-{}", self.cfg.name),
+            &self.server(),
+            &util::read_to_string(&pki.ca_cert())?,
+            &util::read_to_string(&pki.admin_cert())?,
+            &util::read_to_string(&pki.admin_key())?,
+        )?;
+        util::write_atomic(&self.kubeconfig_path(), kubeconfig.as_bytes(), 0o600)?;
+
+        let etcd = process::spawn(
+            &self.run_dir(),
+            &self.log_dir(),
+            &self.spec(ETCD, bins, &pki),
+        )?;
+        self.wait_for(ETCD, &etcd, Duration::from_secs(30), || {
+            etcd_healthy(self.cfg.ports.etcd_client)
+        })
+        .await?;
+
+        let apiserver = process::spawn(
+            &self.run_dir(),
+            &self.log_dir(),
+            &self.spec(APISERVER, bins, &pki),
+        )?;
+        let client = health_client(&self.server(), Some(&self.kubeconfig_path())).await?;
+        self.wait_for(APISERVER, &apiserver, Duration::from_secs(120), || {
+            readyz(&client)
+        })
+        .await?;
+
+        let kcm = process::spawn(
+            &self.run_dir(),
+            &self.log_dir(),
+            &self.spec(CONTROLLER_MANAGER, bins, &pki),
+        )?;
+        let sched = if scheduler {
+            Some(process::spawn(
+                &self.run_dir(),
+                &self.log_dir(),
+                &self.spec(SCHEDULER, bins, &pki),
+            )?)
+        } else {
+            None
+        };
+
+        // The controller-manager's serviceaccount controller creates the
+        // `default` SA; pods cannot be admitted in a namespace without it.
+        let api_client = kubeconfig::client_from_file(&self.kubeconfig_path()).await?;
+        self.wait_for(CONTROLLER_MANAGER, &kcm, Duration::from_secs(90), || {
+            default_sa_exists(&api_client)
+        })
+        .await?;
+        if let Some(sched) = &sched {
+            self.wait_component_healthz(SCHEDULER, sched, self.cfg.ports.scheduler)
+                .await?;
+        }
+
+        let state = State {
+            name: self.cfg.name.clone(),
+            ports: self.cfg.ports,
+            server: self.server(),
+            kubernetes_version: bins.kubernetes_version.clone(),
+            etcd_version: bins.etcd_version.clone(),
+            scheduler,
+            started_at_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+        };
+        self.write_state(&state)?;
+        progress!(
+            "cluster {:?} ready in {} at {}",
+            self.cfg.name,
+            util::human(started.elapsed()),
+            self.server()
+        );
+        Ok(self.info(false))
+    }
+
+    async fn wait_component_healthz(
+        &self,
+        name: &'static str,
+        rec: &PidRecord,
+        port: u16,
+    ) -> Result<()> {
+        // The secure port serves a self-signed certificate; this probe only
+        // checks liveness, it sends no credentials.
+        let client = health_client(&format!("https://127.0.0.1:{port}"), None).await?;
+        self.wait_for(name, rec, Duration::from_secs(60), || healthz(&client))
+            .await
+    }
+
+    /// Polls `check` until it succeeds, failing early (with the log tail) if
+    /// the process exits, and with a timeout naming the log otherwise.
+    async fn wait_for<F, Fut>(
+        &self,
+        name: &'static str,
+        rec: &PidRecord,
+        timeout: Duration,
+        mut check: F,
+    ) -> Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + timeout;
+        let log = process::log_file(&self.log_dir(), name);
+        loop {
+            if check().await {
+                return Ok(());
+            }
+            if !process::is_running(rec) {
+                return Err(Error::ComponentExited {
+                    component: name,
+                    status: format!("pid {} is gone", rec.pid),
+                    tail: util::tail(&log, 25),
+                    log,
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!("{name} of cluster {:?} to become ready", self.cfg.name),
+                    seconds: timeout.as_secs(),
+                    hint: Some(format!("see {}", log.display())),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// The command line of each component.
+    fn spec(&self, name: &'static str, bins: &Binaries, pki: &PkiFiles) -> ProcSpec {
+        let p = &self.cfg.ports;
+        let kubeconfig = self.kubeconfig_path();
+        let path = |p: PathBuf| p.display().to_string();
+        let args: Vec<String> = match name {
+            ETCD => {
+                let client = format!("http://127.0.0.1:{}", p.etcd_client);
+                let peer = format!("http://127.0.0.1:{}", p.etcd_peer);
+                vec![
+                    format!("--name={}", self.cfg.name),
+                    format!("--data-dir={}", path(self.etcd_dir())),
+                    format!("--listen-client-urls={client}"),
+                    format!("--advertise-client-urls={client}"),
+                    format!("--listen-peer-urls={peer}"),
+                    format!("--initial-advertise-peer-urls={peer}"),
+                    format!("--initial-cluster={}={peer}", self.cfg.name),
+                    // Test and dev data is disposable; fsync dominates write latency.
+                    "--unsafe-no-fsync=true".into(),
+                ]
+            }
+            APISERVER => vec![
+                format!("--etcd-servers=http://127.0.0.1:{}", p.etcd_client),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", p.apiserver),
+                // The `kubernetes` Endpoints would carry a loopback address,
+                // which Endpoints validation rejects; nothing here needs them.
+                "--endpoint-reconciler-type=none".into(),
+                format!("--cert-dir={}", path(pki.dir.clone())),
+                format!("--tls-cert-file={}", path(pki.apiserver_cert())),
+                format!("--tls-private-key-file={}", path(pki.apiserver_key())),
+                format!("--client-ca-file={}", path(pki.ca_cert())),
+                "--authorization-mode=RBAC".into(),
+                "--allow-privileged=true".into(),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
+                format!("--service-account-key-file={}", path(pki.sa_pub())),
+                format!("--service-account-signing-key-file={}", path(pki.sa_key())),
+                // Lets logs/exec reach kubelets once a later tier runs one.
+                format!("--kubelet-client-certificate={}", path(pki.admin_cert())),
+                format!("--kubelet-client-key={}", path(pki.admin_key())),
+                "--profiling=false".into(),
+            ],
+            // No --authentication/authorization-kubeconfig for the controller-manager
+            // and scheduler: with them, both watch for a front-proxy (requestheader)
+            // CA this apiserver does not have and log an error every few seconds.
+            // Without, their secure port still serves /healthz (always allowed).
+            CONTROLLER_MANAGER => vec![
+                format!("--kubeconfig={}", path(kubeconfig)),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", p.controller_manager),
+                "--leader-elect=false".into(),
+                format!("--cluster-name={}", self.cfg.name),
+                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                format!("--service-account-private-key-file={}", path(pki.sa_key())),
+                format!("--root-ca-file={}", path(pki.ca_cert())),
+                // CSR signing with the cluster CA (kubelet client certs later).
+                format!("--cluster-signing-cert-file={}", path(pki.ca_cert())),
+                format!("--cluster-signing-key-file={}", path(pki.ca_key())),
+                "--use-service-account-credentials=true".into(),
+                "--controllers=*".into(),
+                "--profiling=false".into(),
+            ],
+            _ => vec![
+                format!("--kubeconfig={}", path(kubeconfig)),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={}", p.scheduler),
+                "--leader-elect=false".into(),
+                "--profiling=false".into(),
+            ],
+        };
+        ProcSpec {
+            name,
+            binary: binary_for(bins, name).to_owned(),
+            args,
+        }
+    }
+
+    /// Stops every recorded process (reverse start order).
+    async fn stop_all(&self) -> Result<Vec<(&'static str, i32)>> {
+        let run_dir = self.run_dir();
+        blocking(move || {
+            let mut stopped = Vec::new();
+            for name in COMPONENTS.iter().rev() {
+                if let Some(rec) = process::read_pid(&run_dir, name) {
+                    let was_running = process::is_running(&rec);
+                    process::stop(&rec, Duration::from_secs(15))?;
+                    if was_running {
+                        stopped.push((*name, rec.pid));
+                    }
+                }
+            }
+            Ok(stopped)
+        })
+        .await
+    }
+
+    /// Stops the processes this cluster started and deletes the etcd data
+    /// (and with `purge`, the whole state dir: PKI, kubeconfig, logs).
+    /// Returns the components that were running, with their pids.
+    pub async fn down(&self, purge: bool) -> Result<Vec<(&'static str, i32)>> {
+        let _lock = self.lock().await?;
+        let stopped = self.stop_all().await?;
+        util::remove_dir_all_if_exists(&self.etcd_dir())?;
+        util::remove_file_if_exists(&self.state_file())?;
+        if purge {
+            util::remove_dir_all_if_exists(&self.state_dir)?;
+        }
+        Ok(stopped)
+    }
+
+    /// Reports recorded processes and whether the apiserver answers. Takes no
+    /// lock, so it works while another process is starting the cluster.
+    pub async fn status(&self) -> Result<ClusterStatus> {
+        let components = COMPONENTS
+            .iter()
+            .map(|name| {
+                let rec = process::read_pid(&self.run_dir(), name);
+                ComponentStatus {
+                    name,
+                    pid: rec.as_ref().map(|r| r.pid),
+                    running: rec.as_ref().is_some_and(process::is_running),
+                    log: process::log_file(&self.log_dir(), name),
+                }
+            })
+            .collect();
+        let kubeconfig = Some(self.kubeconfig_path()).filter(|p| p.is_file());
+        let (mut ready, mut server_version) = (false, None);
+        if let Some(kc) = &kubeconfig {
+            if let Ok(client) = health_client(&self.server(), Some(kc)).await {
+                ready = readyz(&client).await;
+                if ready {
+                    server_version = client.apiserver_version().await.ok().map(|v| v.git_version);
+                }
+            }
+        }
+        Ok(ClusterStatus {
+            name: self.cfg.name.clone(),
+            state_dir: self.state_dir.clone(),
+            kubeconfig,
+            ports: self.cfg.ports,
+            components,
+            ready,
+            server_version,
+        })
+    }
+}
+
+fn binary_for<'a>(bins: &'a Binaries, name: &str) -> &'a Path {
+    match name {
+        ETCD => &bins.etcd,
+        APISERVER => &bins.kube_apiserver,
+        CONTROLLER_MANAGER => &bins.kube_controller_manager,
+        _ => &bins.kube_scheduler,
+    }
+}
+
+/// Runs blocking work (flock, process spawning, go builds) off the async executor.
+async fn blocking<T, F>(f: F) -> Result<T>
+where
+    F: FnOnce() -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::Invalid(format!("background task failed: {e}")))?
+}
+
+async fn poll<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A client with short timeouts for health probes. With a kubeconfig it
+/// authenticates as the admin; without, it is anonymous and accepts any
+/// certificate (controller-manager and scheduler serve self-signed ones).
+async fn health_client(server: &str, kubeconfig: Option<&Path>) -> Result<Client> {
+    let mut config = match kubeconfig {
+        Some(path) => kubeconfig::config_from_file(path).await?,
+        None => {
+            let uri = server
+                .parse::<http::Uri>()
+                .map_err(|e| Error::Invalid(format!("bad URL {server}: {e}")))?;
+            let mut c = kube::Config::new(uri);
+            c.accept_invalid_certs = true;
+            c
+        }
+    };
+    config.connect_timeout = Some(Duration::from_secs(2));
+    config.read_timeout = Some(Duration::from_secs(5));
+    config.write_timeout = Some(Duration::from_secs(5));
+    Ok(Client::try_from(config)?)
+}
+
+async fn get_ok(client: &Client, path: &str) -> bool {
+    let Ok(req) = http::Request::get(path).body(Vec::new()) else {
+        return false;
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(6), client.request_text(req)).await,
+        Ok(Ok(body)) if body.trim() == "ok"
+    )
+}
+
+async fn readyz(client: &Client) -> bool {
+    get_ok(client, "/readyz").await
+}
+
+async fn healthz(client: &Client) -> bool {
+    get_ok(client, "/healthz").await
+}
+
+async fn default_sa_exists(client: &Client) -> bool {
+    let ns: Api<Namespace> = Api::all(client.clone());
+    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+    matches!(ns.get_opt("default").await, Ok(Some(_)))
+        && matches!(sa.get_opt("default").await, Ok(Some(_)))
+}
+
+/// etcd's `/health` over plain HTTP/1.0 on loopback; a raw request keeps the
+/// HTTP client (TLS-only kube client) out of it.
+async fn etcd_healthy(port: u16) -> bool {
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .await
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.ok()?;
+        Some(body.contains(r#""health":"true""#))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(3), probe).await,
+        Ok(Some(true))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_do_not_collide_between_names() {
+        let names = ["dev", "test", "e2e", "kwok", "bench", "a", "b", "c"];
+        let mut all = Vec::new();
+        for n in names {
+            let p = Ports::for_name(n);
+            let mine = [
+                p.apiserver,
+                p.etcd_client,
+                p.etcd_peer,
+                p.controller_manager,
+                p.scheduler,
+            ];
+            for port in mine {
+                assert!(port > 1024);
+                all.push((port, n));
+            }
+        }
+        for (i, (port, n)) in all.iter().enumerate() {
+            for (other, m) in &all[i + 1..] {
+                // Two names with the same hash bucket share ports by design
+                // (9 buckets); but different component ports never coincide.
+                if n != m && Ports::for_name(n) != Ports::for_name(m) {
+                    assert_ne!(port, other, "{n} and {m} collide on {port}");
+                }
+            }
+        }
+        assert_eq!(Ports::for_name("dev").apiserver, 6443);
+        assert_eq!(Ports::for_name("test").apiserver, 16443);
+    }
+
+    #[test]
+    fn component_args_are_loopback_only() {
+        let cfg = ClusterConfig {
+            name: "unit".into(),
+            scheduler: true,
+            ports: Ports::for_name("unit"),
+            extra_sans: vec![],
+            cache_dir: PathBuf::from("/nonexistent-cache"),
+            build_if_missing: false,
+        };
+        let c = LocalCluster::new(cfg).unwrap();
+        // A missing cache is an error naming the file, not a panic.
+        let err = binaries::installed_binaries(Path::new("/nonexistent-cache")).unwrap_err();
+        assert!(err.to_string().contains("/nonexistent-cache"), "{err}");
+        let fake = Binaries {
+            kubernetes_version: "v1.33.13".into(),
+            kube_apiserver: "/b/kube-apiserver".into(),
+            kube_controller_manager: "/b/kube-controller-manager".into(),
+            kube_scheduler: "/b/kube-scheduler".into(),
+            kubelet: "/b/kubelet".into(),
+            kube_proxy: "/b/kube-proxy".into(),
+            etcd_version: "v3.5.21".into(),
+            etcd: "/b/etcd".into(),
+            kwok_version: "v0.7.0".into(),
+            kwok: "/b/kwok".into(),
+            kwokctl: "/b/kwokctl".into(),
+        };
+        let pki = c.pki();
+        for name in COMPONENTS {
+            let spec = c.spec(name, &fake, &pki);
+            for a in &spec.args {
+                assert!(!a.contains("0.0.0.0"), "{name}: {a}");
+                if a.contains("://") && !a.contains("kubernetes.default.svc") {
+                    assert!(a.contains("127.0.0.1"), "{name}: {a}");
+                }
+            }
+        }
+        let api = c.spec(APISERVER, &fake, &pki);
+        assert!(api
+            .args
+            .contains(&"--endpoint-reconciler-type=none".to_string()));
+        assert!(!api
+            .args
+            .iter()
+            .any(|a| a.starts_with("--disable-admission-plugins")));
+    }
+}

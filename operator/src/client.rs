@@ -1,0 +1,293 @@
+//! The operator's API client: kube's default HTTP stack with one more tower
+//! layer in front, which
+//!
+//! - counts every request by verb and resource
+//!   (`dgl_operator_api_requests_total{verb,resource}`), and
+//! - applies a client-side rate limit (token bucket, `--kube-api-qps` /
+//!   `--kube-api-burst`), like client-go's default limiter: kube-rs has none.
+//!
+//! The limiter reserves a token when a request is issued and, when the
+//! bucket is empty, delays that request until its token is due. Requests are
+//! never dropped or reordered by it; a burst of reconciles is spread out at
+//! `qps` per second after the first `burst` requests. Watches count once, when
+//! they are opened (as in client-go).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use http::{Method, Request, Uri};
+use kube::client::ClientBuilder;
+use kube::{Client, Config};
+use tower_layer::Layer;
+use tower_service::Service;
+
+use crate::metrics::{ApiRequestLabels, Metrics};
+
+/// Client-side limits on requests to the API server.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Sustained requests per second; 0 or less: no limit.
+    pub qps: f32,
+    /// Requests allowed at once above the sustained rate (bucket size).
+    pub burst: u32,
+}
+
+impl RateLimit {
+    pub const UNLIMITED: RateLimit = RateLimit { qps: 0.0, burst: 0 };
+}
+
+/// A client from `config` with request counting and the rate limit.
+pub fn build(config: Config, limit: RateLimit, metrics: Arc<Metrics>) -> kube::Result<Client> {
+    let layer = ApiLayer {
+        bucket: TokenBucket::new(limit).map(Arc::new),
+        metrics,
+    };
+    Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
+}
+
+/// A token bucket that hands out reservations: `reserve` takes one token and
+/// says how long the caller must wait for it (none while tokens are left).
+#[derive(Debug)]
+pub struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    /// Tokens available (negative: owed to requests already waiting) and
+    /// when that was computed.
+    state: Mutex<(f64, Instant)>,
+}
+
+impl TokenBucket {
+    /// None when `limit` does not limit anything.
+    pub fn new(limit: RateLimit) -> Option<TokenBucket> {
+        if limit.qps <= 0.0 || !limit.qps.is_finite() {
+            return None;
+        }
+        let burst = f64::from(limit.burst.max(1));
+        Some(TokenBucket {
+            qps: f64::from(limit.qps),
+            burst,
+            state: Mutex::new((burst, Instant::now())),
+        })
+    }
+
+    /// Takes a token at `now`; returns how long to wait before using it.
+    pub fn reserve_at(&self, now: Instant) -> Option<Duration> {
+        let mut s = self.state.lock().expect("token bucket lock");
+        let elapsed = now.saturating_duration_since(s.1).as_secs_f64();
+        s.1 = s.1.max(now);
+        s.0 = (s.0 + elapsed * self.qps).min(self.burst) - 1.0;
+        (s.0 < 0.0).then(|| Duration::from_secs_f64(-s.0 / self.qps))
+    }
+
+    pub fn reserve(&self) -> Option<Duration> {
+        self.reserve_at(Instant::now())
+    }
+}
+
+/// The tower layer: counting and the rate limit.
+#[derive(Clone)]
+pub struct ApiLayer {
+    bucket: Option<Arc<TokenBucket>>,
+    metrics: Arc<Metrics>,
+}
+
+impl<S> Layer<S> for ApiLayer {
+    type Service = ApiService<S>;
+    fn layer(&self, inner: S) -> ApiService<S> {
+        ApiService {
+            inner,
+            bucket: self.bucket.clone(),
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+pub struct ApiService<S> {
+    inner: S,
+    bucket: Option<Arc<TokenBucket>>,
+    metrics: Arc<Metrics>,
+}
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+impl<S, B> Service<Request<B>> for ApiService<S>
+where
+    S: Service<Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let (verb, resource) = classify(req.method(), req.uri());
+        self.metrics
+            .api_requests
+            .get_or_create(&ApiRequestLabels {
+                verb: verb.to_string(),
+                resource,
+            })
+            .inc();
+        let wait = self.bucket.as_ref().and_then(|b| b.reserve());
+        if let Some(w) = wait {
+            self.metrics
+                .client_throttled_seconds
+                .inc_by(w.as_secs_f64());
+        }
+        // kube's stack is lazy: nothing is sent before the future is polled.
+        let fut = self.inner.call(req);
+        Box::pin(async move {
+            if let Some(w) = wait {
+                tokio::time::sleep(w).await;
+            }
+            fut.await
+        })
+    }
+}
+
+/// The Kubernetes verb and resource (with subresource) of a request, as the
+/// API server's audit log names them.
+pub fn classify(method: &Method, uri: &Uri) -> (&'static str, String) {
+    let path = uri.path();
+    let query = uri.query().unwrap_or("");
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    // /api/v1/... or /apis/<group>/<version>/...
+    let rest: &[&str] = match segs.as_slice() {
+        ["api", _v, rest @ ..] => rest,
+        ["apis", _g, _v, rest @ ..] => rest,
+        _ => return (other_verb(method), "nonresource".into()),
+    };
+    let rest = match rest {
+        ["namespaces", _ns, more @ ..] if !more.is_empty() => more,
+        other => other,
+    };
+    let (resource, name, sub) = match rest {
+        [] => ("", None, None),
+        [r] => (*r, None, None),
+        [r, n] => (*r, Some(*n), None),
+        [r, n, s, ..] => (*r, Some(*n), Some(*s)),
+    };
+    let watch = query
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let verb = match *method {
+        Method::GET if watch => "watch",
+        Method::GET if name.is_none() => "list",
+        Method::GET => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if name.is_none() => "deletecollection",
+        Method::DELETE => "delete",
+        _ => other_verb(method),
+    };
+    let resource = match sub {
+        Some(s) => format!("{resource}/{s}"),
+        None => resource.to_string(),
+    };
+    (verb, resource)
+}
+
+fn other_verb(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "get",
+        Method::POST => "post",
+        Method::PUT => "put",
+        Method::PATCH => "patch",
+        Method::DELETE => "delete",
+        _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(method: Method, uri: &str) -> (&'static str, String) {
+        classify(&method, &uri.parse().unwrap())
+    }
+
+    #[test]
+    fn classifies_verbs_and_resources() {
+        assert_eq!(
+            c(
+                Method::GET,
+                "/api/v1/pods?labelSelector=a%3Db&watch=true&resourceVersion=5"
+            ),
+            ("watch", "pods".into())
+        );
+        assert_eq!(
+            c(Method::GET, "/api/v1/namespaces/ns/pods?labelSelector=x"),
+            ("list", "pods".into())
+        );
+        assert_eq!(
+            c(
+                Method::PATCH,
+                "/api/v1/namespaces/ns/pods/p?fieldManager=m&force=true"
+            ),
+            ("patch", "pods".into())
+        );
+        assert_eq!(
+            c(
+                Method::PATCH,
+                "/apis/dgloperator.io/v1alpha1/namespaces/ns/dgljobs/j/status?fieldManager=m"
+            ),
+            ("patch", "dgljobs/status".into())
+        );
+        assert_eq!(
+            c(Method::POST, "/apis/events.k8s.io/v1/namespaces/ns/events"),
+            ("create", "events".into())
+        );
+        assert_eq!(
+            c(Method::DELETE, "/api/v1/namespaces/ns/pods/p"),
+            ("delete", "pods".into())
+        );
+        assert_eq!(
+            c(Method::GET, "/api/v1/namespaces/ns"),
+            ("get", "namespaces".into())
+        );
+        assert_eq!(
+            c(
+                Method::PUT,
+                "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l"
+            ),
+            ("update", "leases".into())
+        );
+        assert_eq!(c(Method::GET, "/version"), ("get", "nonresource".into()));
+    }
+
+    #[test]
+    fn token_bucket_allows_the_burst_then_spaces_requests_at_qps() {
+        let b = TokenBucket::new(RateLimit {
+            qps: 10.0,
+            burst: 3,
+        })
+        .unwrap();
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(b.reserve_at(t0), None);
+        }
+        // The 4th and 5th wait 0.1 s and 0.2 s for their tokens.
+        let w4 = b.reserve_at(t0).unwrap().as_secs_f64();
+        let w5 = b.reserve_at(t0).unwrap().as_secs_f64();
+        assert!(
+            (w4 - 0.1).abs() < 1e-9 && (w5 - 0.2).abs() < 1e-9,
+            "{w4} {w5}"
+        );
+        // One second later the debt (2 tokens) is paid and 8 more accrued,
+        // capped at the burst.
+        let t1 = t0 + Duration::from_secs(1);
+        for _ in 0..3 {
+            assert_eq!(b.reserve_at(t1), None);
+        }
+        assert!(b.reserve_at(t1).is_some());
+        assert!(TokenBucket::new(RateLimit::UNLIMITED).is_none());
+    }
+}

@@ -1,0 +1,207 @@
+//! `cargo xtask cluster ...`: build the Kubernetes binaries and run a local
+//! control plane (etcd + kube-apiserver + kube-controller-manager, optionally
+//! kube-scheduler) on 127.0.0.1. All the work is in the `localkube` crate;
+//! this is the command-line edge (anyhow errors, human output).
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::Subcommand;
+use localkube::{BuildOptions, ClusterConfig, LocalCluster};
+
+#[derive(clap::Args)]
+#[command(
+    long_about = "Local Kubernetes control plane built from the Go module proxy.\n\n\
+        Binaries are cached under $DGL_OPERATOR_CACHE (default ~/.cache/dgl-operator)/bin, \
+        cluster state under <cache>/cluster/<name>/. Processes run detached and survive \
+        this command; `down` stops exactly the processes `up` started.\n\n\
+        Integration tests use their own cluster named \"test\" (see localkube::ensure_cluster)."
+)]
+pub struct Args {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(clap::Args)]
+struct NameArg {
+    /// Cluster name: state dir <cache>/cluster/<name>, fixed ports per name
+    /// ("dev": 6443/2379/2380/10257/10259, "test": those + 10000).
+    #[arg(long, default_value = localkube::DEFAULT_CLUSTER)]
+    name: String,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start the cluster, or reuse it if it is already healthy (idempotent).
+    ///
+    /// Builds the binaries first if they are not cached (20-30 min cold on 2
+    /// cores). Prints the kubeconfig path; `export KUBECONFIG=<path>` points
+    /// kube-rs and other clients at it.
+    Up {
+        #[command(flatten)]
+        name: NameArg,
+        /// Also run kube-scheduler (pods get bound to nodes, e.g. kwok nodes).
+        #[arg(long)]
+        scheduler: bool,
+    },
+    /// Stop the cluster's processes (by recorded pid) and delete its etcd data.
+    ///
+    /// PKI, kubeconfig and logs are kept unless --purge is given.
+    Down {
+        #[command(flatten)]
+        name: NameArg,
+        /// Also delete the state dir (PKI, kubeconfig, logs).
+        #[arg(long)]
+        purge: bool,
+    },
+    /// Show each component's pid and whether the apiserver is ready.
+    Status {
+        #[command(flatten)]
+        name: NameArg,
+    },
+    /// Print the path of the cluster's admin kubeconfig.
+    Kubeconfig {
+        #[command(flatten)]
+        name: NameArg,
+    },
+    /// Only build (or verify the cache of) the binaries; print paths and versions.
+    ///
+    /// Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler,
+    /// kubelet, kube-proxy), etcd and kwok/kwokctl, from the Go module proxy.
+    Build {
+        /// Parallel Go compile jobs (`go build -p`); default: number of CPUs.
+        #[arg(long)]
+        jobs: Option<usize>,
+    },
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    rt.block_on(run_async(args))
+}
+
+fn cluster(name: &str, scheduler: bool) -> anyhow::Result<LocalCluster> {
+    let mut cfg = ClusterConfig::new(name)?;
+    cfg.scheduler = scheduler;
+    Ok(LocalCluster::new(cfg)?)
+}
+
+async fn run_async(args: Args) -> anyhow::Result<()> {
+    match args.cmd {
+        Cmd::Up { name, scheduler } => {
+            let started = Instant::now();
+            let c = cluster(&name.name, scheduler)?;
+            let info = c
+                .up()
+                .await
+                .with_context(|| format!("starting cluster {:?}", name.name))?;
+            eprintln!(
+                "cluster {:?} {} in {:.1}s: {}",
+                info.name,
+                if info.reused {
+                    "already running, reused"
+                } else {
+                    "started"
+                },
+                started.elapsed().as_secs_f64(),
+                info.server
+            );
+            eprintln!("logs: {}", c.log_dir().display());
+            eprintln!("export KUBECONFIG={}", info.kubeconfig.display());
+            println!("{}", info.kubeconfig.display());
+        }
+        Cmd::Down { name, purge } => {
+            let c = cluster(&name.name, false)?;
+            let stopped = c
+                .down(purge)
+                .await
+                .with_context(|| format!("stopping cluster {:?}", name.name))?;
+            if stopped.is_empty() {
+                eprintln!("cluster {:?}: no processes were running", name.name);
+            }
+            for (component, pid) in stopped {
+                eprintln!("stopped {component} (pid {pid})");
+            }
+            eprintln!(
+                "cluster {:?}: etcd data removed{}",
+                name.name,
+                if purge { ", state dir purged" } else { "" }
+            );
+        }
+        Cmd::Status { name } => {
+            let c = cluster(&name.name, false)?;
+            let s = c.status().await?;
+            println!("cluster:    {}", s.name);
+            println!("state dir:  {}", s.state_dir.display());
+            println!(
+                "apiserver:  https://127.0.0.1:{} ({})",
+                s.ports.apiserver,
+                match (&s.ready, &s.server_version) {
+                    (true, Some(v)) => format!("ready, {v}"),
+                    (true, None) => "ready".to_string(),
+                    (false, _) => "not ready".to_string(),
+                }
+            );
+            println!(
+                "kubeconfig: {}",
+                s.kubeconfig
+                    .as_ref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|| "(none yet)".into())
+            );
+            for comp in &s.components {
+                let state = match (comp.pid, comp.running) {
+                    (Some(pid), true) => format!("running (pid {pid})"),
+                    (Some(pid), false) => format!("not running (stale pid {pid})"),
+                    (None, _) => "not running".to_string(),
+                };
+                println!("{:<24}{:<32}{}", comp.name, state, comp.log.display());
+            }
+            if !s.ready {
+                // Non-zero exit so scripts can use `status` as a health check.
+                anyhow::bail!("cluster {:?} is not ready", s.name);
+            }
+        }
+        Cmd::Kubeconfig { name } => {
+            let c = cluster(&name.name, false)?;
+            let path = c.kubeconfig_path();
+            if !path.is_file() {
+                anyhow::bail!(
+                    "{} does not exist yet; run `cargo xtask cluster up --name {}`",
+                    path.display(),
+                    name.name
+                );
+            }
+            println!("{}", path.display());
+        }
+        Cmd::Build { jobs } => {
+            let started = Instant::now();
+            let mut opts = BuildOptions::from_env()?;
+            if let Some(j) = jobs {
+                opts.jobs = j.max(1);
+            }
+            let bins = tokio::task::spawn_blocking(move || localkube::ensure_binaries(&opts))
+                .await
+                .context("build task")??;
+            eprintln!(
+                "binaries ready in {:.1}s (Kubernetes {}, etcd {}, kwok {})",
+                started.elapsed().as_secs_f64(),
+                bins.kubernetes_version,
+                bins.etcd_version,
+                bins.kwok_version
+            );
+            for (name, path) in bins.all() {
+                let version = match name {
+                    "etcd" => &bins.etcd_version,
+                    "kwok" | "kwokctl" => &bins.kwok_version,
+                    _ => &bins.kubernetes_version,
+                };
+                println!("{name:<24}{version:<10}{}", path.display());
+            }
+        }
+    }
+    Ok(())
+}

@@ -347,7 +347,7 @@ fn ensure_artifact(a: &Artifact, opts: &BuildOptions, build: BuildFn) -> Result<
 /// Environment shared by every `go` invocation. The caller's GOPROXY/GOSUMDB
 /// are kept (they point at the reachable proxy); everything that could make
 /// the build depend on the caller's shell is pinned.
-fn go_command(dir: &Path) -> Command {
+pub(crate) fn go_command(dir: &Path) -> Command {
     let mut cmd = Command::new("go");
     cmd.current_dir(dir)
         // Never let a dependency's `toolchain` line trigger a toolchain download.
@@ -384,7 +384,7 @@ fn go_output(args: &[&str], dir: &Path) -> Result<String> {
 /// Runs a go command with output appended to `log`. When `expected_packages`
 /// is set the command is expected to run with `-v` (one line per compiled
 /// package) and a progress line is printed every 30 s.
-fn run_go(
+pub(crate) fn run_go(
     cmd: &mut Command,
     label: &str,
     log: &Path,

@@ -18,6 +18,7 @@ mod kubeconfig;
 mod pki;
 mod process;
 mod testing;
+mod tools;
 mod util;
 
 pub use binaries::{
@@ -36,6 +37,7 @@ pub use testing::{
     ensure_cluster_with, test_client, unique_name, TestClusterOptions, FIELD_MANAGER,
     TEST_CLUSTER_ENV, TEST_KUBECONFIG_ENV, TEST_NAMESPACE_LABEL,
 };
+pub use tools::{ensure_tool, GoTool};
 pub use util::{cache_dir, CACHE_ENV};
 
 #[cfg(test)]

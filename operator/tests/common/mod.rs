@@ -25,12 +25,18 @@ pub struct Env {
     pub client: Client,
     pub ns: String,
     pub metrics: Arc<Metrics>,
+    pub build: BuildConfig,
     operator: Option<(JoinHandle<()>, tokio::sync::oneshot::Sender<()>)>,
 }
 
 impl Env {
     /// A fresh namespace with the CRD installed and the operator running on it.
     pub async fn new(prefix: &str) -> Env {
+        Env::with_build(prefix, BuildConfig::default()).await
+    }
+
+    /// Like [`Env::new`] with operator build settings (e.g. a gang scheduler).
+    pub async fn with_build(prefix: &str, build: BuildConfig) -> Env {
         let cluster = localkube::ensure_cluster()
             .await
             .expect("test control plane");
@@ -45,6 +51,7 @@ impl Env {
             client,
             ns,
             metrics: Arc::new(Metrics::default()),
+            build,
             operator: None,
         };
         env.start_operator();
@@ -57,7 +64,7 @@ impl Env {
         let settings = Settings {
             concurrency: 4,
             namespace: Some(self.ns.clone()),
-            build: BuildConfig::default(),
+            build: self.build.clone(),
             instance: "test".into(),
         };
         let client = self.client.clone();

@@ -5,6 +5,9 @@
 //! - hostfile: `<ip> <port> <pod> slots=<n>`, workers in partition order
 //!   (index order, never string order: `worker-10` comes after `worker-9`).
 //! - partfile / leadfile: `<ip> <port> <pod>`.
+//!
+//! The port of hostfile, partfile and leadfile lines is dglrun's agent port
+//! (the launcher dials it); DGL's server port is in ip_config.
 //! - ip_config: `<ip> <port>`, what DGL's `read_ip_config` accepts.
 //!
 //! A pod whose IP is not known yet is written with `-` as its IP.

@@ -355,6 +355,17 @@ pub struct TrainResult {
     /// True when the processes were stopped on request (`Stop`, SIGTERM,
     /// launcher gone) rather than failing on their own.
     pub stopped: bool,
+    /// When the worker saw the failure (Unix time, ms): torchrun's first
+    /// report of a failed rank, else the failing process's end. When several
+    /// workers fail, one failure usually causes the others; the launcher
+    /// lists the earliest first (after `lost_peer`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at_ms: Option<u64>,
+    /// The failed process reported losing a peer (a connection closed or
+    /// reset by another machine): likely a consequence of another worker's
+    /// failure, so the launcher lists it after failures without this mark.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost_peer: bool,
 }
 
 #[cfg(test)]

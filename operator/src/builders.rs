@@ -107,7 +107,7 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
             let pod = worker_name(&name, i);
             HostLine {
                 ip: ip_of(&pod),
-                port: DGL_SERVER_PORT,
+                port: AGENT_PORT,
                 pod,
                 slots: Some(job.spec.slots_per_worker() as u32),
             }
@@ -130,7 +130,7 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
     }
     let ips: Option<Vec<_>> = workers
         .iter()
-        .map(|w| w.ip.map(|ip| (ip, w.port)))
+        .map(|w| w.ip.map(|ip| (ip, DGL_SERVER_PORT)))
         .collect();
     if let Some(ips) = ips {
         data.insert(IP_CONFIG.to_string(), render_ip_config(&ips));
@@ -790,8 +790,8 @@ mod tests {
         let cm = config_map(&j, &pods);
         let data = cm.data.as_ref().unwrap();
         let lines: Vec<&str> = data[HOSTFILE].lines().collect();
-        assert_eq!(lines[2], "10.0.0.102 30050 dgl-graphsage-worker-2 slots=1");
-        assert_eq!(lines[10], "- 30050 dgl-graphsage-worker-10 slots=1");
+        assert_eq!(lines[2], "10.0.0.102 30049 dgl-graphsage-worker-2 slots=1");
+        assert_eq!(lines[10], "- 30049 dgl-graphsage-worker-10 slots=1");
         assert!(!data.contains_key(IP_CONFIG));
         pods[10].ip = Some("10.0.0.110".into());
         let cm2 = config_map(&j, &pods);

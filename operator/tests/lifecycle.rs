@@ -95,7 +95,7 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
         .unwrap();
     let data = cm.data.unwrap();
     assert_eq!(data[IP_CONFIG], "10.244.1.10 30050\n10.244.1.11 30050\n");
-    assert!(data[HOSTFILE].starts_with("10.244.1.10 30050 full-worker-0 slots=1\n"));
+    assert!(data[HOSTFILE].starts_with("10.244.1.10 30049 full-worker-0 slots=1\n"));
 
     env.kubelet_running("full-launcher", "10.244.0.3", false)
         .await;

@@ -1,0 +1,340 @@
+//! The authenticated control channel (protocol: `dgl_api::wire`).
+//!
+//! Both ends prove they hold the job's token with HMAC-SHA256 over the other
+//! side's random nonce, then exchange length-prefixed JSON frames. File bytes
+//! are sent raw after a `File` frame, through the same buffered reader.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use dgl_api::wire::{
+    self, WireError, AUTH_OK, AUTH_REFUSED, FRAME_HEADER_LEN, MAC_LEN, MAGIC, NONCE_LEN,
+    SERVER_PROOF_CONTEXT,
+};
+use hmac::{Hmac, Mac};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sha2::Sha256;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// How long either side may take for the handshake before the other gives up.
+/// Keeps a stray or hostile connection from holding an agent's task forever.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The job's shared secret. Its `Debug` never shows the bytes.
+#[derive(Clone)]
+pub struct Token(Vec<u8>);
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Token(<{} bytes, redacted>)", self.0.len())
+    }
+}
+
+impl Token {
+    /// Reads the token from a file (the mounted Secret). Surrounding
+    /// whitespace is dropped so that a token written with a trailing newline
+    /// matches one written without.
+    pub fn from_file(path: &Path) -> Result<Token, AuthError> {
+        let raw = std::fs::read(path).map_err(|source| AuthError::TokenFile {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Token::from_bytes(&raw).ok_or_else(|| AuthError::EmptyToken {
+            path: path.display().to_string(),
+        })
+    }
+
+    /// A token from bytes; `None` when nothing but whitespace is left.
+    pub fn from_bytes(raw: &[u8]) -> Option<Token> {
+        let trimmed = raw.trim_ascii();
+        (!trimmed.is_empty()).then(|| Token(trimmed.to_vec()))
+    }
+
+    fn mac(&self, parts: &[&[u8]]) -> HmacSha256 {
+        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC accepts keys of any length");
+        for p in parts {
+            mac.update(p);
+        }
+        mac
+    }
+}
+
+/// Why a handshake failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("cannot read the job token from {path}: {source}")]
+    TokenFile {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("the job token file {path} is empty")]
+    EmptyToken { path: String },
+    #[error("the peer is not a dglrun agent of this protocol version (bad greeting)")]
+    BadMagic,
+    #[error("the peer refused our token: the two sides hold different job tokens")]
+    Refused,
+    #[error("the client's token proof is wrong (it holds a different job token)")]
+    WrongClientProof,
+    #[error("the server's token proof is wrong: it does not hold this job's token")]
+    WrongServerProof,
+    #[error("unexpected authentication status byte {0:#04x}")]
+    BadStatus(u8),
+}
+
+/// Failures of the channel.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    #[error("authentication failed: {0}")]
+    Auth(#[from] AuthError),
+    #[error("connection error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("the peer closed the connection")]
+    Closed,
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+}
+
+impl ChannelError {
+    /// Errors worth another attempt (network trouble) as opposed to errors a
+    /// retry cannot fix (a wrong token, a peer speaking another protocol).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ChannelError::Io(_) | ChannelError::Closed | ChannelError::Timeout(_) => true,
+            ChannelError::Auth(_) | ChannelError::Wire(_) => false,
+        }
+    }
+}
+
+fn random_nonce() -> [u8; NONCE_LEN] {
+    let mut n = [0u8; NONCE_LEN];
+    getrandom::fill(&mut n).expect("the OS random source is available");
+    n
+}
+
+/// Server side of the handshake.
+pub async fn server_handshake<S>(s: &mut S, token: &Token) -> Result<(), ChannelError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let nonce = random_nonce();
+    let mut hello = Vec::with_capacity(MAGIC.len() + NONCE_LEN);
+    hello.extend_from_slice(&MAGIC);
+    hello.extend_from_slice(&nonce);
+    s.write_all(&hello).await?;
+    let mut answer = [0u8; MAC_LEN + NONCE_LEN];
+    s.read_exact(&mut answer).await.map_err(eof_is_closed)?;
+    let (proof, client_nonce) = answer.split_at(MAC_LEN);
+    // verify_slice compares in constant time.
+    if token.mac(&[&nonce]).verify_slice(proof).is_err() {
+        // Tell the client why, then close: it can print a clear message
+        // instead of "connection reset".
+        let _ = s.write_all(&[AUTH_REFUSED]).await;
+        let _ = s.shutdown().await;
+        return Err(AuthError::WrongClientProof.into());
+    }
+    let server_proof = token
+        .mac(&[SERVER_PROOF_CONTEXT, client_nonce])
+        .finalize()
+        .into_bytes();
+    let mut ok = Vec::with_capacity(1 + MAC_LEN);
+    ok.push(AUTH_OK);
+    ok.extend_from_slice(&server_proof);
+    s.write_all(&ok).await?;
+    Ok(())
+}
+
+/// Client side of the handshake.
+pub async fn client_handshake<S>(s: &mut S, token: &Token) -> Result<(), ChannelError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut hello = [0u8; MAGIC.len() + NONCE_LEN];
+    s.read_exact(&mut hello).await.map_err(eof_is_closed)?;
+    if hello[..MAGIC.len()] != MAGIC {
+        return Err(AuthError::BadMagic.into());
+    }
+    let server_nonce = &hello[MAGIC.len()..];
+    let client_nonce = random_nonce();
+    let proof = token.mac(&[server_nonce]).finalize().into_bytes();
+    let mut answer = Vec::with_capacity(MAC_LEN + NONCE_LEN);
+    answer.extend_from_slice(&proof);
+    answer.extend_from_slice(&client_nonce);
+    s.write_all(&answer).await?;
+    let mut status = [0u8; 1];
+    s.read_exact(&mut status).await.map_err(eof_is_closed)?;
+    match status[0] {
+        AUTH_OK => {}
+        AUTH_REFUSED => return Err(AuthError::Refused.into()),
+        other => return Err(AuthError::BadStatus(other).into()),
+    }
+    let mut server_proof = [0u8; MAC_LEN];
+    s.read_exact(&mut server_proof)
+        .await
+        .map_err(eof_is_closed)?;
+    token
+        .mac(&[SERVER_PROOF_CONTEXT, &client_nonce])
+        .verify_slice(&server_proof)
+        .map_err(|_| AuthError::WrongServerProof)?;
+    Ok(())
+}
+
+fn eof_is_closed(e: std::io::Error) -> ChannelError {
+    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        ChannelError::Closed
+    } else {
+        ChannelError::Io(e)
+    }
+}
+
+/// Writes one frame.
+pub async fn write_frame<W, T>(w: &mut W, msg: &T) -> Result<(), ChannelError>
+where
+    W: AsyncWrite + Unpin,
+    T: Serialize,
+{
+    let frame = wire::encode_frame(msg)?;
+    w.write_all(&frame).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Reads one frame; `Ok(None)` when the peer closed the connection cleanly
+/// between frames.
+pub async fn read_frame<R, T>(r: &mut R) -> Result<Option<T>, ChannelError>
+where
+    R: AsyncRead + Unpin,
+    T: DeserializeOwned,
+{
+    let mut header = [0u8; FRAME_HEADER_LEN];
+    // Distinguish a clean close (0 bytes) from a frame cut in half.
+    let n = r.read(&mut header).await?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if n < FRAME_HEADER_LEN {
+        r.read_exact(&mut header[n..])
+            .await
+            .map_err(eof_is_closed)?;
+    }
+    let len = wire::frame_len(header)?;
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await.map_err(eof_is_closed)?;
+    Ok(Some(wire::decode_body(&body)?))
+}
+
+/// Enables TCP keepalive so that a peer whose machine vanished (no FIN ever
+/// comes) is noticed within minutes instead of hanging a launcher or worker.
+fn set_keepalive(stream: &TcpStream) {
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(30))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(6);
+    if let Err(e) = socket2::SockRef::from(stream).set_tcp_keepalive(&ka) {
+        tracing::debug!(error = %e, "cannot enable TCP keepalive");
+    }
+}
+
+/// An authenticated connection.
+pub struct Channel {
+    pub reader: BufReader<OwnedReadHalf>,
+    pub writer: OwnedWriteHalf,
+    pub peer: SocketAddr,
+}
+
+impl Channel {
+    /// Connects to `addr` and authenticates, within `timeout` in total.
+    pub async fn connect(
+        addr: SocketAddr,
+        token: &Token,
+        timeout: Duration,
+    ) -> Result<Channel, ChannelError> {
+        let fut = async {
+            let mut stream = TcpStream::connect(addr).await?;
+            stream.set_nodelay(true)?;
+            set_keepalive(&stream);
+            client_handshake(&mut stream, token).await?;
+            Ok::<_, ChannelError>(stream)
+        };
+        let stream = tokio::time::timeout(timeout, fut)
+            .await
+            .map_err(|_| ChannelError::Timeout(timeout))??;
+        Ok(Channel::from_stream(stream, addr))
+    }
+
+    /// Authenticates an accepted connection (server side).
+    pub async fn accept(
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        token: &Token,
+    ) -> Result<Channel, ChannelError> {
+        stream.set_nodelay(true)?;
+        set_keepalive(&stream);
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, server_handshake(&mut stream, token))
+            .await
+            .map_err(|_| ChannelError::Timeout(HANDSHAKE_TIMEOUT))??;
+        Ok(Channel::from_stream(stream, peer))
+    }
+
+    fn from_stream(stream: TcpStream, peer: SocketAddr) -> Channel {
+        let (r, w) = stream.into_split();
+        Channel {
+            reader: BufReader::with_capacity(256 * 1024, r),
+            writer: w,
+            peer,
+        }
+    }
+
+    pub async fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), ChannelError> {
+        write_frame(&mut self.writer, msg).await
+    }
+
+    pub async fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ChannelError> {
+        read_frame(&mut self.reader).await
+    }
+
+    /// Receives a frame, treating a close as an error.
+    pub async fn expect<T: DeserializeOwned>(&mut self) -> Result<T, ChannelError> {
+        self.recv().await?.ok_or(ChannelError::Closed)
+    }
+
+    /// One request, one response.
+    pub async fn call<Q: Serialize, A: DeserializeOwned>(
+        &mut self,
+        req: &Q,
+    ) -> Result<A, ChannelError> {
+        self.send(req).await?;
+        self.expect().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_debug_is_redacted_and_whitespace_trimmed() {
+        let t = Token::from_bytes(b"  s3cret\n").unwrap();
+        assert_eq!(t.0, b"s3cret");
+        assert!(!format!("{t:?}").contains("s3cret"));
+        assert!(Token::from_bytes(b" \n").is_none());
+    }
+
+    #[tokio::test]
+    async fn handshake_over_a_duplex_pipe() {
+        let (mut a, mut b) = tokio::io::duplex(1024);
+        let t = Token::from_bytes(b"k").unwrap();
+        let t2 = t.clone();
+        let server = tokio::spawn(async move { server_handshake(&mut a, &t2).await });
+        client_handshake(&mut b, &t).await.unwrap();
+        server.await.unwrap().unwrap();
+    }
+}

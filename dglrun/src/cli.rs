@@ -1,0 +1,399 @@
+//! Command line. The seed's flags (`--graph-name ... --num-servers`) plus
+//! what dglrun needs to run in a pod or on plain machines. Every flag that
+//! the operator sets has an environment fallback, so a pod template needs no
+//! more than the seed's arguments.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use dgl_api::names;
+use dgl_api::{PartitionMode, ReplicaType};
+
+/// The workflow runner inside a DGLJob's pods.
+///
+/// Without a subcommand the role comes from DGL_OPERATOR_PHASE_ENV
+/// (Partitioner, Launcher or Worker), as the operator sets it; with a
+/// subcommand dglrun runs that role directly, e.g. on machines without
+/// Kubernetes:
+///
+///   dglrun partition --graph-name g --partition-entry-point partition.py --num-partitions 2
+///   dglrun worker --listen 10.0.0.1 --index 0
+///   dglrun launch --hostfile hosts.txt --partitioner 10.0.0.3 --graph-name g
+///                 --train-entry-point train.py --num-epochs 3 --batch-size 1000 -- --lr 0.01
+///
+/// Arguments after `--` are appended to the training script's command line.
+#[derive(Parser, Debug)]
+#[command(
+    name = "dglrun",
+    version,
+    verbatim_doc_comment,
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub opts: Options,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the partition entry point, check its output, then serve the shards
+    /// to the workers (role Partitioner).
+    Partition(Options),
+    /// Wait for the partitioner and the workers, ship every worker its shard,
+    /// start the training everywhere and follow it (role Launcher).
+    Launch(Options),
+    /// Agent of one machine: receive the shard, run the DGL servers and the
+    /// trainers when the launcher says so (role Worker).
+    Worker(Options),
+    /// Readiness check for an exec probe: exit 0 when the local agent answers
+    /// an authenticated ping.
+    Probe(ProbeArgs),
+}
+
+/// All flags; the headings say which role reads them.
+#[derive(Args, Debug, Clone)]
+pub struct Options {
+    #[command(flatten)]
+    pub job: JobArgs,
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    #[command(flatten)]
+    pub launch: LaunchArgs,
+    #[command(flatten)]
+    pub worker: WorkerArgs,
+    /// Extra arguments for the training script (after `--`).
+    #[arg(last = true, value_name = "TRAIN_ARGS")]
+    pub extra: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Job (the seed's command line)")]
+pub struct JobArgs {
+    /// Graph name: the partition JSON is <workspace>/dataset/<NAME>.json.
+    #[arg(long, env = "DGLRUN_GRAPH_NAME", value_name = "NAME")]
+    pub graph_name: Option<String>,
+    /// Partition script, run by the partitioner as
+    /// `<python> <FILE> --graph_name G --workspace W --rel_data_path dataset --num_parts N
+    /// [--balance_train] [--balance_edges] [<--partition-arg>...]`.
+    #[arg(long, env = "DGLRUN_PARTITION_ENTRY_POINT", value_name = "FILE")]
+    pub partition_entry_point: Option<String>,
+    /// Number of partitions; must equal the number of workers.
+    #[arg(long, env = names::ENV_NUM_WORKERS, value_name = "N")]
+    pub num_partitions: Option<u32>,
+    /// Pass --balance_train to the partition script.
+    #[arg(long)]
+    pub balance_train: bool,
+    /// Pass --balance_edges to the partition script.
+    #[arg(long)]
+    pub balance_edges: bool,
+    /// Training script, run on every worker as
+    /// `<python> <FILE> --graph_name G --ip_config F --part_config J --num_epochs E
+    /// --batch_size B --num_workers S [TRAIN_ARGS...]` for the DGL servers and
+    /// through `python -m torch.distributed.run` for the trainers.
+    #[arg(long, env = "DGLRUN_TRAIN_ENTRY_POINT", value_name = "FILE")]
+    pub train_entry_point: Option<String>,
+    /// Training epochs (--num_epochs of the training script).
+    #[arg(long, env = "DGLRUN_NUM_EPOCHS", value_name = "N")]
+    pub num_epochs: Option<u32>,
+    /// Mini-batch size (--batch_size of the training script).
+    #[arg(long, env = "DGLRUN_BATCH_SIZE", value_name = "N")]
+    pub batch_size: Option<u32>,
+    /// Trainer processes per worker [default: the hostfile's slots=, else 1].
+    #[arg(long, env = "DGLRUN_NUM_TRAINERS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub num_trainers: Option<u32>,
+    /// Sampler processes per trainer (DGL_NUM_SAMPLER, --num_workers of the script).
+    #[arg(
+        long,
+        env = "DGLRUN_NUM_SAMPLERS",
+        value_name = "N",
+        default_value_t = 0
+    )]
+    pub num_samplers: u32,
+    /// DGL server processes per worker.
+    #[arg(long, env = "DGLRUN_NUM_SERVERS", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub num_servers: u32,
+    /// How the graph is partitioned: DGL-API (a partitioner runs the
+    /// partition script) or Skip (the partitions already are in each
+    /// worker's workspace). ParMETIS and DistParMETIS are not supported yet.
+    #[arg(long, env = names::ENV_PARTITION_MODE, value_name = "MODE", default_value = "DGL-API", value_parser = parse_mode)]
+    pub partition_mode: PartitionMode,
+    /// One extra argument for the partition script (repeat for several).
+    #[arg(long = "partition-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub partition_args: Vec<String>,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Runtime (every role)")]
+pub struct RuntimeArgs {
+    /// Working directory; partitions live in <DIR>/dataset.
+    #[arg(long, env = "DGLRUN_WORKSPACE", value_name = "DIR", default_value = names::WORKSPACE)]
+    pub workspace: PathBuf,
+    /// Python interpreter for the user's scripts.
+    #[arg(
+        long,
+        env = "DGLRUN_PYTHON",
+        value_name = "PATH",
+        default_value = "python3"
+    )]
+    pub python: String,
+    /// File holding the job's secret token for the control channel.
+    #[arg(long, env = names::ENV_TOKEN_FILE, value_name = "FILE", default_value_t = default_token_file())]
+    pub token_file: String,
+    /// Port of the authenticated agent channel (partitioner and workers listen on it).
+    #[arg(long, env = "DGLRUN_AGENT_PORT", value_name = "PORT", default_value_t = names::AGENT_PORT)]
+    pub agent_port: u16,
+    /// Address the agent listens on; for a worker also its machine IP
+    /// (must be its line in ip_config). Default: all addresses.
+    #[arg(long, env = names::ENV_POD_IP, value_name = "IP")]
+    pub listen: Option<IpAddr>,
+    /// Directory of the job's ConfigMap (hostfile, partfile, ip_config).
+    #[arg(long, env = names::ENV_CONFIG_DIR, value_name = "DIR", default_value = names::CONFIG_DIR)]
+    pub config_dir: PathBuf,
+    /// Seconds between SIGTERM and SIGKILL when stopping processes.
+    #[arg(
+        long,
+        env = "DGLRUN_STOP_GRACE",
+        value_name = "SECONDS",
+        default_value_t = 10
+    )]
+    pub stop_grace: u64,
+    /// Log format of dglrun's own messages (stderr); process output goes to stdout.
+    #[arg(long, env = "DGLRUN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Partitioner: exit after checking the partitions instead of serving them.
+    #[arg(long)]
+    pub no_serve: bool,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Launcher")]
+pub struct LaunchArgs {
+    /// Workers in partition order: the operator's hostfile (`<ip> <port> <pod>
+    /// [slots=<n>]`) or one IP per line [default: <config-dir>/hostfile].
+    #[arg(long, value_name = "FILE")]
+    pub hostfile: Option<PathBuf>,
+    /// Partitioner agent as IP or IP:PORT [default: from <config-dir>/partfile].
+    #[arg(long, value_name = "ADDR")]
+    pub partitioner: Option<String>,
+    /// DGL ip_config to use [default: <config-dir>/ip_config if it exists, else
+    /// generated from the hostfile's IPs and --dgl-port].
+    #[arg(long, value_name = "FILE")]
+    pub ip_config: Option<PathBuf>,
+    /// DGL server base port, used when ip_config is generated.
+    #[arg(long, value_name = "PORT", default_value_t = names::DGL_SERVER_PORT)]
+    pub dgl_port: u16,
+    /// torch.distributed rendezvous port on worker 0.
+    #[arg(
+        long,
+        env = "DGLRUN_MASTER_PORT",
+        value_name = "PORT",
+        default_value_t = 29500
+    )]
+    pub master_port: u16,
+    /// Seconds to wait for the partitioner and the workers to answer.
+    #[arg(
+        long,
+        env = "DGLRUN_WAIT_TIMEOUT",
+        value_name = "SECONDS",
+        default_value_t = 600
+    )]
+    pub wait_timeout: u64,
+    /// Attempts per shard file before a transfer fails.
+    #[arg(long, value_name = "N", default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..))]
+    pub transfer_attempts: u32,
+}
+
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Worker")]
+pub struct WorkerArgs {
+    /// This worker's index = partition id = line in ip_config [default: the
+    /// launcher's order].
+    #[arg(long, env = names::ENV_WORKER_INDEX, value_name = "I")]
+    pub index: Option<u32>,
+    /// Shared-memory mount the DGL servers load the partition into; checked
+    /// for free space before the servers start.
+    #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
+    pub shm_path: PathBuf,
+    /// Seconds to wait for the DGL servers to listen.
+    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    pub server_start_timeout: u64,
+    /// OMP_NUM_THREADS of the trainers [default: CPUs / trainers, at least 1].
+    #[arg(long, value_name = "N")]
+    pub num_omp_threads: Option<u32>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProbeArgs {
+    /// Check readiness: the agent is up and (partitioner) serves checked
+    /// partitions. This is the only check, so the flag may be left out.
+    #[arg(long)]
+    pub ready: bool,
+    /// Agent to ask [default: 127.0.0.1 or --listen, at --agent-port].
+    #[arg(long, value_name = "IP:PORT")]
+    pub addr: Option<std::net::SocketAddr>,
+    /// Seconds before the probe fails.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub timeout: u64,
+    #[command(flatten)]
+    pub opts: Options,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+fn default_token_file() -> String {
+    format!("{}/{}", names::SECRET_DIR, names::SECRET_TOKEN_KEY)
+}
+
+/// Parses a partition mode with the API's own spelling.
+fn parse_mode(s: &str) -> Result<PartitionMode, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
+        format!("unknown partition mode {s:?}; expected DGL-API, ParMETIS, DistParMETIS or Skip")
+    })
+}
+
+/// The role to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Partitioner,
+    Launcher,
+    Worker,
+    Probe,
+}
+
+/// Role from DGL_OPERATOR_PHASE_ENV (the seed's values, any case).
+pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Err(format!(
+            "no role: give a subcommand (partition, launch, worker, probe) or set {}",
+            names::ENV_PHASE
+        ));
+    };
+    match ReplicaType::ALL
+        .into_iter()
+        .find(|r| r.as_str().eq_ignore_ascii_case(v))
+    {
+        Some(ReplicaType::Partitioner) => Ok(Role::Partitioner),
+        Some(ReplicaType::Launcher) => Ok(Role::Launcher),
+        Some(ReplicaType::Worker) => Ok(Role::Worker),
+        None => Err(format!(
+            "{}={v:?} is not a role; expected Partitioner, Launcher or Worker",
+            names::ENV_PHASE
+        )),
+    }
+}
+
+impl Options {
+    pub fn stop_grace(&self) -> Duration {
+        Duration::from_secs(self.runtime.stop_grace)
+    }
+
+    /// The graph name, or an error naming the flag.
+    pub fn graph_name(&self) -> Result<&str, String> {
+        self.job
+            .graph_name
+            .as_deref()
+            .ok_or_else(|| "--graph-name is required".to_string())
+    }
+
+    /// Refuses the partition modes this build cannot run.
+    pub fn check_mode(&self) -> Result<(), String> {
+        let m = self.job.partition_mode;
+        if m.is_supported() {
+            Ok(())
+        } else {
+            Err(format!(
+                "partition mode {m} is not supported yet; use DGL-API (a partition script) or Skip (partitions already in the workspace)"
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn seed_command_line_parses() {
+        let cli = Cli::try_parse_from([
+            "dglrun",
+            "--graph-name",
+            "graphsage",
+            "--partition-entry-point",
+            "code/load_and_partition_graph.py",
+            "--num-partitions",
+            "2",
+            "--balance-train",
+            "--balance-edges",
+            "--train-entry-point",
+            "code/train_dist.py",
+            "--num-epochs",
+            "1",
+            "--batch-size",
+            "1000",
+            "--num-trainers",
+            "1",
+            "--num-samplers",
+            "0",
+            "--num-servers",
+            "1",
+            "--",
+            "--lr",
+            "0.1",
+        ])
+        .unwrap();
+        assert!(cli.command.is_none());
+        let o = cli.opts;
+        assert_eq!(o.graph_name().unwrap(), "graphsage");
+        assert_eq!(o.job.num_partitions, Some(2));
+        assert!(o.job.balance_train && o.job.balance_edges);
+        assert_eq!(o.job.partition_mode, PartitionMode::DglApi);
+        assert_eq!(o.extra, ["--lr", "0.1"]);
+        assert_eq!(o.runtime.workspace, PathBuf::from(names::WORKSPACE));
+    }
+
+    #[test]
+    fn subcommands_and_modes() {
+        let cli = Cli::try_parse_from([
+            "dglrun",
+            "worker",
+            "--listen",
+            "10.0.0.1",
+            "--index",
+            "1",
+            "--partition-mode",
+            "ParMETIS",
+        ])
+        .unwrap();
+        let Some(Command::Worker(o)) = cli.command else {
+            panic!("expected the worker subcommand")
+        };
+        assert_eq!(o.worker.index, Some(1));
+        let e = o.check_mode().unwrap_err();
+        assert!(e.contains("ParMETIS is not supported yet"), "{e}");
+        assert!(Cli::try_parse_from(["dglrun", "--partition-mode", "Metis"]).is_err());
+    }
+
+    #[test]
+    fn role_comes_from_the_phase_env() {
+        assert_eq!(role_from_env(Some("Partitioner")), Ok(Role::Partitioner));
+        assert_eq!(role_from_env(Some("worker")), Ok(Role::Worker));
+        assert!(role_from_env(Some("Trainer"))
+            .unwrap_err()
+            .contains("not a role"));
+        assert!(role_from_env(None).unwrap_err().contains(names::ENV_PHASE));
+    }
+}

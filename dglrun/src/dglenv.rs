@@ -1,0 +1,213 @@
+//! DGL's launch contract (shared/reference/dgl-contract.md) as pure
+//! functions: the command lines and environments of one machine's DGL
+//! servers and of its `torch.distributed.run`.
+
+use std::net::IpAddr;
+use std::path::Path;
+
+use dgl_api::wire::TrainSpec;
+
+use crate::procs::ProcSpec;
+
+/// torchrun checks its children this often (seconds). Its default, 5 s,
+/// delays every failure report by up to that; 1 s keeps the stop prompt.
+const TORCHRUN_MONITOR_INTERVAL: &str = "1";
+
+/// Everything one machine needs besides the launcher's [`TrainSpec`].
+#[derive(Debug, Clone)]
+pub struct Machine<'a> {
+    pub python: &'a str,
+    pub ip_config_path: &'a Path,
+    pub part_config_path: &'a Path,
+    pub num_machines: u32,
+    /// IP of machine 0 (torch.distributed's master).
+    pub master_addr: IpAddr,
+    /// Network interface holding this machine's IP, for gloo and tensorpipe.
+    pub ifname: Option<&'a str>,
+    /// OMP_NUM_THREADS of the trainers.
+    pub trainer_threads: u32,
+}
+
+/// DGL_NUM_CLIENT: every trainer and every sampler process of every machine
+/// connects to the servers.
+pub fn num_clients(spec: &TrainSpec, machines: u32) -> u32 {
+    spec.num_trainers * (1 + spec.num_samplers) * machines
+}
+
+/// The training script and its arguments, as the earlier operator passed them
+/// (plus --part_config), then the pass-through arguments.
+pub fn script_args(spec: &TrainSpec, m: &Machine) -> Vec<String> {
+    let mut a = vec![
+        spec.entry_point.clone(),
+        "--graph_name".into(),
+        spec.graph_name.clone(),
+        "--ip_config".into(),
+        m.ip_config_path.display().to_string(),
+        "--part_config".into(),
+        m.part_config_path.display().to_string(),
+        "--num_epochs".into(),
+        spec.num_epochs.to_string(),
+        "--batch_size".into(),
+        spec.batch_size.to_string(),
+        "--num_workers".into(),
+        spec.num_samplers.to_string(),
+    ];
+    a.extend(spec.extra_args.iter().cloned());
+    a
+}
+
+fn common_env(spec: &TrainSpec, m: &Machine) -> Vec<(String, String)> {
+    let mut env = vec![
+        (
+            "DGL_NUM_CLIENT".to_string(),
+            num_clients(spec, m.num_machines).to_string(),
+        ),
+        ("DGL_NUM_SAMPLER".into(), spec.num_samplers.to_string()),
+        ("DGL_NUM_SERVER".into(), spec.num_servers.to_string()),
+        (
+            "DGL_CONF_PATH".into(),
+            m.part_config_path.display().to_string(),
+        ),
+        (
+            "DGL_IP_CONFIG".into(),
+            m.ip_config_path.display().to_string(),
+        ),
+        ("DGL_GRAPH_FORMAT".into(), "csc".into()),
+        // Lines reach the launcher's log as they are printed, not when a
+        // pipe buffer fills.
+        ("PYTHONUNBUFFERED".into(), "1".into()),
+    ];
+    if let Some(ifname) = m.ifname {
+        // gloo otherwise picks its interface from the host name, which
+        // outside a pod may not resolve to the machine's ip_config address.
+        env.push(("GLOO_SOCKET_IFNAME".into(), ifname.into()));
+        env.push(("TP_SOCKET_IFNAME".into(), ifname.into()));
+    }
+    env
+}
+
+/// The `num_servers` DGL server processes of machine `spec.machine_rank`.
+pub fn server_specs(spec: &TrainSpec, m: &Machine) -> Vec<ProcSpec> {
+    (0..spec.num_servers)
+        .map(|i| {
+            let mut env = common_env(spec, m);
+            env.extend([
+                ("DGL_ROLE".to_string(), "server".to_string()),
+                (
+                    "DGL_SERVER_ID".into(),
+                    (spec.machine_rank * spec.num_servers + i).to_string(),
+                ),
+                ("OMP_NUM_THREADS".into(), "1".into()),
+            ]);
+            ProcSpec {
+                name: format!("server-{i}"),
+                program: m.python.to_string(),
+                args: script_args(spec, m),
+                env,
+                cwd: None,
+            }
+        })
+        .collect()
+}
+
+/// The machine's `python -m torch.distributed.run` with `num_trainers` processes.
+pub fn trainer_spec(spec: &TrainSpec, m: &Machine) -> ProcSpec {
+    let mut env = common_env(spec, m);
+    env.extend([
+        ("DGL_DIST_MODE".to_string(), "distributed".to_string()),
+        ("DGL_ROLE".into(), "client".into()),
+        ("DGL_GROUP_ID".into(), "0".into()),
+        ("OMP_NUM_THREADS".into(), m.trainer_threads.to_string()),
+    ]);
+    let mut args = vec![
+        "-m".to_string(),
+        "torch.distributed.run".into(),
+        format!("--nproc_per_node={}", spec.num_trainers),
+        format!("--nnodes={}", m.num_machines),
+        format!("--node_rank={}", spec.machine_rank),
+        format!("--master_addr={}", m.master_addr),
+        format!("--master_port={}", spec.master_port),
+        format!("--monitor-interval={TORCHRUN_MONITOR_INTERVAL}"),
+    ];
+    args.extend(script_args(spec, m));
+    ProcSpec {
+        name: "trainer".into(),
+        program: m.python.to_string(),
+        args,
+        env,
+        cwd: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> TrainSpec {
+        TrainSpec {
+            graph_name: "g".into(),
+            entry_point: "train.py".into(),
+            num_epochs: 3,
+            batch_size: 100,
+            num_trainers: 2,
+            num_samplers: 1,
+            num_servers: 2,
+            machine_rank: 1,
+            ip_config: String::new(),
+            master_port: 29500,
+            extra_args: vec!["--lr".into(), "0.1".into()],
+        }
+    }
+
+    fn env_of(p: &ProcSpec, k: &str) -> Option<String> {
+        p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone())
+    }
+
+    #[test]
+    fn servers_and_trainers_follow_dgls_contract() {
+        let s = spec();
+        let m = Machine {
+            python: "/venv/bin/python",
+            ip_config_path: Path::new("/w/ip_config"),
+            part_config_path: Path::new("/w/dataset/g.json"),
+            num_machines: 3,
+            master_addr: "10.0.0.1".parse().unwrap(),
+            ifname: Some("eth0"),
+            trainer_threads: 4,
+        };
+        let servers = server_specs(&s, &m);
+        assert_eq!(servers.len(), 2);
+        assert_eq!(env_of(&servers[1], "DGL_SERVER_ID").as_deref(), Some("3"));
+        assert_eq!(env_of(&servers[0], "DGL_ROLE").as_deref(), Some("server"));
+        // trainers * (1 + samplers) * machines
+        assert_eq!(env_of(&servers[0], "DGL_NUM_CLIENT").as_deref(), Some("12"));
+        assert_eq!(env_of(&servers[0], "OMP_NUM_THREADS").as_deref(), Some("1"));
+        assert_eq!(env_of(&servers[0], "DGL_DIST_MODE"), None);
+        assert_eq!(servers[0].args[0], "train.py");
+
+        let t = trainer_spec(&s, &m);
+        for (k, v) in [
+            ("DGL_DIST_MODE", "distributed"),
+            ("DGL_ROLE", "client"),
+            ("DGL_GROUP_ID", "0"),
+            ("DGL_NUM_SAMPLER", "1"),
+            ("DGL_NUM_SERVER", "2"),
+            ("DGL_NUM_CLIENT", "12"),
+            ("DGL_CONF_PATH", "/w/dataset/g.json"),
+            ("DGL_IP_CONFIG", "/w/ip_config"),
+            ("DGL_GRAPH_FORMAT", "csc"),
+            ("OMP_NUM_THREADS", "4"),
+            ("GLOO_SOCKET_IFNAME", "eth0"),
+            ("TP_SOCKET_IFNAME", "eth0"),
+        ] {
+            assert_eq!(env_of(&t, k).as_deref(), Some(v), "{k}");
+        }
+        let args = t.args.join(" ");
+        assert!(args.starts_with(
+            "-m torch.distributed.run --nproc_per_node=2 --nnodes=3 --node_rank=1 --master_addr=10.0.0.1 --master_port=29500"
+        ), "{args}");
+        assert!(args.ends_with(
+            "train.py --graph_name g --ip_config /w/ip_config --part_config /w/dataset/g.json --num_epochs 3 --batch_size 100 --num_workers 1 --lr 0.1"
+        ), "{args}");
+    }
+}

@@ -1,0 +1,27 @@
+//! dglrun: the programs inside a DGLJob's pods (partitioner, launcher,
+//! worker), also usable on plain machines. See docs/runtime-design.md.
+//!
+//! Modules, bottom up:
+//! - [`channel`]: the authenticated control channel (HMAC handshake, frames);
+//! - [`dataset`]: the partition layout on disk, its checks, the manifest;
+//! - [`transfer`]: shard files pod to pod, resumed, verified, retried;
+//! - [`procs`]: child processes in their own process groups;
+//! - [`dglenv`]: DGL's environment contract for servers and trainers;
+//! - [`preflight`]: checks before DGL starts;
+//! - [`training`]: one machine's servers + trainers, supervised;
+//! - [`partition`], [`worker`], [`launcher`]: the three roles;
+//! - [`hosts`]: hostfile / partfile / ip_config;
+//! - [`cli`]: the command line.
+
+pub mod channel;
+pub mod cli;
+pub mod dataset;
+pub mod dglenv;
+pub mod hosts;
+pub mod launcher;
+pub mod partition;
+pub mod preflight;
+pub mod procs;
+pub mod training;
+pub mod transfer;
+pub mod worker;

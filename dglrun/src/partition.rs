@@ -1,0 +1,237 @@
+//! The partitioner (partition mode DGL-API): runs the user's partition
+//! script the way the earlier operator did, checks its output, builds the
+//! manifest and serves the shards until the launcher says the job is done.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use dgl_api::names::DATASET_DIR;
+use dgl_api::wire::{AgentInfo, Request, Response};
+use dgl_api::ReplicaType;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+use crate::channel::{Channel, ChannelError, Token};
+use crate::dataset::Layout;
+use crate::procs::{ProcSpec, Supervisor};
+use crate::transfer::FileServer;
+
+/// The partitioner's settings.
+#[derive(Debug, Clone)]
+pub struct PartitionConfig {
+    pub python: String,
+    pub entry_point: String,
+    pub graph_name: String,
+    pub num_parts: u32,
+    pub balance_train: bool,
+    pub balance_edges: bool,
+    pub workspace: PathBuf,
+    pub extra_args: Vec<String>,
+    pub stop_grace: std::time::Duration,
+}
+
+/// The partition script's command line.
+pub fn partition_command(cfg: &PartitionConfig) -> ProcSpec {
+    let mut args = vec![
+        cfg.entry_point.clone(),
+        "--graph_name".into(),
+        cfg.graph_name.clone(),
+        "--workspace".into(),
+        cfg.workspace.display().to_string(),
+        "--rel_data_path".into(),
+        DATASET_DIR.into(),
+        "--num_parts".into(),
+        cfg.num_parts.to_string(),
+    ];
+    if cfg.balance_train {
+        args.push("--balance_train".into());
+    }
+    if cfg.balance_edges {
+        args.push("--balance_edges".into());
+    }
+    args.extend(cfg.extra_args.iter().cloned());
+    ProcSpec {
+        name: "partition".into(),
+        program: cfg.python.clone(),
+        args,
+        env: vec![("PYTHONUNBUFFERED".into(), "1".into())],
+        cwd: None,
+    }
+}
+
+/// Runs the partition script and checks its output; returns the file server
+/// for the result.
+pub async fn partition(cfg: &PartitionConfig) -> anyhow::Result<FileServer> {
+    std::fs::create_dir_all(&cfg.workspace)
+        .with_context(|| format!("cannot create the workspace {}", cfg.workspace.display()))?;
+    let (tx, mut rx) = mpsc::channel::<dgl_api::wire::OutputLine>(1024);
+    let printer = tokio::spawn(async move {
+        while let Some(l) = rx.recv().await {
+            println!("[{}] {}", l.process, l.line);
+        }
+    });
+    // The partition script may fork (DGL's multiprocessing); what it leaves
+    // behind is re-parented to us and killed with the rest.
+    crate::procs::become_subreaper();
+    let mut sup = Supervisor::new(tx);
+    let spec = partition_command(cfg);
+    sup.spawn(&spec)?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let exit = tokio::select! {
+        e = sup.next_exit() => e.map(|e| e.exit),
+        _ = sigterm.recv() => None,
+        _ = sigint.recv() => None,
+    };
+    sup.stop_all(cfg.stop_grace).await;
+    drop(sup);
+    let _ = printer.await;
+    match exit {
+        None => bail!("interrupted while partitioning; the partition script was stopped"),
+        Some(e) if !e.success() => bail!(
+            "the partition entry point {} exited with {e} (command: {})",
+            cfg.entry_point,
+            spec.display()
+        ),
+        Some(_) => {}
+    }
+    let layout = Layout::new(&cfg.workspace, &cfg.graph_name);
+    let info = layout
+        .check_all(cfg.num_parts)
+        .context("the partition script exited 0 but its output is not usable")?;
+    tracing::info!(
+        num_parts = info.num_parts,
+        files = info.referenced.len(),
+        "partition output checked"
+    );
+    let l = layout.clone();
+    let n = cfg.num_parts;
+    let manifest = tokio::task::spawn_blocking(move || l.build_manifest(n)).await??;
+    let bytes: u64 = manifest.files.iter().map(|f| f.size).sum();
+    tracing::info!(files = manifest.files.len(), bytes, "manifest ready");
+    Ok(FileServer::new(layout.dir, manifest))
+}
+
+/// Serves the shards until a `Shutdown` arrives (exit 0) or SIGTERM (also
+/// exit 0: the partitions were made; being deleted at the end of the job is
+/// the normal way out).
+pub async fn serve(listener: TcpListener, server: FileServer, token: Token) -> anyhow::Result<()> {
+    tracing::info!(addr = %listener.local_addr()?, "serving the partitions");
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
+    let token = Arc::new(token);
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let (server, token, done) = (server.clone(), token.clone(), done_tx.clone());
+                tokio::spawn(async move {
+                    match Channel::accept(stream, peer, &token).await {
+                        Ok(ch) => {
+                            if let Err(e) = handle(ch, &server, &done).await {
+                                tracing::debug!(%peer, error = %e, "connection ended");
+                            }
+                        }
+                        Err(e) => tracing::warn!(%peer, error = %e, "refused a connection"),
+                    }
+                });
+            }
+            reason = done_rx.recv() => {
+                tracing::info!(reason = reason.as_deref().unwrap_or(""), "shutting down");
+                return Ok(());
+            }
+            _ = sigterm.recv() => {
+                tracing::info!("SIGTERM: stop serving");
+                return Ok(());
+            }
+            _ = sigint.recv() => {
+                tracing::info!("SIGINT: stop serving");
+                return Ok(());
+            }
+        }
+    }
+}
+
+async fn handle(
+    mut ch: Channel,
+    server: &FileServer,
+    done: &mpsc::UnboundedSender<String>,
+) -> Result<(), ChannelError> {
+    while let Some(req) = ch.recv::<Request>().await? {
+        match req {
+            Request::Ping => {
+                ch.send(&Response::Pong(AgentInfo {
+                    role: ReplicaType::Partitioner,
+                    index: None,
+                    version: env!("CARGO_PKG_VERSION").into(),
+                }))
+                .await?
+            }
+            Request::GetManifest => {
+                ch.send(&Response::Manifest(server.manifest().clone()))
+                    .await?
+            }
+            Request::Fetch { path, offset } => {
+                tracing::debug!(peer = %ch.peer, path, offset, "fetch");
+                server.handle_fetch(&mut ch, &path, offset).await?
+            }
+            Request::Shutdown { reason } => {
+                ch.send(&Response::Ack).await?;
+                let _ = done.send(reason);
+                return Ok(());
+            }
+            other => {
+                ch.send(&Response::Error {
+                    message: format!("the partitioner does not handle {other:?}"),
+                })
+                .await?
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Binds the agent port before partitioning would be too early (the
+/// readiness probe must fail until the shards are checked), so this is
+/// called after [`partition`].
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_line_matches_the_earlier_operator() {
+        let cfg = PartitionConfig {
+            python: "python3".into(),
+            entry_point: "code/part.py".into(),
+            graph_name: "g".into(),
+            num_parts: 2,
+            balance_train: true,
+            balance_edges: true,
+            workspace: "/dgl_workspace".into(),
+            extra_args: vec!["--num_nodes".into(), "100".into()],
+            stop_grace: std::time::Duration::from_secs(1),
+        };
+        let c = partition_command(&cfg);
+        assert_eq!(c.program, "python3");
+        assert_eq!(
+            c.args.join(" "),
+            "code/part.py --graph_name g --workspace /dgl_workspace --rel_data_path dataset --num_parts 2 --balance_train --balance_edges --num_nodes 100"
+        );
+    }
+}

@@ -1,0 +1,342 @@
+//! The worker's agent: listens on the agent port, answers pings, prepares
+//! the shard when the launcher asks, runs the training on `Start` and
+//! streams its output back. The process exits with the training's status.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dgl_api::wire::{
+    AgentInfo, Request, Response, ShardReport, ShardRequest, ShardSource, TrainResult,
+};
+use dgl_api::ReplicaType;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::{mpsc, watch, Mutex};
+
+use crate::channel::{read_frame, write_frame, Channel, Token};
+use crate::dataset::Layout;
+use crate::hosts::parse_addr;
+use crate::training::{self, TrainContext};
+use crate::transfer::{Fetcher, RetryPolicy};
+
+/// The worker's settings.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub listen: IpAddr,
+    pub agent_port: u16,
+    pub token: Token,
+    pub retry: RetryPolicy,
+    pub train: TrainContext,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Training,
+    Done,
+}
+
+struct Shared {
+    cfg: WorkerConfig,
+    phase: Mutex<Phase>,
+    /// Serialises shard preparation (two requests must not write the same files).
+    prepare: Mutex<()>,
+    stop_tx: watch::Sender<Option<String>>,
+    /// The process's exit status, sent once when the worker is done.
+    exit_tx: mpsc::UnboundedSender<i32>,
+}
+
+impl Shared {
+    fn stop(&self, reason: &str) {
+        self.stop_tx.send_if_modified(|s| {
+            if s.is_none() {
+                tracing::warn!(reason, "stopping the training");
+                *s = Some(reason.to_string());
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+/// Runs the worker until its training ended (or it was told to shut down);
+/// returns the process exit status.
+pub async fn run(cfg: WorkerConfig) -> anyhow::Result<i32> {
+    // Orphans of killed process trees are re-parented to us, so that they
+    // can be found and killed (see procs::reap_orphans).
+    crate::procs::become_subreaper();
+    let addr = SocketAddr::new(cfg.listen, cfg.agent_port);
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    tracing::info!(%addr, index = ?cfg.train.index, workspace = %cfg.train.workspace.display(), "worker agent listening");
+    let (stop_tx, _) = watch::channel(None);
+    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
+    let grace = cfg.train.stop_grace;
+    let shared = Arc::new(Shared {
+        cfg,
+        phase: Mutex::new(Phase::Idle),
+        prepare: Mutex::new(()),
+        stop_tx,
+        exit_tx,
+    });
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let shared = shared.clone();
+                tokio::spawn(async move {
+                    match Channel::accept(stream, peer, &shared.cfg.token).await {
+                        Ok(ch) => {
+                            if let Err(e) = serve(shared, ch).await {
+                                tracing::debug!(%peer, error = %e, "connection ended");
+                            }
+                        }
+                        Err(e) => tracing::warn!(%peer, error = %e, "refused a connection"),
+                    }
+                });
+            }
+            code = exit_rx.recv() => return Ok(code.unwrap_or(1)),
+            _ = sigterm.recv() => return Ok(on_signal(&shared, &mut exit_rx, "SIGTERM", grace).await),
+            _ = sigint.recv() => return Ok(on_signal(&shared, &mut exit_rx, "SIGINT", grace).await),
+        }
+    }
+}
+
+async fn on_signal(
+    shared: &Shared,
+    exit_rx: &mut mpsc::UnboundedReceiver<i32>,
+    name: &str,
+    grace: Duration,
+) -> i32 {
+    let phase = *shared.phase.lock().await;
+    if phase == Phase::Training {
+        shared.stop(&format!("{name} received by the worker"));
+        // The session stops the processes (SIGTERM, SIGKILL after the grace
+        // period) and reports to the launcher before it hands us the status.
+        let bound = grace + Duration::from_secs(20);
+        if let Ok(Some(code)) = tokio::time::timeout(bound, exit_rx.recv()).await {
+            return code;
+        }
+        tracing::error!("the training did not stop within {bound:?}");
+    }
+    128 + libc::SIGTERM
+}
+
+async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channel::ChannelError> {
+    while let Some(req) = ch.recv::<Request>().await? {
+        match req {
+            Request::Ping => {
+                ch.send(&Response::Pong(AgentInfo {
+                    role: ReplicaType::Worker,
+                    index: shared.cfg.train.index,
+                    version: env!("CARGO_PKG_VERSION").into(),
+                }))
+                .await?
+            }
+            Request::PrepareShard(req) => {
+                let resp = match prepare(&shared, &req).await {
+                    Ok(r) => Response::ShardReady(r),
+                    Err(message) => {
+                        tracing::error!("{message}");
+                        Response::Error { message }
+                    }
+                };
+                ch.send(&resp).await?
+            }
+            Request::Start(spec) => {
+                {
+                    let mut phase = shared.phase.lock().await;
+                    if *phase != Phase::Idle {
+                        let message = format!("training already {:?} on this worker", *phase);
+                        drop(phase);
+                        ch.send(&Response::Error { message }).await?;
+                        continue;
+                    }
+                    *phase = Phase::Training;
+                }
+                // The connection now belongs to the session.
+                return session(shared, ch, spec).await;
+            }
+            Request::Stop { reason } => {
+                shared.stop(&format!("launcher: {reason}"));
+                ch.send(&Response::Ack).await?
+            }
+            Request::Shutdown { reason } => {
+                let mut phase = shared.phase.lock().await;
+                if *phase == Phase::Training {
+                    drop(phase);
+                    shared.stop(&format!("launcher: {reason}"));
+                    ch.send(&Response::Ack).await?;
+                    continue;
+                }
+                tracing::warn!(reason, "shut down by the launcher before training");
+                *phase = Phase::Done;
+                ch.send(&Response::Ack).await?;
+                // Never trained: not a success.
+                let _ = shared.exit_tx.send(1);
+                return Ok(());
+            }
+            Request::GetManifest | Request::Fetch { .. } => {
+                ch.send(&Response::Error {
+                    message: "this is a worker; shards are served by the partitioner".into(),
+                })
+                .await?
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Gets this machine's shard in place (pulled from the partitioner, or
+/// checked in the workspace in Skip mode).
+async fn prepare(shared: &Shared, req: &ShardRequest) -> Result<ShardReport, String> {
+    let _one_at_a_time = shared.prepare.lock().await;
+    let ctx = &shared.cfg.train;
+    if let Some(index) = ctx.index {
+        if index != req.part_id {
+            return Err(format!(
+                "this worker has index {index} but the launcher asked it for partition {}; the hostfile order and the worker indexes disagree",
+                req.part_id
+            ));
+        }
+    }
+    let layout = Layout::new(&ctx.workspace, &req.graph_name);
+    let report = match &req.source {
+        ShardSource::Local => {
+            let info = layout
+                .check_shard(req.part_id, Some(req.num_parts))
+                .map_err(|e| format!("partition mode Skip: {e}"))?;
+            ShardReport {
+                part_id: req.part_id,
+                files: info.referenced.len() as u32 + 1,
+                bytes: layout.shard_bytes(req.part_id).unwrap_or(0),
+                transferred_bytes: 0,
+                reused_files: 0,
+                retries: 0,
+            }
+        }
+        ShardSource::Partitioner { addr } => {
+            let addr = parse_addr(addr, dgl_api::names::AGENT_PORT)?;
+            let mut fetcher =
+                Fetcher::new(addr, shared.cfg.token.clone(), shared.cfg.retry.clone());
+            let manifest = fetcher.manifest().await.map_err(|e| e.to_string())?;
+            if manifest.graph_name != req.graph_name || manifest.num_parts != req.num_parts {
+                return Err(format!(
+                    "the partitioner serves graph {:?} in {} parts, but the job wants {:?} in {} parts",
+                    manifest.graph_name, manifest.num_parts, req.graph_name, req.num_parts
+                ));
+            }
+            let files = manifest.shard_files(req.part_id);
+            if files.len() < 2 {
+                return Err(format!(
+                    "the partitioner's manifest has no files for partition {}",
+                    req.part_id
+                ));
+            }
+            tracing::info!(%addr, files = files.len(), bytes = files.iter().map(|f| f.size).sum::<u64>(), "fetching the shard");
+            let stats = fetcher
+                .fetch_all(&files, &layout.dir)
+                .await
+                .map_err(|e| format!("fetching partition {} failed: {e}", req.part_id))?;
+            layout
+                .check_shard(req.part_id, Some(req.num_parts))
+                .map_err(|e| format!("after the transfer: {e}"))?;
+            tracing::info!(?stats, "shard verified");
+            ShardReport {
+                part_id: req.part_id,
+                files: stats.files,
+                bytes: stats.bytes,
+                transferred_bytes: stats.transferred,
+                reused_files: stats.reused,
+                retries: stats.retries,
+            }
+        }
+    };
+    Ok(report)
+}
+
+/// Runs the training for the launcher on this connection: output and exits
+/// go out as they happen, `Stop` comes in; a lost launcher stops the training.
+async fn session(
+    shared: Arc<Shared>,
+    ch: Channel,
+    spec: dgl_api::wire::TrainSpec,
+) -> Result<(), crate::channel::ChannelError> {
+    let Channel {
+        mut reader,
+        mut writer,
+        peer,
+    } = ch;
+    tracing::info!(%peer, rank = spec.machine_rank, "training starts");
+    let (events_tx, mut events_rx) = mpsc::channel::<Response>(1024);
+
+    let writer_shared = shared.clone();
+    let writer_task = tokio::spawn(async move {
+        let mut ok = true;
+        while let Some(ev) = events_rx.recv().await {
+            if ok {
+                if let Err(e) = write_frame(&mut writer, &ev).await {
+                    // Keep draining so the training never blocks on us.
+                    ok = false;
+                    writer_shared.stop(&format!("the launcher connection failed: {e}"));
+                }
+            }
+        }
+        writer
+    });
+    let reader_shared = shared.clone();
+    let reader_task = tokio::spawn(async move {
+        loop {
+            match read_frame::<_, Request>(&mut reader).await {
+                Ok(Some(Request::Stop { reason })) => {
+                    reader_shared.stop(&format!("launcher: {reason}"))
+                }
+                Ok(Some(other)) => tracing::warn!(?other, "ignored during training"),
+                Ok(None) => {
+                    reader_shared.stop("the launcher disconnected");
+                    return;
+                }
+                Err(e) => {
+                    reader_shared.stop(&format!("the launcher connection failed: {e}"));
+                    return;
+                }
+            }
+        }
+    });
+
+    let result: TrainResult = training::run(
+        &shared.cfg.train,
+        spec,
+        events_tx.clone(),
+        shared.stop_tx.subscribe(),
+    )
+    .await;
+    if result.exit.success() {
+        tracing::info!(message = %result.message, "training finished");
+    } else {
+        tracing::error!(status = %result.exit, message = %result.message, "training failed");
+    }
+    let code = result.exit.as_shell_status();
+    let _ = events_tx.send(Response::Finished(result)).await;
+    drop(events_tx);
+    if let Ok(Ok(mut w)) = tokio::time::timeout(Duration::from_secs(10), writer_task).await {
+        use tokio::io::AsyncWriteExt;
+        let _ = w.shutdown().await;
+    }
+    // Wait (briefly) for the launcher to read the result and close.
+    let _ = tokio::time::timeout(Duration::from_secs(5), reader_task).await;
+    *shared.phase.lock().await = Phase::Done;
+    let _ = shared.exit_tx.send(code);
+    Ok(())
+}

@@ -1,0 +1,768 @@
+//! Real DGL 2.1.0 across two "machines": two network namespaces joined by a
+//! veth pair, each process additionally in its own mount + IPC namespace
+//! with a private tmpfs on /dev/shm (DGL's servers and trainers share the
+//! partition through shared memory, which two real machines never share).
+//!
+//! - `graphsage_trains_on_two_machines`: `dglrun partition` runs
+//!   examples/graphsage/partition.py (partition mode DGL-API) and serves the
+//!   shards; `dglrun worker` in each namespace pulls its shard and runs one
+//!   DGL server and one trainer; `dglrun launch` drives it. Every process
+//!   must exit 0 and the loss printed in the launcher's log must fall.
+//! - `a_crashing_trainer_stops_the_job`: partitions placed in the workers'
+//!   workspaces beforehand (partition mode Skip), one sampler per trainer
+//!   (a hard-crashed trainer orphans its sampler); the trainer of rank 1
+//!   exits 3 at epoch 1 (DGL_EXAMPLE_CRASH_AT_EPOCH). The launcher must exit
+//!   non-zero within 30 s naming worker-1 and the exit code, and no process
+//!   of the test may remain.
+//! - `sigterm_to_the_launcher_stops_every_worker`: SIGTERM to the launcher
+//!   in the middle of training: it tells the workers to stop, they kill
+//!   their process groups, the launcher exits 143, nothing remains.
+//!
+//! Needs root (network namespaces) and the DGL venv (`cargo xtask pyenv`).
+//! `DGLRUN_TEST_KEEP_LOGS=1` keeps every process's log and workspace.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::IntoRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The two tests each load a CPU-heavy DGL job; on a small machine they
+/// would slow each other past the time limits. Run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const DGLRUN: &str = env!("CARGO_BIN_EXE_dglrun");
+const AGENT_PORT: &str = "30049";
+const PARTITIONER_PORT: &str = "30061";
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The DGL interpreter: $DGLRUN_TEST_PYTHON, else the venv `cargo xtask
+/// pyenv` builds. Missing is a failure, never a skip.
+fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("DGLRUN_TEST_PYTHON") {
+        let p = PathBuf::from(p);
+        assert!(
+            p.exists(),
+            "DGLRUN_TEST_PYTHON={} does not exist; run `cargo xtask pyenv` and point it at the venv's python",
+            p.display()
+        );
+        return p;
+    }
+    let cache = std::env::var_os("DGL_OPERATOR_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set"))
+                .join(".cache/dgl-operator")
+        });
+    let venv = cache.join("venv/dgl-2.1.0-torch-2.2.1");
+    let p = venv.join("bin/python");
+    assert!(
+        p.exists(),
+        "the DGL venv is missing ({}): run `cargo xtask pyenv` first (or set DGLRUN_TEST_PYTHON)",
+        p.display()
+    );
+    // xtask writes this stamp last, after an import check: without it the
+    // venv is half-built (or being rebuilt right now).
+    assert!(
+        venv.join(".dgl-operator-requirements.sha256").exists(),
+        "the DGL venv at {} is incomplete (no stamp file; is `cargo xtask pyenv` running?): run `cargo xtask pyenv` and retry",
+        venv.display()
+    );
+    p
+}
+
+fn require_root() {
+    assert!(
+        unsafe { libc::geteuid() } == 0,
+        "these tests create network namespaces and need root"
+    );
+}
+
+fn run(cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Two namespaces, a veth pair between them, and every process started in
+/// them. Drop kills what is left and deletes the namespaces.
+struct TwoMachines {
+    ns: [String; 2],
+    marker: String,
+    children: Vec<Child>,
+}
+
+impl TwoMachines {
+    /// `tag` keeps names unique per test; the pid keeps them unique per run.
+    fn create(tag: &str, ips: [&str; 2]) -> TwoMachines {
+        let id = format!("{}{tag}", std::process::id() % 100_000);
+        let ns = [format!("dglrun-{id}-a"), format!("dglrun-{id}-b")];
+        // Interface names are limited to 15 characters.
+        let veth = [format!("vd{id}a"), format!("vd{id}b")];
+        for n in &ns {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+        let m = TwoMachines {
+            ns: ns.clone(),
+            marker: format!(
+                "dglrun-test-{id}-{}",
+                std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()
+            ),
+            children: Vec::new(),
+        };
+        for n in &ns {
+            run("ip", &["netns", "add", n]);
+        }
+        run(
+            "ip",
+            &[
+                "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
+            ],
+        );
+        for i in 0..2 {
+            run("ip", &["link", "set", &veth[i], "netns", &ns[i]]);
+            let cidr = format!("{}/30", ips[i]);
+            run("ip", &["-n", &ns[i], "addr", "add", &cidr, "dev", &veth[i]]);
+            run("ip", &["-n", &ns[i], "link", "set", &veth[i], "up"]);
+            run("ip", &["-n", &ns[i], "link", "set", "lo", "up"]);
+        }
+        m
+    }
+
+    /// Starts a program on machine `i`: in its network namespace, in a new
+    /// mount and IPC namespace with a private /dev/shm. Output goes to `log`.
+    fn spawn(&mut self, i: usize, args: &[String], env: &[(&str, &str)], log: &Path) -> usize {
+        let nsfd = File::open(format!("/var/run/netns/{}", self.ns[i]))
+            .unwrap()
+            .into_raw_fd();
+        // Everything the child needs is allocated before fork: only raw
+        // system calls run between fork and exec.
+        let root = CString::new("/").unwrap();
+        let shm = CString::new("/dev/shm").unwrap();
+        let tmpfs = CString::new("tmpfs").unwrap();
+        let opts = CString::new("size=2g,mode=1777").unwrap();
+        let out = File::create(log).unwrap();
+        let mut cmd = Command::new(DGLRUN);
+        cmd.args(args)
+            .env("DGLRUN_TEST_MARKER", &self.marker)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out);
+        unsafe {
+            cmd.pre_exec(move || {
+                let check = |r: libc::c_int| {
+                    if r == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                };
+                check(libc::setns(nsfd, libc::CLONE_NEWNET))?;
+                check(libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWIPC))?;
+                check(libc::mount(
+                    std::ptr::null(),
+                    root.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ))?;
+                check(libc::mount(
+                    tmpfs.as_ptr(),
+                    shm.as_ptr(),
+                    tmpfs.as_ptr(),
+                    0,
+                    opts.as_ptr().cast(),
+                ))?;
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        let _ = nix::unistd::close(nsfd);
+        self.children.push(child);
+        self.children.len() - 1
+    }
+
+    fn wait(&mut self, idx: usize, timeout: Duration) -> Option<ExitStatus> {
+        wait_timeout(&mut self.children[idx], timeout)
+    }
+
+    /// Pids still running in the namespaces.
+    fn ns_pids(&self) -> Vec<String> {
+        let mut pids = Vec::new();
+        for n in &self.ns {
+            let out = Command::new("ip")
+                .args(["netns", "pids", n])
+                .output()
+                .unwrap();
+            pids.extend(
+                String::from_utf8_lossy(&out.stdout)
+                    .split_whitespace()
+                    .map(|p| format!("{p} ({})", comm(p))),
+            );
+        }
+        pids
+    }
+
+    /// Pids (anywhere) carrying this test's marker in their environment.
+    fn marked_pids(&self) -> Vec<String> {
+        let needle = format!("DGLRUN_TEST_MARKER={}", self.marker);
+        let mut out = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.chars().all(|c| c.is_ascii_digit()) {
+                continue;
+            }
+            let Ok(env) = std::fs::read(format!("/proc/{name}/environ")) else {
+                continue;
+            };
+            if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(&name) {
+                out.push(format!("{name} ({})", comm(&name)));
+            }
+        }
+        out
+    }
+}
+
+impl Drop for TwoMachines {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for n in &self.ns {
+            if let Ok(out) = Command::new("ip").args(["netns", "pids", n]).output() {
+                for p in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                    if let Ok(pid) = p.parse() {
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pid),
+                            nix::sys::signal::Signal::SIGKILL,
+                        );
+                    }
+                }
+            }
+        }
+        for p in self.marked_pids() {
+            if let Some(pid) = p.split_whitespace().next().and_then(|p| p.parse().ok()) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+        // Deleting a namespace also deletes its end of the veth pair (and so the pair).
+        for n in &self.ns {
+            let _ = Command::new("ip").args(["netns", "del", n]).output();
+        }
+    }
+}
+
+fn comm(pid: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
+        .map(|c| c.replace('\0', " ").trim().chars().take(120).collect())
+        .unwrap_or_default()
+}
+
+fn is_zombie(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rfind(')')
+                .map(|i| s[i + 1..].trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// The last lines of every log, for failure messages.
+fn logs(dir: &Path) -> String {
+    let mut s = String::new();
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+        .collect();
+    entries.sort_by_key(|e| e.path());
+    for e in entries {
+        let text = read(&e.path());
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(40)..];
+        s.push_str(&format!(
+            "\n===== {} =====\n{}\n",
+            e.path().display(),
+            tail.join("\n")
+        ));
+    }
+    s
+}
+
+/// `[worker-i] epoch=E loss=L rank=R ...` lines of the launcher's log:
+/// rank → [(epoch, loss)].
+fn losses(launcher_log: &str) -> BTreeMap<u32, Vec<(u32, f64)>> {
+    let mut out: BTreeMap<u32, Vec<(u32, f64)>> = BTreeMap::new();
+    for line in launcher_log.lines() {
+        let Some(rest) = line.strip_prefix("[worker-") else {
+            continue;
+        };
+        let Some((_, body)) = rest.split_once("] ") else {
+            continue;
+        };
+        if !body.starts_with("epoch=") {
+            continue;
+        }
+        let field = |k: &str| {
+            body.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(k))
+                .map(str::to_string)
+        };
+        let (Some(e), Some(l), Some(r)) = (field("epoch="), field("loss="), field("rank=")) else {
+            continue;
+        };
+        out.entry(r.parse().unwrap())
+            .or_default()
+            .push((e.parse().unwrap(), l.parse().unwrap()));
+    }
+    out
+}
+
+struct Job {
+    dir: tempfile::TempDir,
+    token: PathBuf,
+    hostfile: PathBuf,
+    python: PathBuf,
+}
+
+impl Job {
+    fn new(ips: [&str; 2]) -> Job {
+        // DGLRUN_TEST_KEEP_LOGS=1 keeps the workspaces and logs for a look.
+        let keep = std::env::var_os("DGLRUN_TEST_KEEP_LOGS").is_some();
+        let dir = tempfile::Builder::new()
+            .prefix("dglrun-real-")
+            .disable_cleanup(keep)
+            .tempdir()
+            .unwrap();
+        if keep {
+            eprintln!("keeping logs in {}", dir.path().display());
+        }
+        let token = dir.path().join("token");
+        std::fs::write(&token, format!("test-token-{}\n", std::process::id())).unwrap();
+        let hostfile = dir.path().join("hosts.txt");
+        std::fs::write(&hostfile, format!("{}\n{}\n", ips[0], ips[1])).unwrap();
+        Job {
+            dir,
+            token,
+            hostfile,
+            python: python(),
+        }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+
+    fn common(&self, workspace: &str) -> Vec<String> {
+        vec![
+            "--python".into(),
+            self.python.display().to_string(),
+            "--token-file".into(),
+            self.token.display().to_string(),
+            "--workspace".into(),
+            self.path(workspace).display().to_string(),
+        ]
+    }
+
+    fn worker_args(&self, i: usize, ip: &str) -> Vec<String> {
+        let mut a = vec!["worker".to_string()];
+        a.extend(self.common(&format!("w{i}")));
+        a.extend(
+            [
+                "--listen",
+                ip,
+                "--agent-port",
+                AGENT_PORT,
+                "--index",
+                &i.to_string(),
+            ]
+            .map(String::from),
+        );
+        a
+    }
+
+    fn launch_args(
+        &self,
+        mode: &str,
+        epochs: u32,
+        samplers: u32,
+        partitioner: Option<&str>,
+    ) -> Vec<String> {
+        let mut a = vec!["launch".to_string()];
+        a.extend(self.common("launcher"));
+        let train = repo_root().join("examples/graphsage/train.py");
+        a.extend(
+            [
+                "--hostfile",
+                &self.hostfile.display().to_string(),
+                "--agent-port",
+                AGENT_PORT,
+                "--partition-mode",
+                mode,
+                "--graph-name",
+                "sage",
+                "--num-partitions",
+                "2",
+                "--train-entry-point",
+                &train.display().to_string(),
+                "--num-epochs",
+                &epochs.to_string(),
+                "--batch-size",
+                "100",
+                "--num-trainers",
+                "1",
+                "--num-samplers",
+                &samplers.to_string(),
+                "--num-servers",
+                "1",
+                "--wait-timeout",
+                "300",
+            ]
+            .map(String::from),
+        );
+        if let Some(p) = partitioner {
+            a.extend(["--partitioner".to_string(), p.to_string()]);
+        }
+        a
+    }
+
+    fn partition_args(&self, workspace: &str) -> Vec<String> {
+        let mut a = vec!["partition".to_string()];
+        a.extend(self.common(workspace));
+        let script = repo_root().join("examples/graphsage/partition.py");
+        a.extend(
+            [
+                "--graph-name",
+                "sage",
+                "--partition-entry-point",
+                &script.display().to_string(),
+                "--num-partitions",
+                "2",
+                "--balance-train",
+            ]
+            .map(String::from),
+        );
+        a
+    }
+}
+
+#[test]
+fn graphsage_trains_on_two_machines() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    require_root();
+    let ips = ["10.213.0.9", "10.213.0.10"];
+    let job = Job::new(ips);
+    let mut m = TwoMachines::create("s", ips);
+    let started = Instant::now();
+
+    let mut part = job.partition_args("partitioner");
+    part.extend(["--listen", ips[0], "--agent-port", PARTITIONER_PORT].map(String::from));
+    let partitioner = m.spawn(0, &part, &[], &job.path("partitioner.log"));
+    let w0 = m.spawn(
+        0,
+        &job.worker_args(0, ips[0]),
+        &[],
+        &job.path("worker-0.log"),
+    );
+    let w1 = m.spawn(
+        1,
+        &job.worker_args(1, ips[1]),
+        &[],
+        &job.path("worker-1.log"),
+    );
+    let launch = job.launch_args(
+        "DGL-API",
+        3,
+        0,
+        Some(&format!("{}:{PARTITIONER_PORT}", ips[0])),
+    );
+    let launcher = m.spawn(0, &launch, &[], &job.path("launcher.log"));
+
+    let status = m.wait(launcher, Duration::from_secs(900));
+    let elapsed = started.elapsed();
+    let all = logs(job.dir.path());
+    let status = status.unwrap_or_else(|| panic!("the launcher did not finish within 900 s{all}"));
+    assert!(status.success(), "the launcher failed: {status}{all}");
+    for (name, idx) in [
+        ("worker-0", w0),
+        ("worker-1", w1),
+        ("partitioner", partitioner),
+    ] {
+        let s = m
+            .wait(idx, Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("{name} did not exit after the launcher{all}"));
+        assert!(s.success(), "{name} exited with {s}{all}");
+    }
+
+    let log = read(&job.path("launcher.log"));
+    assert!(
+        log.contains("DGL 2.1.0"),
+        "the preflight prints DGL's version{all}"
+    );
+    let losses = losses(&log);
+    assert_eq!(
+        losses.len(),
+        2,
+        "loss lines of both ranks in the launcher log{all}"
+    );
+    for (rank, per_epoch) in &losses {
+        let epochs: Vec<u32> = per_epoch.iter().map(|e| e.0).collect();
+        assert_eq!(epochs, [0, 1, 2], "rank {rank}{all}");
+        let (first, last) = (per_epoch[0].1, per_epoch[2].1);
+        assert!(
+            last < first,
+            "rank {rank}: loss did not fall: {per_epoch:?}{all}"
+        );
+        eprintln!("rank {rank}: loss per epoch {per_epoch:?}");
+    }
+    for w in ["worker-0", "worker-1"] {
+        assert!(
+            log.lines().any(|l| l.starts_with(&format!("[{w}] epoch="))),
+            "{w}'s progress appears with its prefix{all}"
+        );
+    }
+    // The worker fetched its shard: JSON + own part only.
+    assert!(job.path("w1/dataset/sage.json").is_file());
+    assert!(job.path("w1/dataset/part1").is_dir());
+    assert!(
+        !job.path("w1/dataset/part0").exists(),
+        "worker 1 received part0"
+    );
+    let left = [m.ns_pids(), m.marked_pids()].concat();
+    assert!(left.is_empty(), "processes left behind: {left:?}{all}");
+    eprintln!("graphsage_trains_on_two_machines: {elapsed:?} until the launcher exited");
+}
+
+#[test]
+fn a_crashing_trainer_stops_the_job() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    require_root();
+    let ips = ["10.213.0.13", "10.213.0.14"];
+    let job = Job::new(ips);
+    let started = Instant::now();
+
+    prepare_skip(&job);
+
+    let mut m = TwoMachines::create("c", ips);
+    let crash = [
+        ("DGL_EXAMPLE_CRASH_AT_EPOCH", "1"),
+        ("DGL_EXAMPLE_CRASH_RANK", "1"),
+    ];
+    let w0 = m.spawn(
+        0,
+        &job.worker_args(0, ips[0]),
+        &crash,
+        &job.path("worker-0.log"),
+    );
+    let w1 = m.spawn(
+        1,
+        &job.worker_args(1, ips[1]),
+        &crash,
+        &job.path("worker-1.log"),
+    );
+    let launcher = m.spawn(
+        0,
+        &job.launch_args("Skip", 5, 1, None),
+        &[],
+        &job.path("launcher.log"),
+    );
+
+    // Watch the launcher's log for the crash, then time how long it takes
+    // the launcher to exit.
+    let mut crashed_at = None;
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let status = loop {
+        if crashed_at.is_none() && read(&job.path("launcher.log")).contains("injected crash") {
+            crashed_at = Some(Instant::now());
+        }
+        if let Some(s) = m.children[launcher].try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the launcher did not exit{}",
+            logs(job.dir.path())
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let exited_at = Instant::now();
+    let all = logs(job.dir.path());
+    assert!(
+        !status.success(),
+        "the launcher must fail when a trainer crashes{all}"
+    );
+    let crashed_at =
+        crashed_at.unwrap_or_else(|| panic!("the crash never showed in the launcher's log{all}"));
+    let reaction = exited_at - crashed_at;
+    assert!(
+        reaction < Duration::from_secs(30),
+        "the launcher took {reaction:?} after the crash{all}"
+    );
+
+    let log = read(&job.path("launcher.log"));
+    let error = log
+        .lines()
+        .find(|l| l.contains("training failed"))
+        .unwrap_or_else(|| panic!("no 'training failed' message{all}"));
+    // worker-0's trainer fails too (gloo: connection closed by peer), but
+    // the message must point at the worker whose trainer crashed.
+    assert!(
+        error.contains("training failed: worker-1"),
+        "the message names the worker: {error}"
+    );
+    assert!(
+        error.contains("exit code 3"),
+        "the message names the exit code: {error}"
+    );
+
+    for (name, idx) in [("worker-0", w0), ("worker-1", w1)] {
+        let s = m
+            .wait(idx, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("{name} did not exit after the launcher{all}"));
+        assert!(
+            !s.success(),
+            "{name} must report the failed training, got {s}{all}"
+        );
+    }
+    let left = [m.ns_pids(), m.marked_pids()].concat();
+    assert!(left.is_empty(), "processes left behind: {left:?}{all}");
+    eprintln!("failure message: {error}");
+    eprintln!(
+        "a_crashing_trainer_stops_the_job: launcher exited {reaction:?} after the crash, {:?} in total",
+        started.elapsed()
+    );
+}
+
+/// Partition mode Skip: the partitions are already in the workers'
+/// workspaces. Make them with `dglrun partition --no-serve` and copy them.
+fn prepare_skip(job: &Job) {
+    let mut part = job.partition_args("prep");
+    part.push("--no-serve".into());
+    let out = Command::new(DGLRUN).args(&part).output().unwrap();
+    assert!(
+        out.status.success(),
+        "dglrun partition --no-serve: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for w in ["w0", "w1"] {
+        copy_dir(
+            &job.path("prep/dataset"),
+            &job.path(&format!("{w}/dataset")),
+        );
+    }
+}
+
+#[test]
+fn sigterm_to_the_launcher_stops_every_worker() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    require_root();
+    let ips = ["10.213.0.17", "10.213.0.18"];
+    let job = Job::new(ips);
+    prepare_skip(&job);
+    let mut m = TwoMachines::create("t", ips);
+    let w0 = m.spawn(
+        0,
+        &job.worker_args(0, ips[0]),
+        &[],
+        &job.path("worker-0.log"),
+    );
+    let w1 = m.spawn(
+        1,
+        &job.worker_args(1, ips[1]),
+        &[],
+        &job.path("worker-1.log"),
+    );
+    // Far more epochs than the test waits for.
+    let launcher = m.spawn(
+        0,
+        &job.launch_args("Skip", 1000, 0, None),
+        &[],
+        &job.path("launcher.log"),
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !read(&job.path("launcher.log")).contains("epoch=0 ") {
+        assert!(
+            m.children[launcher].try_wait().unwrap().is_none(),
+            "the launcher ended before training{}",
+            logs(job.dir.path())
+        );
+        assert!(
+            Instant::now() < deadline,
+            "training never started{}",
+            logs(job.dir.path())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pid = nix::unistd::Pid::from_raw(m.children[launcher].id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let signalled = Instant::now();
+    let status = m.wait(launcher, Duration::from_secs(60));
+    let all = logs(job.dir.path());
+    let status = status.unwrap_or_else(|| panic!("the launcher ignored SIGTERM for 60 s{all}"));
+    let took = signalled.elapsed();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.code(), Some(143), "launcher status {status:?}{all}");
+    assert!(status.signal().is_none());
+    for (name, idx) in [("worker-0", w0), ("worker-1", w1)] {
+        let s = m
+            .wait(idx, Duration::from_secs(30))
+            .unwrap_or_else(|| panic!("{name} did not exit after the stop{all}"));
+        assert!(!s.success(), "{name} was stopped, not successful: {s}{all}");
+    }
+    let log = read(&job.path("launcher.log"));
+    assert!(log.contains("interrupted by SIGTERM"), "{all}");
+    let left = [m.ns_pids(), m.marked_pids()].concat();
+    assert!(left.is_empty(), "processes left behind: {left:?}{all}");
+    eprintln!("sigterm_to_the_launcher_stops_every_worker: launcher exited {took:?} after SIGTERM");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}

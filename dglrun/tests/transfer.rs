@@ -1,0 +1,424 @@
+//! The control channel and the shard transfer over real TCP on loopback:
+//! framing, authentication (a wrong token is refused, a server without the
+//! token is detected), manifest + sha256 checks, and transfers that are cut
+//! or corrupted midway by a faulty proxy and still end with verified files.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use dgl_api::wire::{self, FileEntry, Request, Response, AUTH_OK, MAC_LEN, MAGIC, NONCE_LEN};
+use dgl_api::ReplicaType;
+use dglrun::channel::{AuthError, Channel, ChannelError, Token};
+use dglrun::dataset::{sha256_file, Layout};
+use dglrun::transfer::{Fetcher, FileServer, RetryPolicy, TransferError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+fn token(s: &str) -> Token {
+    Token::from_bytes(s.as_bytes()).unwrap()
+}
+
+fn fast_policy() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 4,
+        initial_backoff: Duration::from_millis(20),
+        max_backoff: Duration::from_millis(100),
+        connect_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(5),
+    }
+}
+
+/// Deterministic pseudo-random bytes (xorshift), so files are not compressible
+/// patterns and a flipped byte changes the hash.
+fn bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A partition folder with two parts, as partition_graph lays it out; part 1
+/// has a 3 MiB graph so that a transfer can be cut in the middle.
+fn fake_dataset(ws: &Path) -> Layout {
+    let l = Layout::new(ws, "g");
+    let mut json = serde_json::json!({"graph_name": "g", "num_parts": 2});
+    for i in 0..2u32 {
+        json[format!("part-{i}")] = serde_json::json!({
+            "node_feats": format!("part{i}/node_feat.dgl"),
+            "edge_feats": format!("part{i}/edge_feat.dgl"),
+            "part_graph": format!("part{i}/graph.dgl"),
+        });
+        std::fs::create_dir_all(l.part_dir(i)).unwrap();
+        let big = if i == 1 { 3 << 20 } else { 1000 };
+        std::fs::write(l.part_dir(i).join("graph.dgl"), bytes(big, 7 + i as u64)).unwrap();
+        std::fs::write(
+            l.part_dir(i).join("node_feat.dgl"),
+            bytes(5000, 11 + i as u64),
+        )
+        .unwrap();
+        std::fs::write(l.part_dir(i).join("edge_feat.dgl"), b"").unwrap();
+    }
+    std::fs::write(l.json_path(), json.to_string()).unwrap();
+    l
+}
+
+/// Starts the partitioner's server (the real one) on an ephemeral loopback port.
+async fn serve(layout: &Layout, tok: &Token) -> SocketAddr {
+    layout.check_all(2).unwrap();
+    let manifest = layout.build_manifest(2).unwrap();
+    let server = FileServer::new(layout.dir.clone(), manifest);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(dglrun::partition::serve(listener, server, tok.clone()));
+    addr
+}
+
+fn same_file(a: &Path, b: &Path) {
+    assert_eq!(
+        sha256_file(a).unwrap(),
+        sha256_file(b).unwrap(),
+        "{} differs from {}",
+        a.display(),
+        b.display()
+    );
+}
+
+#[tokio::test]
+async fn frames_and_ping_over_tcp() {
+    let ws = tempfile::tempdir().unwrap();
+    let tok = token("job-token");
+    let addr = serve(&fake_dataset(ws.path()), &tok).await;
+    let mut ch = Channel::connect(addr, &tok, Duration::from_secs(5))
+        .await
+        .unwrap();
+    // Several requests on one connection.
+    for _ in 0..3 {
+        match ch.call::<_, Response>(&Request::Ping).await.unwrap() {
+            Response::Pong(info) => assert_eq!(info.role, ReplicaType::Partitioner),
+            other => panic!("expected Pong, got {other:?}"),
+        }
+    }
+    match ch.call::<_, Response>(&Request::GetManifest).await.unwrap() {
+        Response::Manifest(m) => {
+            assert_eq!((m.graph_name.as_str(), m.num_parts), ("g", 2));
+            assert_eq!(m.files.len(), 7);
+        }
+        other => panic!("expected Manifest, got {other:?}"),
+    }
+    // A request the partitioner does not serve gets an Error frame, and the
+    // connection stays usable.
+    let r: Response = ch
+        .call(&Request::Stop { reason: "x".into() })
+        .await
+        .unwrap();
+    assert!(matches!(r, Response::Error { .. }), "{r:?}");
+    let r: Response = ch.call(&Request::Ping).await.unwrap();
+    assert!(matches!(r, Response::Pong(_)));
+}
+
+#[tokio::test]
+async fn wrong_token_is_refused() {
+    let ws = tempfile::tempdir().unwrap();
+    let addr = serve(&fake_dataset(ws.path()), &token("right")).await;
+    let err = Channel::connect(addr, &token("wrong"), Duration::from_secs(5))
+        .await
+        .err()
+        .expect("a wrong token must not connect");
+    assert!(
+        matches!(err, ChannelError::Auth(AuthError::Refused)),
+        "{err:?}"
+    );
+    assert!(!err.is_transient(), "a wrong token is not worth a retry");
+    assert!(err.to_string().contains("different job tokens"), "{err}");
+
+    // The fetcher gives up at once instead of retrying a wrong token.
+    let mut f = Fetcher::new(addr, token("wrong"), fast_policy());
+    let e = f.manifest().await.unwrap_err();
+    assert!(matches!(e, TransferError::Channel { .. }), "{e:?}");
+}
+
+#[tokio::test]
+async fn a_server_without_the_token_is_detected() {
+    // A fake server that accepts any answer and "proves" itself with garbage.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut hello = MAGIC.to_vec();
+        hello.extend_from_slice(&[7u8; NONCE_LEN]);
+        s.write_all(&hello).await.unwrap();
+        let mut answer = [0u8; MAC_LEN + NONCE_LEN];
+        s.read_exact(&mut answer).await.unwrap();
+        let mut ok = vec![AUTH_OK];
+        ok.extend_from_slice(&[0u8; MAC_LEN]);
+        s.write_all(&ok).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    });
+    let err = Channel::connect(addr, &token("t"), Duration::from_secs(5))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, ChannelError::Auth(AuthError::WrongServerProof)),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_foreign_protocol_is_detected() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        s.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n\r\n")
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    });
+    let err = Channel::connect(addr, &token("t"), Duration::from_secs(5))
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, ChannelError::Auth(AuthError::BadMagic)),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn oversized_frames_are_refused() {
+    let (mut a, mut b) = tokio::io::duplex(64);
+    tokio::spawn(async move {
+        a.write_all(&((wire::MAX_FRAME_LEN as u32) + 1).to_be_bytes())
+            .await
+            .unwrap();
+    });
+    let r = dglrun::channel::read_frame::<_, Request>(&mut b).await;
+    assert!(
+        matches!(r, Err(ChannelError::Wire(wire::WireError::TooLarge { .. }))),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn shard_is_fetched_verified_and_reused() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let tok = token("t");
+    let layout = fake_dataset(src.path());
+    let addr = serve(&layout, &tok).await;
+
+    let mut f = Fetcher::new(addr, tok.clone(), fast_policy());
+    let m = f.manifest().await.unwrap();
+    let files = m.shard_files(1);
+    assert_eq!(files.len(), 4, "the JSON and part1's three files");
+    let dest = Layout::new(dst.path(), "g");
+    let stats = f.fetch_all(&files, &dest.dir).await.unwrap();
+    assert_eq!(stats.files, 4);
+    assert_eq!(stats.transferred, stats.bytes);
+    assert_eq!((stats.retries, stats.reused), (0, 0));
+    // The worker's copy is complete for partition 1 and has nothing of part 0.
+    dest.check_shard(1, Some(2)).unwrap();
+    assert!(!dest.part_dir(0).exists());
+    for f in &files {
+        same_file(&layout.dir.join(&f.path), &dest.dir.join(&f.path));
+    }
+
+    // Again: everything is already there and verified, nothing is sent.
+    let stats = Fetcher::new(addr, tok.clone(), fast_policy())
+        .fetch_all(&files, &dest.dir)
+        .await
+        .unwrap();
+    assert_eq!((stats.reused, stats.transferred), (4, 0));
+
+    // A file outside the manifest is refused by the server, a path that
+    // leaves the folder is refused by the client before asking.
+    let mut f = Fetcher::new(addr, tok.clone(), fast_policy());
+    let bogus = FileEntry {
+        path: "part0/../../../etc/passwd".into(),
+        size: 1,
+        sha256: "00".into(),
+    };
+    let e = f.fetch_all(&[bogus], &dest.dir).await.unwrap_err();
+    assert!(matches!(e, TransferError::UnsafePath(_)), "{e:?}");
+    let unknown = FileEntry {
+        path: "secret.txt".into(),
+        size: 1,
+        sha256: "00".into(),
+    };
+    let e = f.fetch_all(&[unknown], &dest.dir).await.unwrap_err();
+    assert!(e.to_string().contains("not in the manifest"), "{e}");
+}
+
+#[tokio::test]
+async fn a_file_that_changed_after_the_manifest_fails_with_its_name() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let tok = token("t");
+    let layout = fake_dataset(src.path());
+    let addr = serve(&layout, &tok).await;
+    let mut f = Fetcher::new(addr, tok, fast_policy());
+    let files = f.manifest().await.unwrap().shard_files(0);
+    // Same size, different bytes: only the sha256 can tell.
+    let victim = layout.part_dir(0).join("node_feat.dgl");
+    std::fs::write(&victim, bytes(5000, 999)).unwrap();
+    let e = f
+        .fetch_all(&files, &Layout::new(dst.path(), "g").dir)
+        .await
+        .unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("part0/node_feat.dgl"), "{msg}");
+    assert!(msg.contains("sha256 mismatch"), "{msg}");
+    assert!(msg.contains("4 attempt(s)"), "{msg}");
+    // Nothing half-verified is left under the real name.
+    assert!(!dst.path().join("dataset/part0/node_feat.dgl").exists());
+}
+
+/// What the proxy does to the first connection.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// Forward this many bytes server→client, then cut both sides.
+    CutAfter(usize),
+    /// Flip the byte at this position of the server→client stream.
+    FlipAt(usize),
+}
+
+/// A TCP proxy in front of `upstream` that damages only its first connection.
+async fn faulty_proxy(upstream: SocketAddr, fault: Fault) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let conns = Arc::new(AtomicUsize::new(0));
+    let counter = conns.clone();
+    tokio::spawn(async move {
+        loop {
+            let (client, _) = listener.accept().await.unwrap();
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let server = TcpStream::connect(upstream).await.unwrap();
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                let up = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                });
+                let mut seen = 0usize;
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let k = match sr.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => k,
+                    };
+                    let chunk = &mut buf[..k];
+                    if n == 0 {
+                        match fault {
+                            Fault::CutAfter(limit) if seen + k >= limit => {
+                                let _ = cw.write_all(&chunk[..limit - seen]).await;
+                                break; // drop both directions mid-file
+                            }
+                            Fault::FlipAt(pos) if (seen..seen + k).contains(&pos) => {
+                                chunk[pos - seen] ^= 0xff;
+                            }
+                            _ => {}
+                        }
+                    }
+                    seen += k;
+                    if cw.write_all(chunk).await.is_err() {
+                        break;
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    (addr, conns)
+}
+
+#[tokio::test]
+async fn an_interrupted_transfer_resumes_and_is_verified() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let tok = token("t");
+    let layout = fake_dataset(src.path());
+    let addr = serve(&layout, &tok).await;
+    let manifest = Fetcher::new(addr, tok.clone(), fast_policy())
+        .manifest()
+        .await
+        .unwrap();
+    let graph = manifest.get("part1/graph.dgl").unwrap().clone();
+    assert_eq!(graph.size, 3 << 20);
+
+    // Cut the first connection about 1 MiB into the big file.
+    let (proxy, conns) = faulty_proxy(addr, Fault::CutAfter(1 << 20)).await;
+    let mut f = Fetcher::new(proxy, tok.clone(), fast_policy());
+    let dest = Layout::new(dst.path(), "g");
+    let stats = f
+        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
+        .await
+        .unwrap();
+    assert_eq!(stats.retries, 1, "{stats:?}");
+    assert!(
+        stats.resumed_bytes > 512 * 1024,
+        "the second attempt resumes instead of starting over: {stats:?}"
+    );
+    assert_eq!(
+        stats.transferred, graph.size,
+        "each byte crossed the network once: {stats:?}"
+    );
+    assert_eq!(conns.load(Ordering::SeqCst), 2);
+    same_file(&layout.dir.join(&graph.path), &dest.dir.join(&graph.path));
+    assert!(
+        !dest.dir.join("part1/graph.dgl.dglrun-partial").exists(),
+        "the partial file is renamed once verified"
+    );
+}
+
+#[tokio::test]
+async fn a_corrupted_transfer_starts_over_and_is_verified() {
+    let src = tempfile::tempdir().unwrap();
+    let dst = tempfile::tempdir().unwrap();
+    let tok = token("t");
+    let layout = fake_dataset(src.path());
+    let addr = serve(&layout, &tok).await;
+    let manifest = Fetcher::new(addr, tok.clone(), fast_policy())
+        .manifest()
+        .await
+        .unwrap();
+    let graph = manifest.get("part1/graph.dgl").unwrap().clone();
+    // Flip a byte deep in the file (past the handshake and the header frame).
+    let (proxy, _) = faulty_proxy(addr, Fault::FlipAt(2 << 20)).await;
+    let mut f = Fetcher::new(proxy, tok, fast_policy());
+    let dest = Layout::new(dst.path(), "g");
+    let stats = f
+        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
+        .await
+        .unwrap();
+    assert_eq!((stats.restarted, stats.retries), (1, 1), "{stats:?}");
+    assert_eq!(stats.transferred, 2 * graph.size, "{stats:?}");
+    same_file(&layout.dir.join(&graph.path), &dest.dir.join(&graph.path));
+}
+
+#[tokio::test]
+async fn an_unreachable_partitioner_fails_after_bounded_retries() {
+    // A port nobody listens on.
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let started = std::time::Instant::now();
+    let e = Fetcher::new(addr, token("t"), fast_policy())
+        .manifest()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, TransferError::Exhausted { attempts: 4, .. }),
+        "{e:?}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

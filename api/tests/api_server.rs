@@ -358,3 +358,26 @@ async fn every_field_round_trips() {
     assert_eq!(fetched.status.as_ref(), Some(&status));
     assert_eq!(fetched.spec, spec, "status write changed the spec");
 }
+
+#[tokio::test]
+async fn every_example_job_is_accepted() {
+    let (client, ns) = setup("api-examples").await;
+    let api = dynamic_api(&client, &ns);
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples");
+    let mut files = vec![format!("{root}/seed-dgljob.yaml")];
+    for entry in std::fs::read_dir(root).unwrap() {
+        let job = entry.unwrap().path().join("dgljob.yaml");
+        if job.is_file() {
+            files.push(job.display().to_string());
+        }
+    }
+    assert!(files.len() >= 2, "examples/*/dgljob.yaml exist: {files:?}");
+    for f in files {
+        let mut v: Value = serde_yaml::from_str(&std::fs::read_to_string(&f).unwrap())
+            .unwrap_or_else(|e| panic!("{f}: {e}"));
+        v["metadata"]["namespace"] = json!(ns);
+        create_raw(&api, v)
+            .await
+            .unwrap_or_else(|e| panic!("{f} refused: {e}"));
+    }
+}

@@ -1,6 +1,8 @@
 //! A local control plane: etcd + kube-apiserver + kube-controller-manager
 //! (+ kube-scheduler on request), all on 127.0.0.1, state under
-//! `<cache>/cluster/<name>/`.
+//! `<cache>/cluster/<name>/`. With [`ClusterConfig::node`] it also runs a
+//! real node (containerd, kubelet, kube-proxy; see `node.rs`), and the
+//! apiserver then serves on the node IP instead of 127.0.0.1.
 //!
 //! Processes are detached and outlive the caller, so `up` is cheap when the
 //! cluster already runs: it checks the recorded pids and `/readyz` and
@@ -19,6 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::binaries::{self, Binaries, BuildOptions};
 use crate::error::{Error, Result};
 use crate::kubeconfig;
+use crate::node::{self, NodeConfig};
 use crate::pki::{self, PkiFiles};
 use crate::process::{self, PidRecord, ProcSpec};
 use crate::util::{self, progress, FileLock};
@@ -33,7 +36,7 @@ pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
 const ETCD: &str = "etcd";
-const APISERVER: &str = "kube-apiserver";
+pub(crate) const APISERVER: &str = "kube-apiserver";
 const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 const SCHEDULER: &str = "kube-scheduler";
 /// Start order; stop order is the reverse.
@@ -92,6 +95,9 @@ pub struct ClusterConfig {
     pub cache_dir: PathBuf,
     /// Build missing binaries (slow when cold) instead of failing.
     pub build_if_missing: bool,
+    /// Also run a real node (containerd + kubelet + kube-proxy) on this
+    /// host; implies the scheduler. Needs root. `None`: control plane only.
+    pub node: Option<NodeConfig>,
 }
 
 impl ClusterConfig {
@@ -105,7 +111,15 @@ impl ClusterConfig {
             extra_sans: Vec::new(),
             cache_dir: util::cache_dir()?,
             build_if_missing: true,
+            node: None,
         })
+    }
+
+    /// Adds the default node for this cluster's name (see [`NodeConfig::for_cluster`]).
+    pub fn with_node(mut self) -> ClusterConfig {
+        self.node = Some(NodeConfig::for_cluster(&self.name));
+        self.scheduler = true;
+        self
     }
 }
 
@@ -115,7 +129,8 @@ pub struct ClusterInfo {
     pub name: String,
     /// Admin kubeconfig (client certificate in `system:masters`).
     pub kubeconfig: PathBuf,
-    /// `https://127.0.0.1:<port>` (for an external cluster: its current context's server).
+    /// `https://127.0.0.1:<port>`, or `https://<node IP>:<port>` for a node
+    /// cluster (for an external cluster: its current context's server).
     pub server: String,
     /// `None` when the cluster was provided from outside (`DGL_TEST_KUBECONFIG`).
     pub state_dir: Option<PathBuf>,
@@ -156,6 +171,10 @@ pub struct ClusterStatus {
     /// `/readyz` answered OK.
     pub ready: bool,
     pub server_version: Option<String>,
+    /// The apiserver URL clients use (from the kubeconfig; 127.0.0.1 or the node IP).
+    pub server: String,
+    /// The node, for a node cluster.
+    pub node: Option<NodeConfig>,
 }
 
 /// Recorded after a successful start; lets `up` decide whether to reuse.
@@ -168,6 +187,8 @@ struct State {
     etcd_version: String,
     #[serde(default)]
     scheduler: bool,
+    #[serde(default)]
+    node: Option<NodeConfig>,
     started_at_unix: u64,
 }
 
@@ -198,7 +219,7 @@ impl LocalCluster {
     pub fn log_dir(&self) -> PathBuf {
         self.state_dir.join("logs")
     }
-    fn run_dir(&self) -> PathBuf {
+    pub(crate) fn run_dir(&self) -> PathBuf {
         self.state_dir.join("run")
     }
     fn etcd_dir(&self) -> PathBuf {
@@ -213,7 +234,12 @@ impl LocalCluster {
         }
     }
     fn server(&self) -> String {
-        format!("https://127.0.0.1:{}", self.cfg.ports.apiserver)
+        self.server_for(self.cfg.node.as_ref())
+    }
+    /// A node cluster's apiserver serves on the node IP only (see `node.rs`).
+    fn server_for(&self, node: Option<&NodeConfig>) -> String {
+        let host = node.map(|n| n.node_ip.as_str()).unwrap_or("127.0.0.1");
+        format!("https://{host}:{}", self.cfg.ports.apiserver)
     }
 
     /// The lock lives next to (not inside) the state dir so `down --purge` can
@@ -276,6 +302,11 @@ impl LocalCluster {
         if state.ports != self.cfg.ports || !self.kubeconfig_path().is_file() {
             return Ok(None);
         }
+        // A node cluster serves every caller; a control-plane-only one (or a
+        // different node) must be restarted for a caller that wants a node.
+        if self.cfg.node.is_some() && state.node != self.cfg.node {
+            return Ok(None);
+        }
         for name in [ETCD, APISERVER, CONTROLLER_MANAGER] {
             if !self.component_running(name, Some(binary_for(bins, name))) {
                 tracing::info!(component = name, "not running; restarting the cluster");
@@ -289,6 +320,12 @@ impl LocalCluster {
             tracing::warn!("processes alive but /readyz failing for 20s; restarting the cluster");
             return Ok(None);
         }
+        if let Some(node) = &state.node {
+            if !self.node_healthy(node, bins).await {
+                tracing::info!("node not healthy; restarting the cluster");
+                return Ok(None);
+            }
+        }
         // (Re)start the scheduler if asked for now or earlier (it may have crashed).
         if (self.cfg.scheduler || state.scheduler)
             && !self.component_running(SCHEDULER, Some(binary_for(bins, SCHEDULER)))
@@ -301,17 +338,17 @@ impl LocalCluster {
                 .await?;
             self.write_state(&State {
                 scheduler: true,
-                ..state
+                ..state.clone()
             })?;
         }
-        Ok(Some(self.info(true)))
+        Ok(Some(self.info(true, state.server.clone())))
     }
 
-    fn info(&self, reused: bool) -> ClusterInfo {
+    fn info(&self, reused: bool, server: String) -> ClusterInfo {
         ClusterInfo {
             name: self.cfg.name.clone(),
             kubeconfig: self.kubeconfig_path(),
-            server: self.server(),
+            server,
             state_dir: Some(self.state_dir.clone()),
             reused,
         }
@@ -335,7 +372,7 @@ impl LocalCluster {
     }
 
     /// Is the recorded process alive (and, if given, running that binary)?
-    fn component_running(&self, name: &str, binary: Option<&Path>) -> bool {
+    pub(crate) fn component_running(&self, name: &str, binary: Option<&Path>) -> bool {
         let Some(rec) = process::read_pid(&self.run_dir(), name) else {
             return false;
         };
@@ -350,10 +387,14 @@ impl LocalCluster {
     }
 
     fn check_ports(&self, component: &'static str) -> Result<()> {
+        let ip = match (&self.cfg.node, component) {
+            (Some(n), APISERVER) => n.node_ip.as_str(),
+            _ => "127.0.0.1",
+        };
         for port in self.cfg.ports.of(component) {
             // std sets SO_REUSEADDR, like the Go servers, so sockets in
             // TIME_WAIT from a previous run do not count as busy.
-            if TcpListener::bind(("127.0.0.1", port)).is_err() {
+            if TcpListener::bind((ip, port)).is_err() {
                 return Err(Error::PortBusy {
                     port,
                     component,
@@ -366,6 +407,13 @@ impl LocalCluster {
 
     async fn start_fresh(&self, bins: &Binaries, scheduler: bool) -> Result<ClusterInfo> {
         let started = Instant::now();
+        let node = self.cfg.node.clone();
+        // Pods need a scheduler.
+        let scheduler = scheduler || node.is_some();
+        if let Some(node) = &node {
+            // Before the control plane: the apiserver binds the node IP.
+            self.prepare_host(node).await?;
+        }
         let mut wanted = vec![ETCD, APISERVER, CONTROLLER_MANAGER];
         if scheduler {
             wanted.push(SCHEDULER);
@@ -381,7 +429,11 @@ impl LocalCluster {
             self.state_dir.display()
         );
 
-        let sans = pki::apiserver_sans(&self.cfg.extra_sans);
+        let mut extra_sans = self.cfg.extra_sans.clone();
+        if let Some(node) = &node {
+            extra_sans.push(node.node_ip.clone());
+        }
+        let sans = pki::apiserver_sans(&extra_sans);
         let pki_dir = self.pki().dir;
         let (pki, fresh) = blocking(move || pki::ensure(&pki_dir, &sans)).await?;
         if fresh {
@@ -443,6 +495,9 @@ impl LocalCluster {
             self.wait_component_healthz(SCHEDULER, sched, self.cfg.ports.scheduler)
                 .await?;
         }
+        if let Some(node) = &node {
+            self.start_node(node, bins, &pki, &self.server()).await?;
+        }
 
         let state = State {
             name: self.cfg.name.clone(),
@@ -451,6 +506,7 @@ impl LocalCluster {
             kubernetes_version: bins.kubernetes_version.clone(),
             etcd_version: bins.etcd_version.clone(),
             scheduler,
+            node: node.clone(),
             started_at_unix: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
@@ -463,7 +519,7 @@ impl LocalCluster {
             util::human(started.elapsed()),
             self.server()
         );
-        Ok(self.info(false))
+        Ok(self.info(false, self.server()))
     }
 
     async fn wait_component_healthz(
@@ -481,7 +537,7 @@ impl LocalCluster {
 
     /// Polls `check` until it succeeds, failing early (with the log tail) if
     /// the process exits, and with a timeout naming the log otherwise.
-    async fn wait_for<F, Fut>(
+    pub(crate) async fn wait_for<F, Fut>(
         &self,
         name: &'static str,
         rec: &PidRecord,
@@ -538,28 +594,49 @@ impl LocalCluster {
                     "--unsafe-no-fsync=true".into(),
                 ]
             }
-            APISERVER => vec![
-                format!("--etcd-servers=http://127.0.0.1:{}", p.etcd_client),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", p.apiserver),
-                // The `kubernetes` Endpoints would carry a loopback address,
-                // which Endpoints validation rejects; nothing here needs them.
-                "--endpoint-reconciler-type=none".into(),
-                format!("--cert-dir={}", path(pki.dir.clone())),
-                format!("--tls-cert-file={}", path(pki.apiserver_cert())),
-                format!("--tls-private-key-file={}", path(pki.apiserver_key())),
-                format!("--client-ca-file={}", path(pki.ca_cert())),
-                "--authorization-mode=RBAC".into(),
-                "--allow-privileged=true".into(),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
-                format!("--service-account-key-file={}", path(pki.sa_pub())),
-                format!("--service-account-signing-key-file={}", path(pki.sa_key())),
-                // Lets logs/exec reach kubelets once a later tier runs one.
-                format!("--kubelet-client-certificate={}", path(pki.admin_cert())),
-                format!("--kubelet-client-key={}", path(pki.admin_key())),
-                "--profiling=false".into(),
-            ],
+            APISERVER => {
+                let mut a = vec![
+                    format!("--etcd-servers=http://127.0.0.1:{}", p.etcd_client),
+                    format!("--secure-port={}", p.apiserver),
+                ];
+                match &self.cfg.node {
+                    // A node cluster: pods reach the apiserver through the
+                    // `kubernetes` Service, so it must advertise (and serve
+                    // on) the node IP, and the lease reconciler (the
+                    // default) keeps that endpoint. Kubelets are authorized
+                    // per node.
+                    Some(n) => a.extend([
+                        format!("--bind-address={}", n.node_ip),
+                        format!("--advertise-address={}", n.node_ip),
+                        "--authorization-mode=Node,RBAC".into(),
+                        "--enable-admission-plugins=NodeRestriction".into(),
+                        "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
+                    ]),
+                    // The `kubernetes` Endpoints would carry a loopback address,
+                    // which Endpoints validation rejects; nothing here needs them.
+                    None => a.extend([
+                        "--bind-address=127.0.0.1".into(),
+                        "--endpoint-reconciler-type=none".into(),
+                        "--authorization-mode=RBAC".into(),
+                    ]),
+                }
+                a.extend([
+                    format!("--cert-dir={}", path(pki.dir.clone())),
+                    format!("--tls-cert-file={}", path(pki.apiserver_cert())),
+                    format!("--tls-private-key-file={}", path(pki.apiserver_key())),
+                    format!("--client-ca-file={}", path(pki.ca_cert())),
+                    "--allow-privileged=true".into(),
+                    format!("--service-cluster-ip-range={SERVICE_CIDR}"),
+                    format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
+                    format!("--service-account-key-file={}", path(pki.sa_pub())),
+                    format!("--service-account-signing-key-file={}", path(pki.sa_key())),
+                    // Lets logs/exec reach kubelets once a later tier runs one.
+                    format!("--kubelet-client-certificate={}", path(pki.admin_cert())),
+                    format!("--kubelet-client-key={}", path(pki.admin_key())),
+                    "--profiling=false".into(),
+                ]);
+                a
+            }
             // No --authentication/authorization-kubeconfig for the controller-manager
             // and scheduler: with them, both watch for a front-proxy (requestheader)
             // CA this apiserver does not have and log an error every few seconds.
@@ -592,14 +669,22 @@ impl LocalCluster {
             name,
             binary: binary_for(bins, name).to_owned(),
             args,
+            env: Vec::new(),
         }
     }
 
-    /// Stops every recorded process (reverse start order).
+    /// Stops every recorded process (reverse start order), after tearing
+    /// down the node (if one was started) while the apiserver still runs.
     async fn stop_all(&self) -> Result<Vec<(&'static str, i32)>> {
+        let node = if self.has_node_state() {
+            Some(self.stop_node().await)
+        } else {
+            None
+        };
+        let node_stopped = node.as_ref().map(|n| n.stopped.clone()).unwrap_or_default();
         let run_dir = self.run_dir();
-        blocking(move || {
-            let mut stopped = Vec::new();
+        let stopped = blocking(move || {
+            let mut stopped = node_stopped;
             for name in COMPONENTS.iter().rev() {
                 if let Some(rec) = process::read_pid(&run_dir, name) {
                     let was_running = process::is_running(&rec);
@@ -611,7 +696,13 @@ impl LocalCluster {
             }
             Ok(stopped)
         })
-        .await
+        .await?;
+        // The host sweep last: it removes the node IP the control plane
+        // serves on, which would strand the components' connections.
+        if let Some(report) = node {
+            self.sweep_node_host(report).await?;
+        }
+        Ok(stopped)
     }
 
     /// Stops the processes this cluster started and deletes the etcd data
@@ -631,8 +722,10 @@ impl LocalCluster {
     /// Reports recorded processes and whether the apiserver answers. Takes no
     /// lock, so it works while another process is starting the cluster.
     pub async fn status(&self) -> Result<ClusterStatus> {
+        let with_node = self.has_node_state();
         let components = COMPONENTS
             .iter()
+            .chain(node::NODE_COMPONENTS.iter().filter(|_| with_node))
             .map(|name| {
                 let rec = process::read_pid(&self.run_dir(), name);
                 ComponentStatus {
@@ -645,6 +738,12 @@ impl LocalCluster {
             .collect();
         let kubeconfig = Some(self.kubeconfig_path()).filter(|p| p.is_file());
         let (mut ready, mut server_version) = (false, None);
+        let mut server = self.server();
+        if let Some(kc) = &kubeconfig {
+            if let Ok(c) = kubeconfig::config_from_file(kc).await {
+                server = c.cluster_url.to_string();
+            }
+        }
         if let Some(kc) = &kubeconfig {
             if let Ok(client) = health_client(&self.server(), Some(kc)).await {
                 ready = readyz(&client).await;
@@ -661,6 +760,8 @@ impl LocalCluster {
             components,
             ready,
             server_version,
+            server,
+            node: self.read_state().and_then(|s| s.node).filter(|_| with_node),
         })
     }
 }
@@ -675,7 +776,7 @@ fn binary_for<'a>(bins: &'a Binaries, name: &str) -> &'a Path {
 }
 
 /// Runs blocking work (flock, process spawning, go builds) off the async executor.
-async fn blocking<T, F>(f: F) -> Result<T>
+pub(crate) async fn blocking<T, F>(f: F) -> Result<T>
 where
     F: FnOnce() -> Result<T> + Send + 'static,
     T: Send + 'static,
@@ -812,6 +913,7 @@ mod tests {
             extra_sans: vec![],
             cache_dir: PathBuf::from("/nonexistent-cache"),
             build_if_missing: false,
+            node: None,
         };
         let c = LocalCluster::new(cfg).unwrap();
         // A missing cache is an error naming the file, not a panic.
@@ -848,5 +950,29 @@ mod tests {
             .args
             .iter()
             .any(|a| a.starts_with("--disable-admission-plugins")));
+
+        // A node cluster: the apiserver serves and advertises the node IP,
+        // keeps the endpoint reconciler and authorizes kubelets per node.
+        let mut cfg = c.config().clone().with_node();
+        cfg.cache_dir = PathBuf::from("/nonexistent-cache");
+        let n = LocalCluster::new(cfg).unwrap();
+        let api = n.spec(APISERVER, &fake, &pki).args;
+        let ip = crate::node::NODE_IP;
+        for want in [
+            format!("--bind-address={ip}"),
+            format!("--advertise-address={ip}"),
+            "--authorization-mode=Node,RBAC".to_string(),
+            "--enable-admission-plugins=NodeRestriction".to_string(),
+        ] {
+            assert!(api.contains(&want), "{want} missing from {api:?}");
+        }
+        assert!(!api
+            .iter()
+            .any(|a| a.starts_with("--endpoint-reconciler-type")));
+        assert_eq!(
+            n.server(),
+            format!("https://{ip}:{}", n.config().ports.apiserver)
+        );
+        assert!(n.config().scheduler, "a node needs the scheduler");
     }
 }

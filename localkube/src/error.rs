@@ -103,6 +103,23 @@ pub enum Error {
     #[error("YAML: {0}")]
     Yaml(#[from] serde_yaml::Error),
 
+    #[error("`{command}` failed ({status}): {output}")]
+    HostCommand {
+        command: String,
+        status: String,
+        output: String,
+    },
+
+    #[error("{what} needs root (it changes the host: packages, network interfaces, cgroups, iptables); run it as root or with sudo")]
+    NotRoot { what: String },
+
+    #[error("the host's node resources (interfaces {interfaces}, cgroup root, iptables) belong to cluster {owner:?} (state dir {state_dir}); only one node cluster can run per host: stop it with `cargo xtask cluster down --name {owner}`")]
+    HostBusy {
+        owner: String,
+        state_dir: PathBuf,
+        interfaces: String,
+    },
+
     #[error("{0}")]
     Invalid(String),
 }

@@ -9,12 +9,20 @@
 //!   (+ kube-scheduler) on 127.0.0.1 as detached processes; `up` reuses a
 //!   healthy cluster in about a second.
 //! * [`ensure_cluster`] and friends are what integration tests call.
+//! * With [`ClusterConfig::with_node`] the cluster also gets a real node on
+//!   this host: containerd + runc + the CNI bridge plugin (Debian packages,
+//!   installed when missing), kubelet and kube-proxy ([`NodeConfig`]); the
+//!   sandbox image is built locally ([`image`]). Needs root; `down` reverts
+//!   every host change it recorded.
 //!
 //! Nothing is mocked: tests talk to the real apiserver through kube-rs.
 mod binaries;
 mod cluster;
 mod error;
+pub mod host;
+pub mod image;
 mod kubeconfig;
+mod node;
 mod pki;
 mod process;
 mod testing;
@@ -31,6 +39,10 @@ pub use cluster::{
 };
 pub use error::{Error, Result};
 pub use kubeconfig::{client_from_file, config_from_file};
+pub use node::{
+    NodeConfig, NodePaths, NodePorts, NodeTeardown, CNI_BRIDGE, CRI_NAMESPACE, NODE_INTERFACE,
+    NODE_IP, NODE_PACKAGES, PAUSE_REPOSITORY, POD_CIDR,
+};
 pub use pki::{apiserver_sans, GeneratedPki, ADMIN_GROUP, ADMIN_USER, KUBERNETES_SERVICE_IP};
 pub use testing::{
     apply_crd, apply_crds, create_test_namespace, delete_namespace, ensure_cluster,
@@ -132,5 +144,48 @@ mod tests {
             .unwrap();
         assert_eq!(config.cluster_url.to_string(), "https://127.0.0.1:16443/");
         kube::Client::try_from(config).expect("client from generated kubeconfig");
+
+        // A node client certificate, issued later from the CA key alone.
+        let (node_pem, _key) =
+            pki::client_cert(&pki.ca_key, "system:node:n1", Some("system:nodes")).unwrap();
+        let node = parse_cert(&node_pem);
+        assert_eq!(node.issuer(), ca.subject());
+        assert_eq!(
+            node.subject()
+                .iter_common_name()
+                .next()
+                .unwrap()
+                .as_str()
+                .unwrap(),
+            "system:node:n1"
+        );
+        let org: Vec<_> = node
+            .subject()
+            .iter_organization()
+            .map(|o| o.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(org, vec!["system:nodes".to_string()]);
+        // Its authority key id is the CA's subject key id, so verifiers find the CA.
+        let aki = node
+            .extensions()
+            .iter()
+            .find_map(|e| match e.parsed_extension() {
+                x509_parser::extensions::ParsedExtension::AuthorityKeyIdentifier(a) => {
+                    a.key_identifier.as_ref().map(|k| k.0.to_vec())
+                }
+                _ => None,
+            })
+            .expect("AKI");
+        let ski = ca
+            .extensions()
+            .iter()
+            .find_map(|e| match e.parsed_extension() {
+                x509_parser::extensions::ParsedExtension::SubjectKeyIdentifier(k) => {
+                    Some(k.0.to_vec())
+                }
+                _ => None,
+            })
+            .expect("SKI");
+        assert_eq!(aki, ski);
     }
 }

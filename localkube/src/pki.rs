@@ -142,9 +142,10 @@ fn san(s: &str) -> Result<SanType> {
     })
 }
 
-/// Generates a complete PKI in memory.
-pub fn generate(apiserver_sans: &[String]) -> Result<GeneratedPki> {
-    let ca_key = KeyPair::generate()?;
+/// The CA's parameters. Deterministic (fixed name and validity), so an issuer
+/// for new leaf certificates can be rebuilt later from these and the CA key
+/// on disk without parsing the CA certificate.
+fn ca_params() -> CertificateParams {
     let mut ca_params = params("localkube-ca", None);
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.key_usages = vec![
@@ -152,6 +153,59 @@ pub fn generate(apiserver_sans: &[String]) -> Result<GeneratedPki> {
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
+    ca_params
+}
+
+/// A client certificate (`CN=cn`, `O=org`) and key signed by the CA, as PEM.
+pub fn client_cert(ca_key_pem: &str, cn: &str, org: Option<&str>) -> Result<(String, String)> {
+    let ca_key = KeyPair::from_pem(ca_key_pem)?;
+    let ca = ca_params();
+    let issuer = Issuer::from_params(&ca, &ca_key);
+    let key = KeyPair::generate()?;
+    let mut p = params(cn, org);
+    p.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+    p.use_authority_key_identifier_extension = true;
+    let cert = p.signed_by(&key, &issuer)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
+/// Makes sure `<dir>/<stem>.crt` and `.key` hold a client certificate for
+/// `cn`/`org` signed by the current CA, (re)generating them when missing or
+/// when the CA changed (recorded as the CA's sha256 in `<stem>.ca`).
+pub fn ensure_client_cert(
+    files: &PkiFiles,
+    stem: &str,
+    cn: &str,
+    org: Option<&str>,
+) -> Result<(PathBuf, PathBuf)> {
+    let crt = files.dir.join(format!("{stem}.crt"));
+    let key = files.dir.join(format!("{stem}.key"));
+    let stamp = files.dir.join(format!("{stem}.ca"));
+    let ca_pem = util::read_to_string(&files.ca_cert())?;
+    let want = format!(
+        "{}\n{cn}\n{}\n",
+        crate::image::sha256_hex(ca_pem.as_bytes()),
+        org.unwrap_or("")
+    );
+    let have = std::fs::read_to_string(&stamp).ok();
+    if have.as_deref() == Some(want.as_str()) && crt.is_file() && key.is_file() {
+        return Ok((crt, key));
+    }
+    let (cert_pem, key_pem) = client_cert(&util::read_to_string(&files.ca_key())?, cn, org)?;
+    util::write_atomic(&crt, cert_pem.as_bytes(), 0o644)?;
+    util::write_atomic(&key, key_pem.as_bytes(), 0o600)?;
+    util::write_atomic(&stamp, want.as_bytes(), 0o644)?;
+    Ok((crt, key))
+}
+
+/// Generates a complete PKI in memory.
+pub fn generate(apiserver_sans: &[String]) -> Result<GeneratedPki> {
+    let ca_key = KeyPair::generate()?;
+    let ca_params = ca_params();
     let ca_cert = ca_params.self_signed(&ca_key)?;
     let issuer = Issuer::from_params(&ca_params, &ca_key);
 

@@ -20,6 +20,8 @@ pub(crate) struct ProcSpec {
     pub name: &'static str,
     pub binary: PathBuf,
     pub args: Vec<String>,
+    /// Extra environment variables (on top of the caller's environment).
+    pub env: Vec<(String, String)>,
 }
 
 /// A pid file's content.
@@ -65,6 +67,7 @@ pub(crate) fn spawn(run_dir: &Path, log_dir: &Path, spec: &ProcSpec) -> Result<P
 
     let mut cmd = Command::new(&binary);
     cmd.args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);

@@ -42,14 +42,23 @@ enum Cmd {
         /// Also run kube-scheduler (pods get bound to nodes, e.g. kwok nodes).
         #[arg(long)]
         scheduler: bool,
+        /// Also run a real node on this host: containerd + runc + CNI bridge
+        /// (Debian packages, installed when missing), kubelet and kube-proxy.
+        /// Needs root. The apiserver then serves on the node IP
+        /// (10.213.255.1); `down` reverts every host change.
+        #[arg(long)]
+        node: bool,
     },
     /// Stop the cluster's processes (by recorded pid) and delete its etcd data.
     ///
-    /// PKI, kubeconfig and logs are kept unless --purge is given.
+    /// For a node cluster, first deletes the node's pods, stops kube-proxy,
+    /// the kubelet and containerd and reverts the host changes (mounts,
+    /// links, iptables chains, cgroups, sysctls). PKI, kubeconfig, logs and
+    /// the node's image store are kept unless --purge is given.
     Down {
         #[command(flatten)]
         name: NameArg,
-        /// Also delete the state dir (PKI, kubeconfig, logs).
+        /// Also delete the state dir (PKI, kubeconfig, logs, the node's images).
         #[arg(long)]
         purge: bool,
     },
@@ -72,6 +81,20 @@ enum Cmd {
         #[arg(long)]
         jobs: Option<usize>,
     },
+    /// End-to-end smoke test of the node tier (needs root; about 1 min).
+    ///
+    /// Brings up a node cluster, runs a pod from a locally built image (a
+    /// static Go probe that calls the apiserver through the `kubernetes`
+    /// Service with its service-account token), reads its log through the
+    /// API, tears the cluster down and checks that no process, link, mount,
+    /// cgroup or iptables chain is left. It is the ignored test
+    /// localkube/tests/node_smoke.rs.
+    Smoke {
+        /// Cluster for the test; a running node cluster of this name is reused
+        /// and then torn down. Only one node cluster can run per host.
+        #[arg(long, default_value = "smoketest")]
+        name: String,
+    },
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -89,11 +112,24 @@ fn cluster(name: &str, scheduler: bool) -> anyhow::Result<LocalCluster> {
     Ok(LocalCluster::new(cfg)?)
 }
 
+/// The cluster with the default node of its name (see `localkube::NodeConfig`).
+pub fn node_cluster(name: &str) -> anyhow::Result<LocalCluster> {
+    Ok(LocalCluster::new(ClusterConfig::new(name)?.with_node())?)
+}
+
 async fn run_async(args: Args) -> anyhow::Result<()> {
     match args.cmd {
-        Cmd::Up { name, scheduler } => {
+        Cmd::Up {
+            name,
+            scheduler,
+            node,
+        } => {
             let started = Instant::now();
-            let c = cluster(&name.name, scheduler)?;
+            let c = if node {
+                node_cluster(&name.name)?
+            } else {
+                cluster(&name.name, scheduler)?
+            };
             let info = c
                 .up()
                 .await
@@ -137,8 +173,8 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
             println!("cluster:    {}", s.name);
             println!("state dir:  {}", s.state_dir.display());
             println!(
-                "apiserver:  https://127.0.0.1:{} ({})",
-                s.ports.apiserver,
+                "apiserver:  {} ({})",
+                s.server.trim_end_matches('/'),
                 match (&s.ready, &s.server_version) {
                     (true, Some(v)) => format!("ready, {v}"),
                     (true, None) => "ready".to_string(),
@@ -152,6 +188,12 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|| "(none yet)".into())
             );
+            if let Some(node) = &s.node {
+                println!(
+                    "node:       {} (node IP {}, pods {})",
+                    node.node_name, node.node_ip, node.pod_cidr
+                );
+            }
             for comp in &s.components {
                 let state = match (comp.pid, comp.running) {
                     (Some(pid), true) => format!("running (pid {pid})"),
@@ -176,6 +218,29 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
                 );
             }
             println!("{}", path.display());
+        }
+        Cmd::Smoke { name } => {
+            let started = Instant::now();
+            let status = std::process::Command::new(
+                std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()),
+            )
+            .current_dir(crate::test::repo_root())
+            .args(["test", "-p", "localkube", "--test", "node_smoke", "--"])
+            .args(["--ignored", "--nocapture"])
+            .env("LOCALKUBE_SMOKE_CLUSTER", &name)
+            .status()
+            .context("could not run cargo test")?;
+            eprintln!(
+                "node smoke test {} in {:.1}s",
+                if status.success() { "passed" } else { "FAILED" },
+                started.elapsed().as_secs_f64()
+            );
+            if !status.success() {
+                anyhow::bail!(
+                    "`cargo test -p localkube --test node_smoke -- --ignored` failed ({status}); \
+                     logs: <cache>/cluster/{name}/logs/"
+                );
+            }
         }
         Cmd::Build { jobs } => {
             let started = Instant::now();

@@ -1,8 +1,11 @@
 //! `cargo xtask <task>`: developer tasks. Each subcommand lives in its own module.
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod bench_shards;
 mod cluster;
 mod demo;
+mod images;
 mod pyenv;
 mod test;
 
@@ -19,10 +22,16 @@ enum Task {
     Pyenv(pyenv::Args),
     /// Local Kubernetes control plane: build binaries, up/down/status/kubeconfig.
     Cluster(cluster::Args),
+    /// Build the container images with podman (no registry) and load them into the node cluster.
+    Images(images::Args),
     /// Run every check and test (what CI runs); installs what is missing first.
     Test(test::Args),
     /// Start the local control plane and the operator, and apply the example DGLJob.
     Demo(demo::Args),
+    /// Benchmarks: `bench scale` runs N DGLJobs on kwok fake nodes and measures the operator.
+    Bench(bench::Args),
+    /// Ship >= 1 GiB of partition files to workers in network namespaces with dglrun; MB/s vs plain TCP.
+    BenchShards(bench_shards::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -30,7 +39,10 @@ fn main() -> anyhow::Result<()> {
     match cli.task {
         Task::Pyenv(args) => pyenv::run(args),
         Task::Cluster(args) => cluster::run(args),
+        Task::Images(args) => images::run(args),
         Task::Test(args) => test::run(args),
         Task::Demo(args) => demo::run(args),
+        Task::Bench(args) => bench::run(args),
+        Task::BenchShards(args) => bench_shards::run(args),
     }
 }

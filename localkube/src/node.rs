@@ -1,0 +1,1657 @@
+//! The node tier: a real kubelet on this machine, next to the control plane.
+//!
+//! `ClusterConfig::node = Some(NodeConfig)` adds to the control plane:
+//!
+//! * containerd (Debian's 1.6) with its own config, root, state and socket
+//!   under `<state>/node/containerd/`, the cgroupfs driver
+//!   (`SystemdCgroup = false`: no systemd here, and the kubelet must match),
+//!   and a pause image built locally from `assets/pause.go`;
+//! * the CNI bridge plugin (Debian's containernetworking-plugins): bridge
+//!   [`CNI_BRIDGE`], pod subnet [`POD_CIDR`], host-local IPAM whose state is
+//!   under our state dir, portmap; config in our own directory;
+//! * kubelet v1.33 (cgroup v1, cgroupfs, cgroup root `/localkube-<name>`,
+//!   swap allowed, image GC off) with a node client certificate
+//!   (`CN=system:node:<node>`, `O=system:nodes`), so the apiserver runs with
+//!   `--authorization-mode=Node,RBAC` and NodeRestriction;
+//! * kube-proxy (iptables mode) with its own `system:kube-proxy`
+//!   certificate, so pods reach the apiserver through the `kubernetes`
+//!   Service.
+//!
+//! The node IP ([`NODE_IP`]) lives on an interface of its own
+//! ([`NODE_INTERFACE`]); the apiserver binds and advertises it, which lets
+//! the endpoint reconciler publish a valid (non-loopback) `kubernetes`
+//! endpoint and pods reach it through their default route.
+//!
+//! Every host change is recorded in `<state>/node/host.json` *before* it is
+//! made, and [`LocalCluster::down`] reverts exactly those: processes, mounts,
+//! links, iptables chains created since `up`, the cgroup root, the sysctls
+//! the kubelet and the CNI plugin change, and the files they drop outside the
+//! state dir. Only one node cluster can run per host (the links, the
+//! iptables rules and the cgroup root are host-global); `/run/localkube-node.json`
+//! names the owner.
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Endpoints, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::Client;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::binaries::{self, Binaries};
+use crate::cluster::{blocking, LocalCluster, Ports};
+use crate::error::{Error, Result};
+use crate::image::{self, ImageConfig, ImageFile};
+use crate::pki::{self, PkiFiles};
+use crate::process::{self, ProcSpec};
+use crate::util::{self, progress};
+use crate::{host, kubeconfig};
+
+/// The node's IP: not loopback (the `kubernetes` Endpoints must be valid and
+/// reachable from pods), and in a range nothing else here uses.
+pub const NODE_IP: &str = "10.213.255.1";
+/// Pod subnet of the single node (host-local IPAM range).
+pub const POD_CIDR: &str = "10.244.0.0/24";
+/// The link that holds [`NODE_IP`] (a bridge without ports: this kernel has no `dummy`).
+pub const NODE_INTERFACE: &str = "lknode0";
+/// The CNI bridge the pods' veths attach to.
+pub const CNI_BRIDGE: &str = "lkcni0";
+/// containerd namespace the CRI plugin (and so the kubelet) uses.
+pub const CRI_NAMESPACE: &str = "k8s.io";
+/// Repository of the locally built sandbox image; the tag is a content hash.
+pub const PAUSE_REPOSITORY: &str = "localhost/localkube/pause";
+/// Debian packages the node needs; installed with apt-get when missing.
+pub const NODE_PACKAGES: [&str; 6] = [
+    "containerd",
+    "runc",
+    "containernetworking-plugins",
+    "iptables",
+    "conntrack",
+    "iproute2",
+];
+/// Where Debian's containernetworking-plugins installs the plugins.
+const CNI_BIN_DIR: &str = "/usr/lib/cni";
+const CONTAINERD_BIN: &str = "/usr/bin/containerd";
+const CTR_BIN: &str = "/usr/bin/ctr";
+const RUNC_BIN: &str = "/usr/sbin/runc";
+/// Names the cluster that owns the host-global node resources.
+const HOST_MARKER: &str = "/run/localkube-node.json";
+
+pub(crate) const CONTAINERD: &str = "containerd";
+pub(crate) const KUBELET: &str = "kubelet";
+pub(crate) const KUBE_PROXY: &str = "kube-proxy";
+/// Start order; stop order is the reverse.
+pub(crate) const NODE_COMPONENTS: [&str; 3] = [CONTAINERD, KUBELET, KUBE_PROXY];
+
+/// Sysctls the kubelet (`protectKernelDefaults: false`), the bridge plugin
+/// (`ip_forward`) or kube-proxy may change; restored on teardown.
+const TRACKED_SYSCTLS: [&str; 12] = [
+    "net.ipv4.ip_forward",
+    "net.ipv4.conf.all.route_localnet",
+    "net.bridge.bridge-nf-call-iptables",
+    "net.bridge.bridge-nf-call-ip6tables",
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+    "net.netfilter.nf_conntrack_max",
+    "net.netfilter.nf_conntrack_tcp_timeout_established",
+];
+
+/// Netfilter accounting objects kube-proxy (iptables mode) creates for its
+/// metrics (`pkg/proxy/metrics`: IPTablesCTStateInvalidDroppedNFAcctCounter,
+/// LocalhostNodePortAcceptedNFAcctCounter).
+const KUBE_PROXY_NFACCT: [&str; 2] = [
+    "ct_state_invalid_dropped_pkts",
+    "localhost_nps_accepted_pkts",
+];
+
+/// Host directories the components write to even though our own state lives
+/// elsewhere: the kubelet's `/var/log/containers` symlinks, libcni's result
+/// cache, the runc shims' socket dir. Removed on teardown if they did not
+/// exist before `up` and are empty by then (only our entries are removed
+/// from them otherwise). Not /run/netns: the CRI's network namespaces live
+/// under our state dir, and other tools use /run/netns concurrently.
+const HOST_DIRS: [&str; 3] = ["/var/log/containers", "/var/lib/cni", "/run/containerd"];
+
+/// The node part of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeConfig {
+    /// The Node object's name (`--hostname-override`).
+    pub node_name: String,
+    /// The node IP (see [`NODE_IP`]).
+    pub node_ip: String,
+    /// The pod subnet (see [`POD_CIDR`]).
+    pub pod_cidr: String,
+    /// Install missing Debian packages ([`NODE_PACKAGES`]) with apt-get.
+    #[serde(default = "yes")]
+    pub install_packages: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl NodeConfig {
+    /// Defaults for cluster `name`: node `localkube-<name>`, [`NODE_IP`], [`POD_CIDR`].
+    pub fn for_cluster(name: &str) -> NodeConfig {
+        NodeConfig {
+            node_name: format!("localkube-{name}"),
+            node_ip: NODE_IP.into(),
+            pod_cidr: POD_CIDR.into(),
+            install_packages: true,
+        }
+    }
+}
+
+/// Node ports; like [`Ports`], fixed per cluster name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodePorts {
+    /// kubelet API, on the node IP (the apiserver calls it for logs/exec).
+    pub kubelet: u16,
+    /// kubelet `/healthz`, on 127.0.0.1.
+    pub kubelet_healthz: u16,
+    /// kube-proxy `/healthz`, on 127.0.0.1.
+    pub proxy_healthz: u16,
+    /// kube-proxy `/metrics`, on 127.0.0.1.
+    pub proxy_metrics: u16,
+}
+
+impl NodePorts {
+    /// The Kubernetes defaults (10250, 10248, 10256, 10249) shifted by the
+    /// same per-name offset as the control-plane ports.
+    pub fn for_ports(p: &Ports) -> NodePorts {
+        let offset = p.apiserver.saturating_sub(6443);
+        NodePorts {
+            kubelet: 10250 + offset,
+            kubelet_healthz: 10248 + offset,
+            proxy_healthz: 10256 + offset,
+            proxy_metrics: 10249 + offset,
+        }
+    }
+}
+
+/// Files and directories of the node, all below `<state>/node/`.
+#[derive(Debug, Clone)]
+pub struct NodePaths {
+    pub dir: PathBuf,
+}
+
+impl NodePaths {
+    fn record(&self) -> PathBuf {
+        self.dir.join("host.json")
+    }
+    pub fn containerd_dir(&self) -> PathBuf {
+        self.dir.join("containerd")
+    }
+    /// containerd's root: content store, snapshots, metadata (kept across `down`, so images survive).
+    pub fn containerd_root(&self) -> PathBuf {
+        self.containerd_dir().join("root")
+    }
+    fn containerd_state(&self) -> PathBuf {
+        self.containerd_dir().join("state")
+    }
+    pub fn containerd_socket(&self) -> PathBuf {
+        self.containerd_dir().join("containerd.sock")
+    }
+    fn containerd_config(&self) -> PathBuf {
+        self.containerd_dir().join("config.toml")
+    }
+    fn runc_root(&self) -> PathBuf {
+        self.containerd_dir().join("runc")
+    }
+    fn cni_conf_dir(&self) -> PathBuf {
+        self.dir.join("cni").join("net.d")
+    }
+    fn cni_ipam_dir(&self) -> PathBuf {
+        self.dir.join("cni").join("ipam")
+    }
+    pub fn kubelet_root(&self) -> PathBuf {
+        self.dir.join("kubelet")
+    }
+    fn kubelet_config(&self) -> PathBuf {
+        self.dir.join("kubelet.yaml")
+    }
+    fn kubelet_kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubelet.kubeconfig")
+    }
+    fn proxy_config(&self) -> PathBuf {
+        self.dir.join("kube-proxy.yaml")
+    }
+    fn proxy_kubeconfig(&self) -> PathBuf {
+        self.dir.join("kube-proxy.kubeconfig")
+    }
+    pub fn pod_logs(&self) -> PathBuf {
+        self.dir.join("pod-logs")
+    }
+    /// Everything that is per run (deleted on `down`); the containerd root is not in it.
+    fn per_run_dirs(&self) -> Vec<PathBuf> {
+        vec![
+            self.containerd_state(),
+            self.runc_root(),
+            self.dir.join("cni"),
+            self.kubelet_root(),
+            self.pod_logs(),
+        ]
+    }
+}
+
+/// What `up` changed on the host, written before each change is made.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct HostRecord {
+    cluster: String,
+    state_dir: PathBuf,
+    node: Option<NodeConfig>,
+    /// Links we created (and therefore delete).
+    links: Vec<String>,
+    /// `/localkube-<name>` in every cgroup v1 hierarchy.
+    cgroup_root: String,
+    /// CNI network name (appears in the CNI plugins' iptables comments and cache files).
+    cni_network: String,
+    /// Sysctl values before `up`.
+    sysctls: BTreeMap<String, String>,
+    /// User-defined iptables chains before `up`, per "<binary> <table>".
+    chains_before: BTreeMap<String, BTreeSet<String>>,
+    /// Host directories of [`HOST_DIRS`] that did not exist before `up`.
+    absent_dirs: Vec<PathBuf>,
+    /// Debian packages `up` installed (reported, never removed: other tools may rely on them).
+    packages_installed: Vec<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct HostMarker {
+    cluster: String,
+    state_dir: PathBuf,
+}
+
+/// What a node teardown did, for the caller's report.
+#[derive(Debug, Clone, Default)]
+pub struct NodeTeardown {
+    pub stopped: Vec<(&'static str, i32)>,
+    pub pods_deleted: usize,
+    pub containers_removed: usize,
+    pub stray_processes_killed: Vec<i32>,
+    pub mounts_removed: Vec<PathBuf>,
+    pub links_removed: Vec<String>,
+    pub chains_removed: Vec<String>,
+    pub nfacct_removed: Vec<String>,
+    pub sysctls_restored: Vec<(String, String)>,
+    pub paths_removed: Vec<PathBuf>,
+    pub warnings: Vec<String>,
+}
+
+impl NodeTeardown {
+    /// One line per kind of host change reverted.
+    pub fn summary(&self) -> Vec<String> {
+        let mut s = Vec::new();
+        if self.pods_deleted > 0 {
+            s.push(format!("deleted {} pod(s) on the node", self.pods_deleted));
+        }
+        if self.containers_removed > 0 {
+            s.push(format!(
+                "removed {} leftover container(s)",
+                self.containers_removed
+            ));
+        }
+        if !self.stray_processes_killed.is_empty() {
+            s.push(format!(
+                "killed stray processes {:?}",
+                self.stray_processes_killed
+            ));
+        }
+        if !self.mounts_removed.is_empty() {
+            s.push(format!("unmounted {} mount(s)", self.mounts_removed.len()));
+        }
+        if !self.links_removed.is_empty() {
+            s.push(format!("deleted links {}", self.links_removed.join(", ")));
+        }
+        if !self.chains_removed.is_empty() {
+            s.push(format!(
+                "deleted {} iptables chain(s)",
+                self.chains_removed.len()
+            ));
+        }
+        if !self.nfacct_removed.is_empty() {
+            s.push(format!(
+                "deleted nfacct counters {}",
+                self.nfacct_removed.join(", ")
+            ));
+        }
+        for (k, v) in &self.sysctls_restored {
+            s.push(format!("restored sysctl {k}={v}"));
+        }
+        for p in &self.paths_removed {
+            s.push(format!("removed {}", p.display()));
+        }
+        for w in &self.warnings {
+            s.push(format!("warning: {w}"));
+        }
+        s
+    }
+}
+
+/// The pause image's reference: the tag hashes the Go source and the Go
+/// version, so a change of either builds (and configures) a new image.
+fn pause_reference(go_version: &str) -> String {
+    let src = include_str!("../assets/pause.go");
+    let h = image::sha256_hex(format!("{src}\n{go_version}").as_bytes());
+    format!("{PAUSE_REPOSITORY}:3.10-{}", &h[..12])
+}
+
+impl LocalCluster {
+    /// The node's file layout (also for a cluster without a node).
+    pub fn node_paths(&self) -> NodePaths {
+        NodePaths {
+            dir: self.state_dir().join("node"),
+        }
+    }
+
+    /// The node's containerd socket (exists while a node cluster runs).
+    pub fn containerd_socket(&self) -> PathBuf {
+        self.node_paths().containerd_socket()
+    }
+
+    /// `ctr --address <socket> --namespace k8s.io`, ready for more args.
+    pub fn ctr(&self) -> Command {
+        let mut c = Command::new(CTR_BIN);
+        c.arg("--address")
+            .arg(self.containerd_socket())
+            .args(["--namespace", CRI_NAMESPACE]);
+        c
+    }
+
+    /// True if the node's containerd is running.
+    pub fn node_running(&self) -> bool {
+        self.component_running(CONTAINERD, None)
+    }
+
+    /// Image references known to the node's containerd (CRI namespace).
+    pub fn node_images(&self) -> Result<Vec<String>> {
+        let out = host::run(self.ctr().args(["images", "ls", "-q"]))?;
+        Ok(out.lines().map(|l| l.trim().to_owned()).collect())
+    }
+
+    /// Labels of one image in the node's containerd, `None` if absent.
+    pub fn node_image_labels(&self, reference: &str) -> Result<Option<BTreeMap<String, String>>> {
+        let out = host::run(
+            self.ctr()
+                .args(["images", "ls"])
+                .arg(format!("name=={reference}")),
+        )?;
+        // Columns: REF TYPE DIGEST SIZE PLATFORMS LABELS ("-" when none).
+        let Some(line) = out.lines().skip(1).find(|l| l.starts_with(reference)) else {
+            return Ok(None);
+        };
+        let labels = line.split_whitespace().last().unwrap_or("-");
+        let mut map = BTreeMap::new();
+        if labels != "-" {
+            for kv in labels.split(',') {
+                if let Some((k, v)) = kv.split_once('=') {
+                    map.insert(k.to_owned(), v.to_owned());
+                }
+            }
+        }
+        Ok(Some(map))
+    }
+
+    /// `ctr images import` of an OCI or docker archive into the node's
+    /// containerd (unpacked for the CRI's snapshotter). `base_name` names
+    /// images of OCI archives that only carry a tag (podman's `oci-archive`).
+    /// Returns ctr's output (the imported references).
+    pub fn import_image_archive(&self, archive: &Path, base_name: Option<&str>) -> Result<String> {
+        let mut c = self.ctr();
+        c.args(["images", "import"]);
+        if let Some(b) = base_name {
+            c.args(["--base-name", b]);
+        }
+        c.arg(archive);
+        host::run(&mut c)
+    }
+
+    /// Sets a label on an image in the node's containerd (used as a cache key).
+    pub fn label_node_image(&self, reference: &str, key: &str, value: &str) -> Result<()> {
+        host::run(
+            self.ctr()
+                .args(["images", "label", reference])
+                .arg(format!("{key}={value}")),
+        )
+        .map(|_| ())
+    }
+
+    /// Builds (once, cached) and loads a one-layer image made of a static Go
+    /// program into the node's containerd. `main_go` is a complete `package
+    /// main` source; the tag is a hash of it and the Go version. Returns the
+    /// image reference (`<repository>:<hash>`). For test images.
+    pub async fn load_go_image(&self, repository: &str, main_go: &str) -> Result<String> {
+        let cache = self.config().cache_dir.clone();
+        let repository = repository.to_owned();
+        let main_go = main_go.to_owned();
+        let this = self.clone();
+        blocking(move || {
+            let go_version = go_version(&cache)?;
+            let h = image::sha256_hex(format!("{main_go}\n{go_version}").as_bytes());
+            let reference = format!("{repository}:{}", &h[..12]);
+            let archive = ensure_go_image_archive(&cache, &reference, &main_go, &h[..12])?;
+            if !this.node_images()?.contains(&reference) {
+                this.import_image_archive(&archive, None)?;
+            }
+            Ok(reference)
+        })
+        .await
+    }
+
+    // ------------------------------------------------------------ up
+
+    /// Prepares the host before any component starts: packages, ownership
+    /// marker, the host record (before every change), the node IP link and
+    /// the kubelet's cgroup root.
+    pub(crate) async fn prepare_host(&self, node: &NodeConfig) -> Result<()> {
+        let this = self.clone();
+        let node = node.clone();
+        blocking(move || this.prepare_host_blocking(&node)).await
+    }
+
+    fn prepare_host_blocking(&self, node: &NodeConfig) -> Result<()> {
+        let name = &self.config().name;
+        if host::cgroup_v2_only() {
+            return Err(Error::Invalid(
+                "this host has no cgroup v1 hierarchies; localkube's node is set up for cgroup v1 (cgroupfs driver)".into(),
+            ));
+        }
+        let installed = if node.install_packages {
+            host::ensure_packages(&NODE_PACKAGES, &self.config().cache_dir.join("logs"))?
+        } else {
+            Vec::new()
+        };
+        for bin in [CONTAINERD_BIN, CTR_BIN, RUNC_BIN] {
+            if !Path::new(bin).is_file() {
+                return Err(Error::Invalid(format!(
+                    "{bin} is missing; install the Debian packages {} (or leave NodeConfig::install_packages on)",
+                    NODE_PACKAGES.join(" ")
+                )));
+            }
+        }
+        host::require_root("running a kubelet node")?;
+        node.node_ip.parse::<Ipv4Addr>().map_err(|e| {
+            Error::Invalid(format!(
+                "node IP {:?} is not an IPv4 address: {e}",
+                node.node_ip
+            ))
+        })?;
+        let paths = self.node_paths();
+        let socket = paths.containerd_socket();
+        // sun_path is 108 bytes; containerd also creates "<socket>.ttrpc".
+        if socket.as_os_str().len() + 6 >= 108 {
+            return Err(Error::Invalid(format!(
+                "containerd socket path {} is too long for a unix socket; set DGL_OPERATOR_CACHE to a shorter directory",
+                socket.display()
+            )));
+        }
+        self.claim_host()?;
+
+        // Record first, then change: a crash at any point leaves a record
+        // that describes at least everything that was changed.
+        util::create_dir_all(&paths.dir)?;
+        let mut rec = match read_record(&paths) {
+            // Our own leftovers (a failed start): keep the original "before"
+            // values, they describe the host as it was before us.
+            Some(old) => old,
+            None => {
+                let mut chains_before = BTreeMap::new();
+                for bin in host::IPTABLES_BINARIES {
+                    for table in host::IPTABLES_TABLES {
+                        match host::iptables_chains(bin, table) {
+                            Ok(c) => {
+                                chains_before.insert(format!("{bin} {table}"), c);
+                            }
+                            Err(e) => tracing::warn!(%e, "cannot list {bin} {table}"),
+                        }
+                    }
+                }
+                HostRecord {
+                    cluster: name.clone(),
+                    state_dir: self.state_dir().to_owned(),
+                    node: Some(node.clone()),
+                    links: Vec::new(),
+                    cgroup_root: format!("localkube-{name}"),
+                    cni_network: format!("localkube-{name}"),
+                    sysctls: TRACKED_SYSCTLS
+                        .iter()
+                        .filter_map(|k| host::sysctl_read(k).map(|v| ((*k).to_owned(), v)))
+                        .collect(),
+                    chains_before,
+                    absent_dirs: HOST_DIRS
+                        .iter()
+                        .map(PathBuf::from)
+                        .filter(|p| !p.exists())
+                        .collect(),
+                    packages_installed: installed,
+                }
+            }
+        };
+        for link in [NODE_INTERFACE, CNI_BRIDGE] {
+            if !rec.links.iter().any(|l| l == link) {
+                rec.links.push(link.to_owned());
+            }
+        }
+        write_record(&paths, &rec)?;
+
+        // The node IP link. A leftover with the right address is reused.
+        if !host::has_address(NODE_INTERFACE, &node.node_ip) {
+            host::delete_link(NODE_INTERFACE)?;
+            host::create_address_bridge(NODE_INTERFACE, &node.node_ip)?;
+        }
+        host::create_cgroup_root(&rec.cgroup_root)?;
+        Ok(())
+    }
+
+    /// Takes ownership of the host's node resources (atomically, O_EXCL).
+    fn claim_host(&self) -> Result<()> {
+        let me = HostMarker {
+            cluster: self.config().name.clone(),
+            state_dir: self.state_dir().to_owned(),
+        };
+        let json = serde_json::to_vec_pretty(&me).map_err(|e| Error::Invalid(e.to_string()))?;
+        for _ in 0..2 {
+            match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(HOST_MARKER)
+            {
+                Ok(mut f) => {
+                    use std::io::Write as _;
+                    return f
+                        .write_all(&json)
+                        .map_err(Error::io("writing", HOST_MARKER));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let owner: Option<HostMarker> = fs::read(HOST_MARKER)
+                        .ok()
+                        .and_then(|b| serde_json::from_slice(&b).ok());
+                    match owner {
+                        Some(o) if o.cluster == me.cluster && o.state_dir == me.state_dir => {
+                            return Ok(())
+                        }
+                        // The owner's state is gone (deleted by hand): nothing
+                        // could tear it down any more, so take over.
+                        Some(o) if !o.state_dir.join("node").join("host.json").exists() => {
+                            tracing::warn!(owner = %o.cluster, "taking over a stale host marker");
+                            util::remove_file_if_exists(Path::new(HOST_MARKER))?;
+                        }
+                        Some(o) => {
+                            return Err(Error::HostBusy {
+                                owner: o.cluster,
+                                state_dir: o.state_dir,
+                                interfaces: format!("{NODE_INTERFACE}, {CNI_BRIDGE}"),
+                            })
+                        }
+                        None => util::remove_file_if_exists(Path::new(HOST_MARKER))?,
+                    }
+                }
+                Err(e) => return Err(Error::io("creating", HOST_MARKER)(e)),
+            }
+        }
+        Err(Error::Invalid(format!("could not claim {HOST_MARKER}")))
+    }
+
+    /// Starts containerd, the kubelet and kube-proxy (after the control
+    /// plane), and waits until the node is Ready and the `kubernetes`
+    /// Service has the node IP as its endpoint.
+    pub(crate) async fn start_node(
+        &self,
+        node: &NodeConfig,
+        bins: &Binaries,
+        pki: &PkiFiles,
+        server: &str,
+    ) -> Result<()> {
+        let started = Instant::now();
+        let paths = self.node_paths();
+        let np = NodePorts::for_ports(&self.config().ports);
+        for p in paths.per_run_dirs() {
+            util::create_dir_all(&p)?;
+        }
+        util::create_dir_all(&paths.containerd_root())?;
+        util::create_dir_all(&paths.cni_conf_dir())?;
+        util::create_dir_all(&paths.cni_ipam_dir())?;
+        check_port(&node.node_ip, np.kubelet, KUBELET, &self.config().name)?;
+        check_port(
+            "127.0.0.1",
+            np.kubelet_healthz,
+            KUBELET,
+            &self.config().name,
+        )?;
+        check_port(
+            "127.0.0.1",
+            np.proxy_healthz,
+            KUBE_PROXY,
+            &self.config().name,
+        )?;
+        check_port(
+            "127.0.0.1",
+            np.proxy_metrics,
+            KUBE_PROXY,
+            &self.config().name,
+        )?;
+
+        // Credentials: the kubelet as system:node:<name> (Node authorizer +
+        // NodeRestriction), kube-proxy as system:kube-proxy (bound to
+        // system:node-proxier by the default RBAC policy).
+        let ca = util::read_to_string(&pki.ca_cert())?;
+        for (stem, cn, org, file) in [
+            (
+                "kubelet",
+                format!("system:node:{}", node.node_name),
+                Some("system:nodes"),
+                paths.kubelet_kubeconfig(),
+            ),
+            (
+                "kube-proxy",
+                "system:kube-proxy".to_owned(),
+                None,
+                paths.proxy_kubeconfig(),
+            ),
+        ] {
+            let (crt, key) = pki::ensure_client_cert(pki, stem, &cn, org)?;
+            let kc = kubeconfig::render(
+                &format!("localkube-{}-{stem}", self.config().name),
+                server,
+                &ca,
+                &util::read_to_string(&crt)?,
+                &util::read_to_string(&key)?,
+            )?;
+            util::write_atomic(&file, kc.as_bytes(), 0o600)?;
+        }
+
+        let cache = self.config().cache_dir.clone();
+        let go_ver = blocking(move || go_version(&cache)).await?;
+        let pause = pause_reference(&go_ver);
+        let network = format!("localkube-{}", self.config().name);
+        util::write_atomic(
+            &paths.cni_conf_dir().join("10-localkube.conflist"),
+            cni_conflist(&network, &node.pod_cidr, &paths.cni_ipam_dir()).as_bytes(),
+            0o644,
+        )?;
+        util::write_atomic(
+            &paths.containerd_config(),
+            containerd_config(&paths, &pause)?.as_bytes(),
+            0o644,
+        )?;
+
+        // containerd
+        let env = vec![("PATH".to_owned(), host::path_env())];
+        let ctrd = process::spawn(
+            &self.run_dir(),
+            &self.log_dir(),
+            &ProcSpec {
+                name: CONTAINERD,
+                binary: CONTAINERD_BIN.into(),
+                args: vec![
+                    "--config".into(),
+                    paths.containerd_config().display().to_string(),
+                ],
+                env: env.clone(),
+            },
+        )?;
+        let this = self.clone();
+        self.wait_for(CONTAINERD, &ctrd, Duration::from_secs(30), || {
+            let this = this.clone();
+            async move {
+                blocking(move || Ok(host::run(this.ctr().arg("version")).is_ok()))
+                    .await
+                    .unwrap_or(false)
+            }
+        })
+        .await?;
+
+        // The sandbox image, built once per Go version and loaded once per containerd root.
+        let this = self.clone();
+        let cache = self.config().cache_dir.clone();
+        let pause_ref = pause.clone();
+        blocking(move || {
+            if !this.node_images()?.contains(&pause_ref) {
+                let tag = pause_ref.rsplit(':').next().unwrap_or("x").to_owned();
+                let archive = ensure_go_image_archive(
+                    &cache,
+                    &pause_ref,
+                    include_str!("../assets/pause.go"),
+                    &tag,
+                )?;
+                this.import_image_archive(&archive, None)?;
+            }
+            Ok(())
+        })
+        .await?;
+
+        // kubelet
+        util::write_atomic(
+            &paths.kubelet_config(),
+            kubelet_config(&paths, node, &np, pki, &self.config().name)?.as_bytes(),
+            0o644,
+        )?;
+        let kubelet = process::spawn(
+            &self.run_dir(),
+            &self.log_dir(),
+            &ProcSpec {
+                name: KUBELET,
+                binary: bins.kubelet.clone(),
+                args: vec![
+                    format!("--config={}", paths.kubelet_config().display()),
+                    format!("--kubeconfig={}", paths.kubelet_kubeconfig().display()),
+                    format!("--hostname-override={}", node.node_name),
+                    format!("--node-ip={}", node.node_ip),
+                    format!("--root-dir={}", paths.kubelet_root().display()),
+                    format!("--cert-dir={}", paths.kubelet_root().join("pki").display()),
+                    // Its default (-999) needs CAP_SYS_RESOURCE, which a
+                    // container host may not grant; nothing here relies on it.
+                    "--oom-score-adj=0".into(),
+                    // Keeps the GC away from the sandbox image (deprecated in
+                    // 1.33 in favour of asking the CRI, which containerd 1.6 cannot answer).
+                    format!("--pod-infra-container-image={pause}"),
+                    "--v=1".into(),
+                ],
+                env: env.clone(),
+            },
+        )?;
+        let client = kubeconfig::client_from_file(&self.kubeconfig_path()).await?;
+        let node_name = node.node_name.clone();
+        self.wait_for(KUBELET, &kubelet, Duration::from_secs(120), || {
+            node_ready(&client, &node_name)
+        })
+        .await?;
+
+        // kube-proxy
+        util::write_atomic(
+            &paths.proxy_config(),
+            proxy_config(&paths, node, &np)?.as_bytes(),
+            0o644,
+        )?;
+        let proxy = process::spawn(
+            &self.run_dir(),
+            &self.log_dir(),
+            &ProcSpec {
+                name: KUBE_PROXY,
+                binary: bins.kube_proxy.clone(),
+                args: vec![
+                    format!("--config={}", paths.proxy_config().display()),
+                    "--v=1".into(),
+                ],
+                env,
+            },
+        )?;
+        self.wait_for(KUBE_PROXY, &proxy, Duration::from_secs(60), || {
+            http_ok(np.proxy_healthz, "/healthz")
+        })
+        .await?;
+
+        // The lease endpoint reconciler publishes the node IP for the
+        // `kubernetes` Service; pods depend on it.
+        let node_ip = node.node_ip.clone();
+        let apiserver = process::read_pid(&self.run_dir(), crate::cluster::APISERVER)
+            .ok_or_else(|| Error::Invalid("kube-apiserver pid file vanished".into()))?;
+        self.wait_for(
+            crate::cluster::APISERVER,
+            &apiserver,
+            Duration::from_secs(30),
+            || kubernetes_endpoint_is(&client, &node_ip),
+        )
+        .await?;
+        progress!(
+            "node {} Ready in {} (containerd, kubelet, kube-proxy; pods on {}, node IP {})",
+            node.node_name,
+            util::human(started.elapsed()),
+            node.pod_cidr,
+            node.node_ip
+        );
+        Ok(())
+    }
+
+    /// Whether a running node cluster can be reused: its node components run
+    /// the expected binaries and the Node is Ready.
+    pub(crate) async fn node_healthy(&self, node: &NodeConfig, bins: &Binaries) -> bool {
+        let procs = self.component_running(CONTAINERD, Some(Path::new(CONTAINERD_BIN)))
+            && self.component_running(KUBELET, Some(&bins.kubelet))
+            && self.component_running(KUBE_PROXY, Some(&bins.kube_proxy));
+        if !procs || !host::link_exists(NODE_INTERFACE) {
+            return false;
+        }
+        let Ok(client) = kubeconfig::client_from_file(&self.kubeconfig_path()).await else {
+            return false;
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if node_ready(&client, &node.node_name).await {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        false
+    }
+
+    // ------------------------------------------------------------ down
+
+    /// True if a node was (or may have been) started for this cluster.
+    pub(crate) fn has_node_state(&self) -> bool {
+        let paths = self.node_paths();
+        paths.record().exists()
+            || NODE_COMPONENTS
+                .iter()
+                .any(|c| process::read_pid(&self.run_dir(), c).is_some())
+    }
+
+    /// First half of the node teardown, while the control plane still runs:
+    /// drains the node and stops kube-proxy, the kubelet, leftover
+    /// containers and containerd. Best effort per step: failures become
+    /// warnings in the report, so one stuck step does not leave the rest
+    /// behind. [`Self::sweep_node_host`] finishes after the control plane
+    /// has stopped (its clients talk to the apiserver over the node IP,
+    /// which the sweep removes).
+    pub(crate) async fn stop_node(&self) -> NodeTeardown {
+        let mut report = NodeTeardown::default();
+        let paths = self.node_paths();
+        let rec = read_record(&paths);
+        let node_name = rec
+            .as_ref()
+            .and_then(|r| r.node.as_ref())
+            .map(|n| n.node_name.clone())
+            .unwrap_or_else(|| NodeConfig::for_cluster(&self.config().name).node_name);
+
+        // 1. Let the kubelet stop the pods: it runs the CNI DEL, unmounts
+        //    the volumes and removes the sandboxes' network namespaces.
+        if self.component_running(KUBELET, None) {
+            match self.drain(&node_name).await {
+                Ok(n) => report.pods_deleted = n,
+                Err(e) => report.warnings.push(format!("draining {node_name}: {e}")),
+            }
+        }
+        // 2. kube-proxy, kubelet.
+        for name in [KUBE_PROXY, KUBELET] {
+            if let Some(rec) = process::read_pid(&self.run_dir(), name) {
+                let running = process::is_running(&rec);
+                let r = rec.clone();
+                match blocking(move || process::stop(&r, Duration::from_secs(15))).await {
+                    Ok(()) if running => report.stopped.push((name, rec.pid)),
+                    Ok(()) => {}
+                    Err(e) => report.warnings.push(e.to_string()),
+                }
+            }
+        }
+        // 3. Containers the kubelet did not get to, then containerd.
+        if self.component_running(CONTAINERD, None) {
+            let this = self.clone();
+            match blocking(move || this.remove_all_containers()).await {
+                Ok(n) => report.containers_removed = n,
+                Err(e) => report.warnings.push(format!("removing containers: {e}")),
+            }
+        }
+        if let Some(rec) = process::read_pid(&self.run_dir(), CONTAINERD) {
+            let running = process::is_running(&rec);
+            let r = rec.clone();
+            match blocking(move || process::stop(&r, Duration::from_secs(15))).await {
+                Ok(()) if running => report.stopped.push((CONTAINERD, rec.pid)),
+                Ok(()) => {}
+                Err(e) => report.warnings.push(e.to_string()),
+            }
+        }
+        report
+    }
+
+    /// Second half of the node teardown: reverts every recorded host change
+    /// (see `sweep_host`). Returns an error only if something is still left
+    /// afterwards.
+    pub(crate) async fn sweep_node_host(&self, report: NodeTeardown) -> Result<NodeTeardown> {
+        let rec = read_record(&self.node_paths());
+        let this = self.clone();
+        let report = blocking(move || {
+            let mut report = report;
+            this.sweep_host(rec.as_ref(), &mut report);
+            Ok(report)
+        })
+        .await?;
+        for line in report.summary() {
+            progress!("node teardown: {line}");
+        }
+        // Anything left is an error: the caller must not believe the host is clean.
+        let left = self.leftovers();
+        if !left.is_empty() {
+            return Err(Error::Invalid(format!(
+                "node teardown of cluster {:?} left: {}",
+                self.config().name,
+                left.join("; ")
+            )));
+        }
+        Ok(report)
+    }
+
+    /// Deletes every pod bound to the node and waits (up to 90 s) until the
+    /// kubelet has finished them. Returns how many pods there were.
+    async fn drain(&self, node_name: &str) -> Result<usize> {
+        let mut config = kubeconfig::config_from_file(&self.kubeconfig_path()).await?;
+        config.connect_timeout = Some(Duration::from_secs(2));
+        config.read_timeout = Some(Duration::from_secs(10));
+        let client = Client::try_from(config)?;
+        let pods: Api<Pod> = Api::all(client.clone());
+        let lp = ListParams::default().fields(&format!("spec.nodeName={node_name}"));
+        let list = pods.list(&lp).await?;
+        let n = list.items.len();
+        if n > 0 {
+            progress!("node teardown: deleting {n} pod(s) on {node_name}");
+        }
+        for p in list.items {
+            let (Some(ns), Some(name)) = (p.metadata.namespace, p.metadata.name) else {
+                continue;
+            };
+            let api: Api<Pod> = Api::namespaced(client.clone(), &ns);
+            let dp = DeleteParams {
+                grace_period_seconds: Some(2),
+                ..DeleteParams::default()
+            };
+            match api.delete(&name, &dp).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let left = pods.list(&lp).await.map(|l| l.items.len()).unwrap_or(0);
+            if left == 0 {
+                return Ok(n);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!("{left} pod(s) on {node_name} to terminate"),
+                    seconds: 90,
+                    hint: Some(format!(
+                        "see {}",
+                        process::log_file(&self.log_dir(), KUBELET).display()
+                    )),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Kills and deletes every task and container in the CRI namespace.
+    fn remove_all_containers(&self) -> Result<usize> {
+        let tasks = host::run(self.ctr().args(["tasks", "ls", "-q"]))?;
+        for id in tasks.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let _ = host::run(self.ctr().args(["tasks", "kill", "-s", "SIGKILL", id]));
+            // `tasks delete` waits for the exit and makes the shim leave.
+            for _ in 0..20 {
+                if host::run(self.ctr().args(["tasks", "delete", id])).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        }
+        let containers = host::run(self.ctr().args(["containers", "ls", "-q"]))?;
+        let ids: Vec<&str> = containers
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        for id in &ids {
+            if let Err(e) = host::run(self.ctr().args(["containers", "delete", id])) {
+                tracing::warn!(%e, container = id, "could not delete container");
+            }
+        }
+        Ok(ids.len())
+    }
+
+    /// Reverts the host changes after every node process has been stopped.
+    fn sweep_host(&self, rec: Option<&HostRecord>, report: &mut NodeTeardown) {
+        let paths = self.node_paths();
+        if self.host_owned_by_other() {
+            // Only our own processes, mounts and state; the host-global
+            // links, iptables rules and sysctls are the owner's.
+            report.warnings.push(format!(
+                "{HOST_MARKER} names another cluster; left links, iptables and sysctls alone"
+            ));
+        }
+        let global = !self.host_owned_by_other();
+        let warn = |r: &mut NodeTeardown, what: &str, e: Error| {
+            r.warnings.push(format!("{what}: {e}"));
+        };
+
+        // Shims of our containerd outlive it by design; they name its socket.
+        let socket = paths.containerd_socket().display().to_string();
+        let shims: Vec<i32> = host::pids_with_cmdline(&socket)
+            .into_iter()
+            .filter(|pid| {
+                fs::read_link(format!("/proc/{pid}/exe"))
+                    .map(|e| e.to_string_lossy().contains("containerd-shim"))
+                    .unwrap_or(false)
+            })
+            .collect();
+        if !shims.is_empty() {
+            host::kill_and_wait(&shims, Duration::from_secs(10));
+            report.stray_processes_killed.extend(&shims);
+        }
+        // Container processes, and the cgroup tree itself.
+        let cgroup_root = rec
+            .map(|r| r.cgroup_root.clone())
+            .unwrap_or_else(|| format!("localkube-{}", self.config().name));
+        match host::remove_cgroup_root(&cgroup_root) {
+            Ok(pids) => report.stray_processes_killed.extend(pids),
+            Err(e) => warn(report, "removing the cgroup root", e),
+        }
+        // Mounts: volumes under the kubelet dir, container rootfs and netns
+        // mounts under the containerd state dir.
+        match host::unmount_all_under(&paths.dir) {
+            Ok(m) => report.mounts_removed = m,
+            Err(e) => warn(report, "unmounting", e),
+        }
+        // Links: pod veths first (normally gone with their netns), then bridges.
+        for port in host::bridge_ports(CNI_BRIDGE)
+            .into_iter()
+            .filter(|_| global)
+        {
+            match host::delete_link(&port) {
+                Ok(true) => report.links_removed.push(port),
+                Ok(false) => {}
+                Err(e) => warn(report, "deleting a pod veth", e),
+            }
+        }
+        let links: Vec<String> = match rec {
+            _ if !global => Vec::new(),
+            Some(r) => r.links.clone(),
+            None => vec![CNI_BRIDGE.into(), NODE_INTERFACE.into()],
+        };
+        for link in links {
+            match host::delete_link(&link) {
+                Ok(true) => report.links_removed.push(link),
+                Ok(false) => {}
+                Err(e) => warn(report, "deleting a link", e),
+            }
+        }
+        // iptables: only chains that did not exist before `up`.
+        if let Some(rec) = rec.filter(|_| global) {
+            for bin in host::IPTABLES_BINARIES {
+                for table in host::IPTABLES_TABLES {
+                    let Some(before) = rec.chains_before.get(&format!("{bin} {table}")) else {
+                        continue;
+                    };
+                    match host::remove_rules_mentioning(
+                        bin,
+                        table,
+                        &format!("\\\"{}\\\"", rec.cni_network),
+                    ) {
+                        Ok(_) => {}
+                        Err(e) => warn(report, "deleting CNI rules", e),
+                    }
+                    match host::remove_new_chains(bin, table, before, &["KUBE-", "CNI-"]) {
+                        Ok(c) => report
+                            .chains_removed
+                            .extend(c.into_iter().map(|c| format!("{bin} {table} {c}"))),
+                        Err(e) => warn(report, "deleting iptables chains", e),
+                    }
+                }
+            }
+            // kube-proxy's accounting objects, unless a kube-proxy ran here before us.
+            let kube_before = rec
+                .chains_before
+                .values()
+                .flatten()
+                .any(|c| c.starts_with("KUBE-"));
+            if !kube_before {
+                for counter in KUBE_PROXY_NFACCT {
+                    match host::nfacct_delete(counter) {
+                        Ok(true) => report.nfacct_removed.push(counter.to_owned()),
+                        Ok(false) => {}
+                        Err(e) => warn(report, "deleting an nfacct counter", e),
+                    }
+                }
+            }
+            // Sysctls, where they still hold what our components set.
+            for (k, before) in &rec.sysctls {
+                if host::sysctl_read(k).as_deref() != Some(before.as_str()) {
+                    match host::sysctl_write(k, before) {
+                        Ok(()) => report.sysctls_restored.push((k.clone(), before.clone())),
+                        Err(e) => warn(report, "restoring a sysctl", e),
+                    }
+                }
+            }
+        }
+        // Files outside the state dir.
+        let pod_logs = paths.pod_logs();
+        if let Ok(rd) = fs::read_dir("/var/log/containers") {
+            for e in rd.flatten() {
+                let ours = fs::read_link(e.path())
+                    .map(|t| t.starts_with(&pod_logs))
+                    .unwrap_or(false);
+                if ours && fs::remove_file(e.path()).is_ok() {
+                    report.paths_removed.push(e.path());
+                }
+            }
+        }
+        let network = rec
+            .map(|r| r.cni_network.clone())
+            .unwrap_or_else(|| format!("localkube-{}", self.config().name));
+        if let Ok(rd) = fs::read_dir("/var/lib/cni/results") {
+            for e in rd.flatten() {
+                if e.file_name()
+                    .to_string_lossy()
+                    .starts_with(&format!("{network}-"))
+                    && fs::remove_file(e.path()).is_ok()
+                {
+                    report.paths_removed.push(e.path());
+                }
+            }
+        }
+        if let Some(rec) = rec {
+            for dir in &rec.absent_dirs {
+                if dir.exists() {
+                    match remove_empty_tree(dir) {
+                        Ok(true) => report.paths_removed.push(dir.clone()),
+                        Ok(false) => report.warnings.push(format!(
+                            "{} did not exist before `up` and is not empty now; left in place",
+                            dir.display()
+                        )),
+                        Err(e) => warn(report, "removing a host directory", e),
+                    }
+                }
+            }
+        }
+        // Per-run state (the containerd root with the images stays).
+        for d in paths.per_run_dirs() {
+            if let Err(e) = util::remove_dir_all_if_exists(&d) {
+                warn(report, "removing node state", e);
+            }
+        }
+        let _ = util::remove_file_if_exists(&paths.containerd_socket());
+        // Release the host: the marker, then the record that justified it.
+        let owned = fs::read(HOST_MARKER)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<HostMarker>(&b).ok())
+            .is_some_and(|m| m.state_dir == self.state_dir());
+        if owned {
+            if let Err(e) = util::remove_file_if_exists(Path::new(HOST_MARKER)) {
+                warn(report, "removing the host marker", e);
+            }
+        }
+        if report.warnings.is_empty() {
+            let _ = util::remove_file_if_exists(&paths.record());
+        }
+    }
+
+    /// True if the host marker names another cluster (whose links and
+    /// iptables rules must not be touched).
+    fn host_owned_by_other(&self) -> bool {
+        fs::read(HOST_MARKER)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<HostMarker>(&b).ok())
+            .is_some_and(|m| m.state_dir != self.state_dir())
+    }
+
+    /// What of this node is still on the host (empty when clean).
+    pub fn leftovers(&self) -> Vec<String> {
+        let paths = self.node_paths();
+        let mut left = Vec::new();
+        for c in NODE_COMPONENTS {
+            if self.component_running(c, None) {
+                left.push(format!("{c} is running"));
+            }
+        }
+        let needle = paths.dir.display().to_string();
+        let procs = host::pids_with_cmdline(&needle);
+        if !procs.is_empty() {
+            left.push(format!("processes naming {needle}: {procs:?}"));
+        }
+        // The links are host-global: while another cluster owns the host they are its.
+        if !self.host_owned_by_other() {
+            for link in [NODE_INTERFACE, CNI_BRIDGE] {
+                if host::link_exists(link) {
+                    left.push(format!("link {link}"));
+                }
+            }
+        }
+        let mounts = host::mounts_under(&paths.dir);
+        if !mounts.is_empty() {
+            left.push(format!("mounts {mounts:?}"));
+        }
+        let cg = format!("localkube-{}", self.config().name);
+        for h in host::cgroup_hierarchies() {
+            if h.join(&cg).exists() {
+                left.push(format!("cgroup {}", h.join(&cg).display()));
+            }
+        }
+        left
+    }
+}
+
+fn read_record(paths: &NodePaths) -> Option<HostRecord> {
+    let bytes = fs::read(paths.record()).ok()?;
+    match serde_json::from_slice(&bytes) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            tracing::warn!(file = %paths.record().display(), error = %e, "ignoring malformed host record");
+            None
+        }
+    }
+}
+
+fn write_record(paths: &NodePaths, rec: &HostRecord) -> Result<()> {
+    let json = serde_json::to_vec_pretty(rec).map_err(|e| Error::Invalid(e.to_string()))?;
+    util::write_atomic(&paths.record(), &json, 0o644)
+}
+
+/// Removes `dir` if it (recursively) holds only empty directories; true if removed.
+fn remove_empty_tree(dir: &Path) -> Result<bool> {
+    let mut empty = true;
+    for e in fs::read_dir(dir)
+        .map_err(Error::io("reading", dir))?
+        .flatten()
+    {
+        let p = e.path();
+        let is_dir = e.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        if !(is_dir && remove_empty_tree(&p)?) {
+            empty = false;
+        }
+    }
+    if empty {
+        fs::remove_dir(dir).map_err(Error::io("removing", dir))?;
+    }
+    Ok(empty)
+}
+
+fn check_port(ip: &str, port: u16, component: &'static str, cluster: &str) -> Result<()> {
+    if TcpListener::bind((ip, port)).is_err() {
+        return Err(Error::PortBusy {
+            port,
+            component,
+            cluster: cluster.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+fn go_version(cache: &Path) -> Result<String> {
+    let mut c = binaries::go_command(cache);
+    c.args(["env", "GOVERSION"]);
+    Ok(host::run(&mut c)?.trim().to_owned())
+}
+
+/// The archive of a one-binary image, built and cached under
+/// `<cache>/images/localkube/` (keyed by `key`).
+fn ensure_go_image_archive(
+    cache: &Path,
+    reference: &str,
+    main_go: &str,
+    key: &str,
+) -> Result<PathBuf> {
+    let dir = cache.join("images").join("localkube");
+    let name = reference
+        .rsplit('/')
+        .next()
+        .unwrap_or("image")
+        .replace(':', "-");
+    let archive = dir.join(format!("{name}.oci.tar"));
+    if archive.is_file() {
+        return Ok(archive);
+    }
+    let work = dir.join(format!("build-{key}"));
+    let bin = work.join("app");
+    let log = cache.join("logs").join(format!("go-image-{name}.log"));
+    progress!(
+        "building image {reference} (static Go binary); log: {}",
+        log.display()
+    );
+    image::build_static_go(main_go, &bin, &work, &log)?;
+    let data = fs::read(&bin).map_err(Error::io("reading", &bin))?;
+    // The binary is named after the repository's last segment: ".../pause" -> /pause.
+    let repo = reference
+        .rsplit_once(':')
+        .map(|(r, _)| r)
+        .unwrap_or(reference);
+    let exe = format!("/{}", repo.rsplit('/').next().unwrap_or("app"));
+    let oci = image::oci_archive(
+        reference,
+        &[ImageFile {
+            path: exe.clone(),
+            mode: 0o755,
+            data,
+        }],
+        &ImageConfig {
+            entrypoint: vec![exe],
+            ..Default::default()
+        },
+    )?;
+    util::write_atomic(&archive, &oci.bytes, 0o644)?;
+    util::remove_dir_all_if_exists(&work)?;
+    Ok(archive)
+}
+
+fn cni_conflist(network: &str, pod_cidr: &str, ipam_dir: &Path) -> String {
+    let doc = json!({
+        "cniVersion": "1.0.0",
+        "name": network,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": CNI_BRIDGE,
+                "isGateway": true,
+                "ipMasq": true,
+                // A pod that reaches itself through a Service needs hairpin.
+                "hairpinMode": true,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{ "subnet": pod_cidr }]],
+                    "routes": [{ "dst": "0.0.0.0/0" }],
+                    // Allocations live in our state dir, not /var/lib/cni.
+                    "dataDir": ipam_dir,
+                }
+            },
+            { "type": "portmap", "capabilities": { "portMappings": true } }
+        ]
+    });
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+fn toml_path(p: &Path) -> Result<String> {
+    let s = p.display().to_string();
+    if s.contains('"') || s.contains('\\') {
+        return Err(Error::Invalid(format!(
+            "path {s} contains a quote or backslash; choose another DGL_OPERATOR_CACHE"
+        )));
+    }
+    Ok(format!("\"{s}\""))
+}
+
+/// containerd 1.6 config (version 2). Everything containerd writes goes
+/// below `<state>/node/containerd/`; the CRI plugin uses our CNI dir, the
+/// cgroupfs driver and our pause image.
+fn containerd_config(paths: &NodePaths, pause: &str) -> Result<String> {
+    Ok(format!(
+        r#"# Generated by localkube; rewritten on every `cluster up --node`.
+version = 2
+root = {root}
+state = {state}
+# Plugins this node never uses; disabling them keeps the log free of probe errors.
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = {socket}
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = {opt}
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  # Network namespaces as mounts under our state dir, not /var/run/netns.
+  netns_mounts_under_state_dir = true
+  # Clamp containers' oom_score_adj to containerd's own: without
+  # CAP_SYS_RESOURCE (missing from this VM's bounding set) runc cannot lower
+  # it to the kubelet's -998 for sandboxes and fails with "can't get final
+  # child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{cni_bin}"
+    conf_dir = {cni_conf}
+    max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        BinaryName = "{runc}"
+        # Must match the kubelet's cgroupDriver (cgroupfs: no systemd here).
+        SystemdCgroup = false
+        Root = {runc_root}
+"#,
+        root = toml_path(&paths.containerd_root())?,
+        state = toml_path(&paths.containerd_state())?,
+        socket = toml_path(&paths.containerd_socket())?,
+        opt = toml_path(&paths.containerd_dir().join("opt"))?,
+        cni_bin = CNI_BIN_DIR,
+        cni_conf = toml_path(&paths.cni_conf_dir())?,
+        runc = RUNC_BIN,
+        runc_root = toml_path(&paths.runc_root())?,
+    ))
+}
+
+fn kubelet_config(
+    paths: &NodePaths,
+    node: &NodeConfig,
+    np: &NodePorts,
+    pki: &PkiFiles,
+    cluster: &str,
+) -> Result<String> {
+    let endpoint = format!("unix://{}", paths.containerd_socket().display());
+    let doc = json!({
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": node.node_ip,
+        "port": np.kubelet,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": np.kubelet_healthz,
+        "containerRuntimeEndpoint": endpoint,
+        "imageServiceEndpoint": endpoint,
+        // cgroup v1 + cgroupfs, matching containerd's SystemdCgroup = false;
+        // containerd 1.6 cannot tell the kubelet its driver (no RuntimeConfig RPC).
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": false,
+        "cgroupsPerQOS": true,
+        // Our own subtree: teardown kills and removes it as a whole.
+        "cgroupRoot": format!("/localkube-{cluster}"),
+        "failSwapOn": false,
+        "authentication": {
+            "anonymous": { "enabled": false },
+            "webhook": { "enabled": true },
+            "x509": { "clientCAFile": pki.ca_cert() },
+        },
+        "authorization": { "mode": "Webhook" },
+        "clusterDomain": "cluster.local",
+        "resolvConf": "/etc/resolv.conf",
+        "podLogsDir": paths.pod_logs(),
+        // Images are imported by hand and cannot be pulled again: never collect them,
+        // and keep evictions for real emergencies only.
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+            "imagefs.available": "1%",
+            "imagefs.inodesFree": "1%",
+        },
+        // Fewer host changes: kube-proxy does not need the hint chains.
+        "makeIPTablesUtilChains": false,
+        "serializeImagePulls": false,
+        "registerNode": true,
+        "rotateCertificates": false,
+        "serverTLSBootstrap": false,
+        "shutdownGracePeriod": "0s",
+        "maxPods": 110,
+    });
+    Ok(serde_yaml::to_string(&doc)?)
+}
+
+fn proxy_config(paths: &NodePaths, node: &NodeConfig, np: &NodePorts) -> Result<String> {
+    let doc = json!({
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "clientConnection": { "kubeconfig": paths.proxy_kubeconfig() },
+        "hostnameOverride": node.node_name,
+        "bindAddress": node.node_ip,
+        "healthzBindAddress": format!("127.0.0.1:{}", np.proxy_healthz),
+        "metricsBindAddress": format!("127.0.0.1:{}", np.proxy_metrics),
+        "mode": "iptables",
+        // See the kubelet's --oom-score-adj.
+        "oomScoreAdj": 0,
+        "clusterCIDR": node.pod_cidr,
+        "detectLocalMode": "ClusterCIDR",
+        // NodePorts only on the node IP, never on the VM's real interface.
+        "nodePortAddresses": [format!("{}/32", node.node_ip)],
+        "iptables": {
+            // SNAT all Service traffic: pod -> Service -> pod on the same
+            // bridge then works without relying on br_netfilter settings.
+            "masqueradeAll": true,
+            // Otherwise kube-proxy sets net.ipv4.conf.all.route_localnet=1.
+            "localhostNodePorts": false,
+            "syncPeriod": "30s",
+            "minSyncPeriod": "1s",
+        },
+        // 0 = leave the host's conntrack sysctls alone.
+        "conntrack": {
+            "maxPerCore": 0,
+            "min": 0,
+            "tcpEstablishedTimeout": "0s",
+            "tcpCloseWaitTimeout": "0s",
+            "udpTimeout": "0s",
+            "udpStreamTimeout": "0s",
+        },
+    });
+    Ok(serde_yaml::to_string(&doc)?)
+}
+
+async fn node_ready(client: &Client, name: &str) -> bool {
+    let nodes: Api<Node> = Api::all(client.clone());
+    match nodes.get_opt(name).await {
+        Ok(Some(n)) => n
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+        _ => false,
+    }
+}
+
+async fn kubernetes_endpoint_is(client: &Client, ip: &str) -> bool {
+    let eps: Api<Endpoints> = Api::namespaced(client.clone(), "default");
+    match eps.get_opt("kubernetes").await {
+        Ok(Some(e)) => e.subsets.unwrap_or_default().iter().any(|s| {
+            s.addresses
+                .as_ref()
+                .is_some_and(|a| a.iter().any(|a| a.ip == ip))
+        }),
+        _ => false,
+    }
+}
+
+/// Plain-HTTP GET on 127.0.0.1 (kubelet/kube-proxy health ports); true on a 200.
+async fn http_ok(port: u16, path: &str) -> bool {
+    let probe = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .ok()?;
+        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.ok()?;
+        Some(body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"))
+    };
+    matches!(
+        tokio::time::timeout(Duration::from_secs(3), probe).await,
+        Ok(Some(true))
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn paths() -> NodePaths {
+        NodePaths {
+            dir: PathBuf::from("/cache/cluster/unit/node"),
+        }
+    }
+
+    #[test]
+    fn node_ports_follow_the_cluster_offset_and_do_not_collide() {
+        for name in ["dev", "test", "e2e", "smoke"] {
+            let p = Ports::for_name(name);
+            let n = NodePorts::for_ports(&p);
+            let all = [
+                p.apiserver,
+                p.etcd_client,
+                p.etcd_peer,
+                p.controller_manager,
+                p.scheduler,
+                n.kubelet,
+                n.kubelet_healthz,
+                n.proxy_healthz,
+                n.proxy_metrics,
+            ];
+            let set: BTreeSet<u16> = all.iter().copied().collect();
+            assert_eq!(set.len(), all.len(), "{name}: {all:?}");
+        }
+        assert_eq!(NodePorts::for_ports(&Ports::for_name("dev")).kubelet, 10250);
+    }
+
+    #[test]
+    fn containerd_config_keeps_everything_under_the_state_dir() {
+        let cfg = containerd_config(&paths(), "localhost/localkube/pause:3.10-x").unwrap();
+        assert!(cfg.contains("SystemdCgroup = false"));
+        assert!(cfg.contains(r#"sandbox_image = "localhost/localkube/pause:3.10-x""#));
+        assert!(cfg.contains("netns_mounts_under_state_dir = true"));
+        for key in [
+            "root = ",
+            "state = ",
+            "address = ",
+            "conf_dir = ",
+            "Root = ",
+            "path = ",
+        ] {
+            let line = cfg
+                .lines()
+                .find(|l| l.trim_start().starts_with(key))
+                .unwrap_or_else(|| panic!("{key} missing"));
+            assert!(line.contains("/cache/cluster/unit/node/"), "{line}");
+        }
+        assert!(toml_path(Path::new("/a\"b")).is_err());
+    }
+
+    #[test]
+    fn kubelet_and_proxy_configs_match_the_node() {
+        let node = NodeConfig::for_cluster("unit");
+        let np = NodePorts::for_ports(&Ports::for_name("unit"));
+        let pki = PkiFiles {
+            dir: PathBuf::from("/cache/cluster/unit/pki"),
+        };
+        let k: serde_yaml::Value =
+            serde_yaml::from_str(&kubelet_config(&paths(), &node, &np, &pki, "unit").unwrap())
+                .unwrap();
+        assert_eq!(k["cgroupDriver"], "cgroupfs");
+        assert_eq!(k["failSwapOn"], false);
+        assert_eq!(k["cgroupRoot"], "/localkube-unit");
+        assert_eq!(k["address"], NODE_IP);
+        assert_eq!(k["imageGCHighThresholdPercent"], 100);
+        assert_eq!(k["authentication"]["anonymous"]["enabled"], false);
+        assert!(k["containerRuntimeEndpoint"]
+            .as_str()
+            .unwrap()
+            .starts_with("unix:///cache/cluster/unit/node/containerd/"));
+        let p: serde_yaml::Value =
+            serde_yaml::from_str(&proxy_config(&paths(), &node, &np).unwrap()).unwrap();
+        assert_eq!(p["mode"], "iptables");
+        assert_eq!(p["hostnameOverride"], "localkube-unit");
+        assert_eq!(p["iptables"]["localhostNodePorts"], false);
+        assert_eq!(p["conntrack"]["maxPerCore"], 0);
+        let c: serde_json::Value = serde_json::from_str(&cni_conflist(
+            "localkube-unit",
+            POD_CIDR,
+            &paths().cni_ipam_dir(),
+        ))
+        .unwrap();
+        assert_eq!(c["plugins"][0]["bridge"], CNI_BRIDGE);
+        assert_eq!(c["plugins"][0]["ipam"]["ranges"][0][0]["subnet"], POD_CIDR);
+        assert_eq!(c["plugins"][1]["type"], "portmap");
+    }
+
+    #[test]
+    fn pause_reference_changes_with_the_go_version() {
+        let a = pause_reference("go1.26.0");
+        let b = pause_reference("go1.26.1");
+        assert!(a.starts_with("localhost/localkube/pause:3.10-"));
+        assert_ne!(a, b);
+    }
+}

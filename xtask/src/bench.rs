@@ -88,8 +88,10 @@ struct ScaleArgs {
     /// spec.partitionMode of the jobs.
     #[arg(long, value_enum, default_value_t = Mode::DglApi)]
     mode: Mode,
-    /// The operator binary. Default: target/release/dgl-operator, built first.
-    #[arg(long)]
+    /// The operator binary (e.g. one built from an earlier commit, to compare).
+    /// Default: the workspace's release build ($CARGO_TARGET_DIR or
+    /// target/), built first.
+    #[arg(long, alias = "operator-bin")]
     operator: Option<PathBuf>,
     /// Extra argument for `dgl-operator run` (repeatable), e.g.
     /// --operator-arg=--kube-api-qps=100
@@ -143,7 +145,10 @@ fn scale(args: ScaleArgs) -> Result<()> {
             eprintln!("==> building dgl-operator (release)");
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
             run_cmd(Command::new(&cargo).args(["build", "--release", "-q", "-p", "dgl-operator"]))?;
-            repo_root().join("target/release/dgl-operator")
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| repo_root().join("target"));
+            target.join("release/dgl-operator")
         }
     };
     if !operator.is_file() {
@@ -155,6 +160,8 @@ fn scale(args: ScaleArgs) -> Result<()> {
         .build()?;
     let mut cfg = ClusterConfig::new(CLUSTER)?;
     cfg.scheduler = args.scheduler_qps <= 0.0;
+    // Never start the long Kubernetes build from a benchmark.
+    cfg.build_if_missing = false;
     let cluster = LocalCluster::new(cfg)?;
     let mut procs = Procs::default();
     let result = rt.block_on(scale_async(&args, &operator, &cluster, &mut procs));

@@ -4,11 +4,13 @@
 //! - [`observe`]: what exists (pods classified);
 //! - [`builders`]: desired objects (pure);
 //! - [`plan`]: the state machine (pure);
+//! - [`cache`]: the watch caches, compact and indexed by job;
 //! - [`controller`]: watches, apply, status, Events;
 //! - [`client`]: the API client (request counting, client-side rate limit);
 //! - [`leader`], [`metrics`], [`server`]: operations.
 
 pub mod builders;
+pub mod cache;
 pub mod client;
 pub mod controller;
 pub mod leader;

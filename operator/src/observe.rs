@@ -26,7 +26,7 @@ pub enum PodState {
 }
 
 /// One observed pod of a job.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedPod {
     pub name: String,
     pub role: ReplicaType,

@@ -181,12 +181,47 @@ impl StatusBuilder {
 fn counts(pods: &[&ObservedPod]) -> std::collections::BTreeMap<ReplicaType, ReplicaStatus> {
     let mut out = std::collections::BTreeMap::new();
     for p in pods {
+        // A pod on its way out is not counted, nor does it keep its role listed.
+        if p.state == PodState::Terminating {
+            continue;
+        }
         let e: &mut ReplicaStatus = out.entry(p.role).or_default();
         match p.state {
             PodState::Pending | PodState::Running { .. } => e.active += 1,
             PodState::Succeeded => e.succeeded += 1,
             PodState::Failed { .. } => e.failed += 1,
             PodState::Terminating => {}
+        }
+    }
+    out
+}
+
+/// Replica counts as they will be once this plan's steps are done: a pod it
+/// deletes no longer counts, a pod it creates counts as active. The status
+/// is written before the steps run, so counting them now saves a second
+/// status write when their watch events arrive.
+fn counts_after(
+    pods: &[&ObservedPod],
+    steps: &[Step],
+) -> std::collections::BTreeMap<ReplicaType, ReplicaStatus> {
+    let deleting: Vec<&str> = steps
+        .iter()
+        .filter_map(|s| match s {
+            Step::DeletePod(n) => Some(n.as_str()),
+            _ => None,
+        })
+        .collect();
+    let kept: Vec<&ObservedPod> = pods
+        .iter()
+        .filter(|p| !deleting.contains(&p.name.as_str()))
+        .copied()
+        .collect();
+    let mut out = counts(&kept);
+    for s in steps {
+        if let Step::CreatePod(pod) = s {
+            if let Some(o) = ObservedPod::from_pod(pod) {
+                out.entry(o.role).or_default().active += 1;
+            }
         }
     }
     out
@@ -211,6 +246,20 @@ fn secs_between(from: &Time, to: Timestamp) -> i64 {
 
 /// Plans one reconcile of `job` given its observed pods.
 pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfig) -> Plan {
+    plan_gated(job, pods, now, cfg, true)
+}
+
+/// [`plan`], with `config_ready`: whether the job's ConfigMap, as other
+/// clients read it, already lists every worker. The launcher reads it when
+/// it starts, so it is created only then; the ConfigMap's watch event
+/// brings the job back.
+pub fn plan_gated(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    now: Timestamp,
+    cfg: &BuildConfig,
+    config_ready: bool,
+) -> Plan {
     let old = job.status.clone().unwrap_or_default();
     let mut sb = StatusBuilder {
         status: old.clone(),
@@ -253,7 +302,7 @@ pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfi
             }
         }
         let current: Vec<&ObservedPod> = pods.iter().filter(|p| p.run == run).collect();
-        sb.status.replica_statuses = counts(&current);
+        sb.status.replica_statuses = counts_after(&current, &steps);
         sb.derive_phase();
         return Plan {
             status: sb.status,
@@ -347,7 +396,7 @@ pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfi
                 ),
             );
             steps.extend(clean_pods(spec.clean_pod_policy, pods));
-            sb.status.replica_statuses = counts(&current);
+            sb.status.replica_statuses = counts_after(&current, &steps);
             sb.derive_phase();
             return Plan {
                 status: sb.status,
@@ -436,7 +485,7 @@ pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfi
             sb.finish(JobPhase::Failed, &reason, &msg);
             steps.extend(clean_pods(spec.clean_pod_policy, pods));
         }
-        sb.status.replica_statuses = counts(&current);
+        sb.status.replica_statuses = counts_after(&current, &steps);
         sb.derive_phase();
         let ensure_children = !sb.is_true(JobPhase::Failed);
         return Plan {
@@ -454,7 +503,7 @@ pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfi
             &format!("DGLJob {name} successfully completed."),
         );
         steps.extend(clean_pods(spec.clean_pod_policy, pods));
-        sb.status.replica_statuses = counts(&current);
+        sb.status.replica_statuses = counts_after(&current, &steps);
         sb.derive_phase();
         if let Some(ttl) = policy.ttl_seconds_after_finished {
             requeue = Some(Duration::from_secs(ttl.max(1) as u64));
@@ -527,7 +576,9 @@ pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfi
         }
     }
     match find(&launcher_name) {
-        None if workers_ready => create(builders::launcher_pod(job, run, cfg), &mut steps),
+        None if workers_ready && config_ready => {
+            create(builders::launcher_pod(job, run, cfg), &mut steps)
+        }
         Some(p) if matches!(p.state, PodState::Running { .. }) => {
             sb.clear(
                 JobPhase::Restarting,
@@ -543,7 +594,7 @@ pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfi
         }
         _ => {}
     }
-    sb.status.replica_statuses = counts(&current);
+    sb.status.replica_statuses = counts_after(&current, &steps);
     sb.derive_phase();
     Plan {
         status: sb.status,
@@ -727,6 +778,55 @@ mod tests {
             p.status, before,
             "a reconcile without news must not write status"
         );
+    }
+
+    #[test]
+    fn pods_count_when_created_or_deleted_so_their_events_write_nothing() {
+        let mut j = job();
+        let p = step(&mut j, &[], t(0));
+        assert_eq!(
+            p.status.replica_statuses[&ReplicaType::Partitioner].active,
+            1
+        );
+        // The partitioner's own watch event changes nothing.
+        let before = j.status.clone();
+        let pods = vec![pod(ReplicaType::Partitioner, 0, 0, PodState::Pending)];
+        assert_eq!(Some(step(&mut j, &pods, t(1)).status), before);
+
+        // Success under cleanPodPolicy Running: the pods it deletes stop
+        // counting in the same write; their deletion events write nothing.
+        let (mut j, mut pods) = running_job();
+        pods[3].state = PodState::Succeeded;
+        let p = step(&mut j, &pods, t(5));
+        assert!(!p.status.replica_statuses.contains_key(&ReplicaType::Worker));
+        assert_eq!(
+            p.status.replica_statuses[&ReplicaType::Launcher].succeeded,
+            1
+        );
+        for p in pods.iter_mut().take(3) {
+            p.state = PodState::Terminating;
+        }
+        let before = j.status.clone();
+        assert_eq!(Some(step(&mut j, &pods, t(6)).status.clone()), before);
+        pods.drain(..3); // gone: only the launcher is left
+        assert_eq!(Some(step(&mut j, &pods, t(7)).status), before);
+    }
+
+    #[test]
+    fn the_launcher_waits_for_the_config_map() {
+        let mut j = job();
+        let mut pods = vec![pod(ReplicaType::Partitioner, 0, 0, ready())];
+        step(&mut j, &pods, t(0));
+        pods.push(pod(ReplicaType::Worker, 0, 0, ready()));
+        pods.push(pod(ReplicaType::Worker, 1, 0, ready()));
+        let p = plan_gated(&j, &pods, t(1), &BuildConfig::default(), false);
+        assert!(created(&p).is_empty(), "ConfigMap not current yet");
+        assert!(!p
+            .status
+            .replica_statuses
+            .contains_key(&ReplicaType::Launcher));
+        let p = plan_gated(&j, &pods, t(2), &BuildConfig::default(), true);
+        assert_eq!(created(&p), vec![launcher_name(JOB)]);
     }
 
     #[test]

@@ -1,0 +1,777 @@
+//! The operator's watch caches, kept small and indexed for what reconciles ask.
+//!
+//! - [`PodCache`]: the pods of each job, by (namespace, job name), as the
+//!   compact [`ObservedPod`] the state machine reads, not as full `Pod`
+//!   objects. Pods are decoded through [`SlimPod`], which skips the spec,
+//!   annotations and managed fields. A pod event triggers its job's
+//!   reconcile only when what the state machine sees changed (not, say, when
+//!   the scheduler binds it). It also holds the job's *expectations*: pods
+//!   this operator created or deleted that the watch has not shown yet.
+//! - [`ChildCache`]: for ConfigMaps, Services, ServiceAccounts, Roles and
+//!   RoleBindings, only the applied-hash annotation, by kind, namespace and
+//!   name (metadata-only watches), plus the hashes this operator applied and
+//!   has not seen back yet. A deletion triggers the owner's reconcile, and so
+//!   does a ConfigMap whose hash changed (the launcher waits for it).
+//!
+//! Each watch handles a relist (Init … InitDone) by replacing its part of the
+//! cache, and reports when its first list is in ([`Readiness`]).
+//!
+//! Expectations and written hashes are an optimisation only: they save
+//! writes that a lagging cache would otherwise repeat (all of them are
+//! idempotent). They expire after [`EXPECTATION_TTL`]; a restarted operator
+//! starts without them and gets the same result from the cluster.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use dgl_api::names::LABEL_JOB_NAME;
+use dgl_api::DGLJob;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Api, PartialObjectMeta};
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use tokio::sync::watch;
+use tracing::warn;
+
+use crate::builders::HASH_ANNOTATION;
+use crate::observe::{ObservedPod, PodState};
+
+/// What reconciles are keyed by.
+pub type JobRef = ObjectRef<DeserializeGuard<DGLJob>>;
+
+/// (namespace, job name).
+pub type JobKey = (String, String);
+
+/// How long a write of this operator counts as done without its watch event.
+/// The event normally arrives within a second; this bounds the effect of
+/// one that never comes (the object was changed again, or removed, first).
+pub const EXPECTATION_TTL: Duration = Duration::from_secs(60);
+
+/// Watches whose first list must be in before a reconcile may plan.
+#[derive(Debug)]
+pub struct Readiness {
+    remaining: AtomicUsize,
+    tx: watch::Sender<bool>,
+}
+
+impl Readiness {
+    pub fn new(watches: usize) -> Arc<Readiness> {
+        Arc::new(Readiness {
+            remaining: AtomicUsize::new(watches),
+            tx: watch::channel(watches == 0).0,
+        })
+    }
+
+    fn one_ready(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.tx.send_replace(true);
+        }
+    }
+
+    /// Resolves once every watch has listed once.
+    pub async fn wait(&self) {
+        let mut rx = self.tx.subscribe();
+        // The sender lives as long as `self`: this cannot fail.
+        let _ = rx.wait_for(|ready| *ready).await;
+    }
+}
+
+/// A Pod as the operator reads it: metadata without managed fields or
+/// annotations, and the status. The spec is never decoded.
+#[derive(Clone, Debug, Deserialize)]
+pub struct SlimPod {
+    #[serde(deserialize_with = "slim_meta")]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub status: Option<PodStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+    deletion_timestamp: Option<Time>,
+}
+
+fn slim_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
+    let m = SlimMeta::deserialize(d)?;
+    Ok(ObjectMeta {
+        name: m.name,
+        namespace: m.namespace,
+        uid: m.uid,
+        resource_version: m.resource_version,
+        labels: m.labels,
+        owner_references: m.owner_references,
+        deletion_timestamp: m.deletion_timestamp,
+        ..Default::default()
+    })
+}
+
+impl Resource for SlimPod {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "pods".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// One cached pod: what the state machine reads, and which job owns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedPod {
+    pub observed: ObservedPod,
+    /// uid of the controlling owner (a DGLJob).
+    pub owner_uid: Option<String>,
+}
+
+impl CachedPod {
+    /// None for a pod that is not a job's (no job label or no role label).
+    fn from_slim(p: SlimPod) -> Option<(JobKey, CachedPod)> {
+        let ns = p.metadata.namespace.clone()?;
+        let job = p.metadata.labels.as_ref()?.get(LABEL_JOB_NAME)?.clone();
+        let owner_uid = p
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true))
+            .map(|r| r.uid.clone());
+        let pod = Pod {
+            metadata: p.metadata,
+            spec: None,
+            status: p.status,
+        };
+        let observed = ObservedPod::from_pod(&pod)?;
+        Some((
+            (ns, job),
+            CachedPod {
+                observed,
+                owner_uid,
+            },
+        ))
+    }
+}
+
+type PodIndex = HashMap<JobKey, BTreeMap<String, CachedPod>>;
+
+/// A write of this operator to a pod that the watch has not shown yet.
+#[derive(Debug, Clone)]
+enum Expect {
+    /// Created, as the state machine will first see it.
+    Created(ObservedPod),
+    Deleted,
+}
+
+type Expectations = HashMap<JobKey, HashMap<String, (Instant, Expect)>>;
+
+/// The pods of every job, indexed by job, and the pods this operator
+/// created or deleted that the watch has not shown yet.
+#[derive(Default)]
+pub struct PodCache {
+    index: RwLock<PodIndex>,
+    expected: Mutex<Expectations>,
+}
+
+impl PodCache {
+    /// The job's pods as the state machine should see them: the cached pods,
+    /// plus pods this operator created that the watch has not shown yet,
+    /// with pods it deleted shown as Terminating. Pods of another job of the
+    /// same name (an earlier one, being garbage-collected) are Terminating
+    /// too: they block their names but say nothing about this job.
+    pub fn job_pods(&self, ns: &str, job: &str, uid: Option<&str>) -> Vec<ObservedPod> {
+        let key = (ns.to_string(), job.to_string());
+        let mut pods: Vec<ObservedPod> = {
+            let index = self.index.read().expect("pod cache lock");
+            index
+                .get(&key)
+                .map(|pods| {
+                    pods.values()
+                        .map(|c| {
+                            let mut o = c.observed.clone();
+                            if uid.is_none() || c.owner_uid.as_deref() != uid {
+                                o.state = PodState::Terminating;
+                            }
+                            o
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut expected = self.expected.lock().expect("expectations lock");
+        if let Some(e) = expected.get_mut(&key) {
+            e.retain(|name, (at, what)| {
+                if at.elapsed() > EXPECTATION_TTL {
+                    return false;
+                }
+                let seen = pods.iter_mut().find(|p| &p.name == name);
+                match (what, seen) {
+                    (Expect::Created(_), Some(_)) => false,
+                    (Expect::Created(o), None) => {
+                        pods.push(o.clone());
+                        true
+                    }
+                    (Expect::Deleted, None) => false,
+                    (Expect::Deleted, Some(p)) => {
+                        p.state = PodState::Terminating;
+                        true
+                    }
+                }
+            });
+            if e.is_empty() {
+                expected.remove(&key);
+            }
+        }
+        pods
+    }
+
+    /// Records a pod this operator just created (as `observed`).
+    pub fn expect_created(&self, key: &JobKey, observed: ObservedPod) {
+        let name = observed.name.clone();
+        self.expect(key, name, Expect::Created(observed));
+    }
+
+    /// Records a pod this operator just deleted.
+    pub fn expect_deleted(&self, key: &JobKey, pod: &str) {
+        self.expect(key, pod.to_string(), Expect::Deleted);
+    }
+
+    fn expect(&self, key: &JobKey, pod: String, what: Expect) {
+        let mut expected = self.expected.lock().expect("expectations lock");
+        expected
+            .entry(key.clone())
+            .or_default()
+            .insert(pod, (Instant::now(), what));
+    }
+
+    /// Pods this operator wrote and has not seen back yet (all jobs).
+    pub fn pending_expectations(&self) -> usize {
+        let expected = self.expected.lock().expect("expectations lock");
+        expected.values().map(HashMap::len).sum()
+    }
+
+    /// Number of cached pods.
+    pub fn len(&self) -> usize {
+        let index = self.index.read().expect("pod cache lock");
+        index.values().map(BTreeMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops the expectation on `name` that this observation satisfies.
+    /// True when the reconcile that wrote it already planned with exactly
+    /// this observation (a created pod, first seen as it was built), so the
+    /// event needs no reconcile of its own.
+    fn satisfy(&self, key: &JobKey, name: &str, seen: Option<&CachedPod>) -> bool {
+        let mut expected = self.expected.lock().expect("expectations lock");
+        let Some(e) = expected.get_mut(key) else {
+            return false;
+        };
+        let foreseen = match (e.get(name), seen) {
+            (Some((_, Expect::Created(o))), Some(c)) => {
+                let same = *o == c.observed;
+                e.remove(name);
+                same
+            }
+            (Some((_, Expect::Deleted)), None) => {
+                e.remove(name);
+                false
+            }
+            (Some((_, Expect::Deleted)), Some(c)) if c.observed.state == PodState::Terminating => {
+                e.remove(name);
+                false
+            }
+            _ => false,
+        };
+        if e.is_empty() {
+            expected.remove(key);
+        }
+        foreseen
+    }
+
+    /// Upserts a pod; Some(job) when the job should be reconciled.
+    fn apply(&self, pod: SlimPod) -> Option<JobRef> {
+        let name = pod.metadata.name.clone()?;
+        let (key, cached) = CachedPod::from_slim(pod)?;
+        let changed = {
+            let mut index = self.index.write().expect("pod cache lock");
+            let pods = index.entry(key.clone()).or_default();
+            let changed = pods.get(&name) != Some(&cached);
+            if changed {
+                pods.insert(name.clone(), cached.clone());
+            }
+            changed
+        };
+        let foreseen = self.satisfy(&key, &name, Some(&cached));
+        (changed && !foreseen).then(|| job_ref(&key))
+    }
+
+    fn delete(&self, pod: &SlimPod) -> Option<JobRef> {
+        let name = pod.metadata.name.as_ref()?;
+        let ns = pod.metadata.namespace.clone()?;
+        let job = pod.metadata.labels.as_ref()?.get(LABEL_JOB_NAME)?.clone();
+        let key = (ns, job);
+        {
+            let mut index = self.index.write().expect("pod cache lock");
+            let pods = index.get_mut(&key)?;
+            pods.remove(name)?;
+            if pods.is_empty() {
+                index.remove(&key);
+            }
+        }
+        self.satisfy(&key, name, None);
+        Some(job_ref(&key))
+    }
+
+    /// Replaces everything with a fresh list; returns the jobs whose pods changed.
+    fn replace(&self, fresh: PodIndex) -> Vec<JobRef> {
+        let mut index = self.index.write().expect("pod cache lock");
+        let mut changed: Vec<JobRef> = fresh
+            .iter()
+            .filter(|(k, v)| index.get(*k) != Some(*v))
+            .map(|(k, _)| job_ref(k))
+            .collect();
+        changed.extend(
+            index
+                .keys()
+                .filter(|k| !fresh.contains_key(*k))
+                .map(job_ref),
+        );
+        *index = fresh;
+        changed
+    }
+}
+
+fn job_ref((ns, name): &JobKey) -> JobRef {
+    ObjectRef::new(name).within(ns)
+}
+
+/// The controlling DGLJob of a child, from its ownerReferences.
+fn owner_job(meta: &ObjectMeta) -> Option<JobRef> {
+    let ns = meta.namespace.as_deref()?;
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true) && r.kind == "DGLJob")
+        .map(|r| ObjectRef::new(&r.name).within(ns))
+}
+
+/// Drives the pod watch into `cache`; yields the jobs to reconcile.
+pub fn pod_triggers(
+    api: Api<SlimPod>,
+    config: watcher::Config,
+    cache: Arc<PodCache>,
+    ready: Arc<Readiness>,
+) -> impl Stream<Item = JobRef> + Send + 'static {
+    let mut fresh: Option<PodIndex> = None;
+    let mut listed = false;
+    watcher(api, config).default_backoff().flat_map(move |ev| {
+        let out: Vec<JobRef> = match ev {
+            Ok(watcher::Event::Apply(p)) => cache.apply(p).into_iter().collect(),
+            Ok(watcher::Event::Delete(p)) => cache.delete(&p).into_iter().collect(),
+            Ok(watcher::Event::Init) => {
+                fresh = Some(PodIndex::new());
+                Vec::new()
+            }
+            Ok(watcher::Event::InitApply(p)) => {
+                if let (Some(name), Some(fresh)) = (p.metadata.name.clone(), fresh.as_mut()) {
+                    if let Some((key, c)) = CachedPod::from_slim(p) {
+                        fresh.entry(key).or_default().insert(name, c);
+                    }
+                }
+                Vec::new()
+            }
+            Ok(watcher::Event::InitDone) => {
+                let changed = cache.replace(fresh.take().unwrap_or_default());
+                if !listed {
+                    listed = true;
+                    ready.one_ready();
+                }
+                changed
+            }
+            Err(e) => {
+                warn!(error = %e, "pod watch failed; retrying");
+                Vec::new()
+            }
+        };
+        futures::stream::iter(out)
+    })
+}
+
+/// Kind, namespace, name of a child.
+type ChildKey = (&'static str, String, String);
+
+/// Applied-hash annotations of the operator's children, by kind/ns/name:
+/// as the watches last showed them, and as this operator last applied them
+/// (until the watch shows that write).
+#[derive(Default)]
+pub struct ChildCache {
+    seen: RwLock<HashMap<ChildKey, Option<String>>>,
+    written: Mutex<HashMap<ChildKey, (Instant, Option<String>)>>,
+}
+
+impl ChildCache {
+    fn key(kind: &'static str, ns: &str, name: &str) -> ChildKey {
+        (kind, ns.to_string(), name.to_string())
+    }
+
+    /// The child's hash as far as this operator knows (its own last write
+    /// first): None when it does not exist, Some(hash) otherwise.
+    pub fn hash(&self, kind: &'static str, ns: &str, name: &str) -> Option<Option<String>> {
+        let key = Self::key(kind, ns, name);
+        {
+            let written = self.written.lock().expect("child cache lock");
+            if let Some((at, h)) = written.get(&key) {
+                if at.elapsed() <= EXPECTATION_TTL {
+                    return Some(h.clone());
+                }
+            }
+        }
+        self.seen_hash(kind, ns, name)
+    }
+
+    /// The child's hash as the watch last showed it (what the API server
+    /// serves to other clients, e.g. a kubelet mounting a ConfigMap).
+    pub fn seen_hash(&self, kind: &'static str, ns: &str, name: &str) -> Option<Option<String>> {
+        let seen = self.seen.read().expect("child cache lock");
+        seen.get(&Self::key(kind, ns, name)).cloned()
+    }
+
+    /// Records what the operator just applied (the watch event follows later).
+    pub fn record(&self, kind: &'static str, ns: &str, name: &str, hash: Option<String>) {
+        let mut written = self.written.lock().expect("child cache lock");
+        written.insert(Self::key(kind, ns, name), (Instant::now(), hash));
+    }
+
+    /// Cached children (seen by the watches).
+    pub fn len(&self) -> usize {
+        self.seen.read().expect("child cache lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Applied writes not seen back yet.
+    pub fn pending_writes(&self) -> usize {
+        self.written.lock().expect("child cache lock").len()
+    }
+
+    /// A watch showed the child with `hash`: true when that hash is new.
+    fn saw(&self, key: ChildKey, hash: Option<String>) -> bool {
+        {
+            let mut written = self.written.lock().expect("child cache lock");
+            if written
+                .get(&key)
+                .is_some_and(|(at, h)| *h == hash || at.elapsed() > EXPECTATION_TTL)
+            {
+                written.remove(&key);
+            }
+        }
+        let mut seen = self.seen.write().expect("child cache lock");
+        seen.insert(key, hash.clone()) != Some(hash)
+    }
+
+    fn gone(&self, key: &ChildKey) {
+        self.written.lock().expect("child cache lock").remove(key);
+        self.seen.write().expect("child cache lock").remove(key);
+    }
+
+    fn replace_kind(&self, kind: &'static str, fresh: HashMap<ChildKey, Option<String>>) {
+        let mut seen = self.seen.write().expect("child cache lock");
+        seen.retain(|k, _| k.0 != kind);
+        seen.extend(fresh);
+    }
+
+    fn key_of(kind: &'static str, meta: &ObjectMeta) -> Option<ChildKey> {
+        Some((kind, meta.namespace.clone()?, meta.name.clone()?))
+    }
+
+    fn hash_of(meta: &ObjectMeta) -> Option<String> {
+        meta.annotations
+            .as_ref()
+            .and_then(|a| a.get(HASH_ANNOTATION).cloned())
+    }
+}
+
+/// Drives a metadata-only watch of one kind of child into `cache`; yields
+/// the owning job of each deleted child, and with `trigger_on_change` also
+/// of each child whose hash changed.
+pub fn child_triggers<K>(
+    kind: &'static str,
+    client: &Client,
+    ns: &Option<String>,
+    config: watcher::Config,
+    cache: Arc<ChildCache>,
+    ready: Arc<Readiness>,
+    trigger_on_change: bool,
+) -> impl Stream<Item = JobRef> + Send + 'static
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<PartialObjectMeta<K>> = match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let mut fresh: Option<HashMap<ChildKey, Option<String>>> = None;
+    let mut listed = false;
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(move |ev| {
+            let out = match ev {
+                Ok(watcher::Event::Apply(o)) => {
+                    ChildCache::key_of(kind, &o.metadata).and_then(|k| {
+                        let changed = cache.saw(k, ChildCache::hash_of(&o.metadata));
+                        (changed && trigger_on_change)
+                            .then(|| owner_job(&o.metadata))
+                            .flatten()
+                    })
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    if let Some(k) = ChildCache::key_of(kind, &o.metadata) {
+                        cache.gone(&k);
+                    }
+                    owner_job(&o.metadata)
+                }
+                Ok(watcher::Event::Init) => {
+                    fresh = Some(HashMap::new());
+                    None
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    if let (Some(k), Some(fresh)) =
+                        (ChildCache::key_of(kind, &o.metadata), fresh.as_mut())
+                    {
+                        fresh.insert(k, ChildCache::hash_of(&o.metadata));
+                    }
+                    None
+                }
+                Ok(watcher::Event::InitDone) => {
+                    cache.replace_kind(kind, fresh.take().unwrap_or_default());
+                    if !listed {
+                        listed = true;
+                        ready.one_ready();
+                    }
+                    None
+                }
+                Err(e) => {
+                    warn!(kind, error = %e, "watch failed; retrying");
+                    None
+                }
+            };
+            std::future::ready(out)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dgl_api::ReplicaType;
+    use serde_json::json;
+
+    fn slim(v: serde_json::Value) -> SlimPod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn pod(name: &str, phase: &str, node: Option<&str>) -> SlimPod {
+        slim(json!({
+            "metadata": {
+                "name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                "labels": {"dgloperator.io/job-name": "j", "dgloperator.io/replica-type": "worker",
+                           "dgloperator.io/replica-index": "0", "dgloperator.io/run": "0"},
+                "ownerReferences": [{"apiVersion": "dgloperator.io/v1alpha1", "kind": "DGLJob",
+                    "name": "j", "uid": "job-uid", "controller": true}],
+                "managedFields": [{"manager": "x", "operation": "Apply", "fieldsV1": {"f:spec": {}}}],
+                "annotations": {"big": "x".repeat(1000)}
+            },
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+            "status": {"phase": phase}
+        }))
+    }
+
+    fn key() -> JobKey {
+        ("ns".into(), "j".into())
+    }
+
+    fn observed(name: &str, state: PodState) -> ObservedPod {
+        ObservedPod {
+            name: name.into(),
+            role: ReplicaType::Worker,
+            index: 0,
+            run: 0,
+            state,
+            ip: None,
+        }
+    }
+
+    #[test]
+    fn slim_pod_keeps_what_the_state_machine_reads_only() {
+        let p = pod("j-worker-0", "Pending", None);
+        assert!(p.metadata.managed_fields.is_none());
+        assert!(p.metadata.annotations.is_none());
+        assert_eq!(p.metadata.labels.as_ref().unwrap().len(), 4);
+        assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+    }
+
+    #[test]
+    fn pod_events_trigger_only_when_the_observed_state_changes() {
+        let cache = PodCache::default();
+        let job = Some(job_ref(&key()));
+        assert_eq!(cache.apply(pod("j-worker-0", "Pending", None)), job);
+        // Bound to a node: nothing the state machine reads changed.
+        assert_eq!(cache.apply(pod("j-worker-0", "Pending", Some("n1"))), None);
+        assert_eq!(cache.apply(pod("j-worker-0", "Running", Some("n1"))), job);
+        let pods = cache.job_pods("ns", "j", Some("job-uid"));
+        assert_eq!(pods.len(), 1);
+        assert_eq!(pods[0].state, PodState::Running { ready: false });
+        // Another job of the same name (a new uid) sees it as terminating.
+        let other = cache.job_pods("ns", "j", Some("new-uid"));
+        assert_eq!(other[0].state, PodState::Terminating);
+        assert_eq!(cache.delete(&pod("j-worker-0", "Running", None)), job);
+        assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn a_relist_reports_the_jobs_that_changed() {
+        let cache = PodCache::default();
+        cache.apply(pod("j-worker-0", "Pending", None));
+        let mut fresh = PodIndex::new();
+        let (k, c) = CachedPod::from_slim(pod("j-worker-0", "Pending", None)).unwrap();
+        fresh.entry(k).or_default().insert("j-worker-0".into(), c);
+        assert!(cache.replace(fresh).is_empty(), "same pods: no reconcile");
+        assert_eq!(cache.replace(PodIndex::new()).len(), 1, "pod gone");
+    }
+
+    #[test]
+    fn created_pods_count_until_the_watch_shows_them() {
+        let cache = PodCache::default();
+        cache.expect_created(&key(), observed("j-worker-0", PodState::Pending));
+        assert_eq!(cache.pending_expectations(), 1);
+        // Not in the cache yet: the reconcile sees it as created.
+        let pods = cache.job_pods("ns", "j", Some("job-uid"));
+        assert_eq!(pods, vec![observed("j-worker-0", PodState::Pending)]);
+        // Its first event is what the reconcile already planned with: no
+        // reconcile for it, and the expectation is satisfied.
+        assert_eq!(cache.apply(pod("j-worker-0", "Pending", None)), None);
+        assert_eq!(cache.pending_expectations(), 0);
+        // Later changes trigger as usual.
+        assert!(cache.apply(pod("j-worker-0", "Running", None)).is_some());
+    }
+
+    #[test]
+    fn a_created_pod_first_seen_in_another_state_triggers() {
+        let cache = PodCache::default();
+        cache.expect_created(&key(), observed("j-worker-0", PodState::Pending));
+        assert!(cache.apply(pod("j-worker-0", "Running", None)).is_some());
+        assert_eq!(cache.pending_expectations(), 0);
+    }
+
+    #[test]
+    fn deleted_pods_are_terminating_until_the_watch_shows_it() {
+        let cache = PodCache::default();
+        cache.apply(pod("j-worker-0", "Running", None));
+        cache.expect_deleted(&key(), "j-worker-0");
+        let pods = cache.job_pods("ns", "j", Some("job-uid"));
+        assert_eq!(pods[0].state, PodState::Terminating);
+        // Still cached as Running (the event is late): still Terminating.
+        assert_eq!(cache.apply(pod("j-worker-0", "Running", Some("n"))), None);
+        assert_eq!(
+            cache.job_pods("ns", "j", Some("job-uid"))[0].state,
+            PodState::Terminating
+        );
+        // Gone: the expectation is satisfied and the job reconciled.
+        assert!(cache.delete(&pod("j-worker-0", "Running", None)).is_some());
+        assert_eq!(cache.pending_expectations(), 0);
+        assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
+    }
+
+    #[test]
+    fn expectations_expire() {
+        let cache = PodCache::default();
+        let old = Instant::now()
+            .checked_sub(EXPECTATION_TTL + Duration::from_secs(1))
+            .unwrap();
+        cache
+            .expected
+            .lock()
+            .unwrap()
+            .entry(key())
+            .or_default()
+            .insert(
+                "j-worker-0".into(),
+                (
+                    old,
+                    Expect::Created(observed("j-worker-0", PodState::Pending)),
+                ),
+            );
+        assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
+        assert_eq!(cache.pending_expectations(), 0);
+    }
+
+    #[test]
+    fn child_hashes_prefer_the_own_write_until_the_watch_shows_it() {
+        let c = ChildCache::default();
+        assert_eq!(c.hash("ConfigMap", "ns", "j-config"), None);
+        let k = ChildCache::key("ConfigMap", "ns", "j-config");
+        assert!(c.saw(k.clone(), Some("a".into())), "new child");
+        assert!(!c.saw(k.clone(), Some("a".into())), "same hash again");
+        c.record("ConfigMap", "ns", "j-config", Some("b".into()));
+        assert_eq!(
+            c.hash("ConfigMap", "ns", "j-config"),
+            Some(Some("b".into()))
+        );
+        assert_eq!(
+            c.seen_hash("ConfigMap", "ns", "j-config"),
+            Some(Some("a".into()))
+        );
+        // An older version shown again keeps the write pending.
+        c.saw(k.clone(), Some("a".into()));
+        assert_eq!(c.pending_writes(), 1);
+        assert!(c.saw(k.clone(), Some("b".into())));
+        assert_eq!(c.pending_writes(), 0);
+        assert_eq!(
+            c.seen_hash("ConfigMap", "ns", "j-config"),
+            Some(Some("b".into()))
+        );
+        c.gone(&k);
+        assert_eq!(c.hash("ConfigMap", "ns", "j-config"), None);
+        assert!(c.is_empty());
+    }
+}

@@ -2,9 +2,9 @@
 //!
 //! * [`ensure_binaries`] builds kube-apiserver, kube-controller-manager,
 //!   kube-scheduler, kubelet, kube-proxy (Kubernetes [`KUBERNETES_VERSION`]),
-//!   etcd ([`ETCD_VERSION`]) and kwok ([`KWOK_VERSION`]) from the Go module
-//!   proxy and caches them under `$DGL_OPERATOR_CACHE` (default
-//!   `~/.cache/dgl-operator`).
+//!   etcd ([`ETCD_VERSION`]) and, with [`ensure_kwok`], kwok
+//!   ([`KWOK_VERSION`]) from the Go module proxy and caches them under
+//!   `$DGL_OPERATOR_CACHE` (default `~/.cache/dgl-operator`).
 //! * [`LocalCluster`] runs etcd + kube-apiserver + kube-controller-manager
 //!   (+ kube-scheduler) on 127.0.0.1 as detached processes; `up` reuses a
 //!   healthy cluster in about a second.
@@ -30,8 +30,8 @@ mod tools;
 mod util;
 
 pub use binaries::{
-    ensure_binaries, installed_binaries, Binaries, BuildOptions, ETCD_VERSION, KUBERNETES_VERSION,
-    KUBE_COMMANDS, KWOK_VERSION,
+    ensure_binaries, ensure_kwok, installed_binaries, Binaries, BuildOptions, ETCD_VERSION,
+    KUBERNETES_VERSION, KUBE_COMMANDS, KWOK_VERSION,
 };
 pub use cluster::{
     ClusterConfig, ClusterInfo, ClusterStatus, ComponentStatus, LocalCluster, Ports,

@@ -178,10 +178,15 @@ impl NodePorts {
     }
 }
 
-/// Files and directories of the node, all below `<state>/node/`.
+/// Files and directories of the node: per cluster below `<state>/node/`,
+/// except the image store.
 #[derive(Debug, Clone)]
 pub struct NodePaths {
     pub dir: PathBuf,
+    /// containerd's root (content store, snapshots, metadata), shared by every
+    /// node cluster of this cache: only one runs per host, and the images
+    /// (the training image is 5 GB) are then imported once, not per cluster.
+    pub images: PathBuf,
 }
 
 impl NodePaths {
@@ -191,9 +196,10 @@ impl NodePaths {
     pub fn containerd_dir(&self) -> PathBuf {
         self.dir.join("containerd")
     }
-    /// containerd's root: content store, snapshots, metadata (kept across `down`, so images survive).
+    /// containerd's root: content store, snapshots, metadata (kept across
+    /// `down` and `--purge`, so images survive; shared by all node clusters).
     pub fn containerd_root(&self) -> PathBuf {
-        self.containerd_dir().join("root")
+        self.images.clone()
     }
     fn containerd_state(&self) -> PathBuf {
         self.containerd_dir().join("state")
@@ -348,8 +354,15 @@ fn pause_reference(go_version: &str) -> String {
 impl LocalCluster {
     /// The node's file layout (also for a cluster without a node).
     pub fn node_paths(&self) -> NodePaths {
+        // The state dir is `<cache>/cluster/<name>`.
+        let cache = self
+            .state_dir()
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or_else(|| self.state_dir());
         NodePaths {
             dir: self.state_dir().join("node"),
+            images: cache.join("node-images").join("containerd"),
         }
     }
 
@@ -1562,6 +1575,7 @@ mod tests {
     fn paths() -> NodePaths {
         NodePaths {
             dir: PathBuf::from("/cache/cluster/unit/node"),
+            images: PathBuf::from("/cache/node-images/containerd"),
         }
     }
 

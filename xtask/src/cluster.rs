@@ -248,7 +248,7 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
             if let Some(j) = jobs {
                 opts.jobs = j.max(1);
             }
-            let bins = tokio::task::spawn_blocking(move || localkube::ensure_binaries(&opts))
+            let bins = tokio::task::spawn_blocking(move || localkube::ensure_kwok(&opts))
                 .await
                 .context("build task")??;
             eprintln!(

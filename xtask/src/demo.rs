@@ -1,135 +1,108 @@
-//! `cargo xtask demo`: the local control plane, the CRD, the operator (as a
-//! local process) and the proposal's DGLJob, with its status shown as it
-//! changes.
-//!
-//! The control plane has no node yet (a real kubelet comes with the
-//! packaging work), so the job's pods are created and stay Pending: the demo
-//! shows the operator's side of the job, not training.
+//! `cargo xtask demo`: the whole thing on this machine. A real node cluster
+//! (control plane + containerd + kubelet + kube-proxy), the images built and
+//! loaded, the operator installed with Helm, and the GraphSAGE example
+//! applied and followed to Succeeded; then the launcher's log shows every
+//! worker's loss falling. The cluster keeps running for `kubectl`-style
+//! exploration (`export KUBECONFIG=...`).
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
-use dgl_api::DGLJob;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::ResourceExt;
+use anyhow::{bail, Result};
+use dgl_api::{DGLJob, JobPhase};
+use kube::api::Api;
 
-use crate::test::{repo_root, run_cmd};
+use crate::e2e;
 
 #[derive(clap::Args)]
+#[command(
+    long_about = "Bring up a node cluster on this machine, build and load the images, \
+    install the operator with Helm, apply examples/graphsage/dgljob.yaml and follow it to \
+    Succeeded.\n\n\
+    Needs root. The first run builds Kubernetes, etcd, Helm, the Python environment and \
+    the images (about 40 min on 2 cores, cached afterwards); later runs take a few minutes. \
+    The cluster keeps running afterwards; `cargo xtask cluster down --name <name>` stops it."
+)]
 pub struct Args {
-    /// Seconds to follow the job's status.
-    #[arg(long, default_value_t = 20)]
-    follow_seconds: u64,
+    /// Node cluster to use (only one node cluster runs per host).
+    #[arg(long, default_value = localkube::DEFAULT_CLUSTER)]
+    name: String,
+    /// Namespace of the example job.
+    #[arg(long, default_value = "default")]
+    namespace: String,
+    /// Give up following the job after this many seconds.
+    #[arg(long, default_value_t = 900)]
+    timeout_seconds: u64,
 }
 
-const NAMESPACE: &str = "dgl-operator";
-
 pub fn run(args: Args) -> Result<()> {
-    let rt = tokio::runtime::Runtime::new()?;
-    println!("==> control plane \"dev\" (built on first use: 20-30 min on 2 cores)");
-    let cluster =
-        localkube::LocalCluster::new(localkube::ClusterConfig::new(localkube::DEFAULT_CLUSTER)?)?;
-    let info = rt.block_on(cluster.up())?;
-    println!("    export KUBECONFIG={}", info.kubeconfig.display());
-
-    println!("==> building dgl-operator");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run_cmd(Command::new(&cargo).args(["build", "-q", "-p", "dgl-operator"]))?;
-    let bin = repo_root().join("target/debug/dgl-operator");
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let stack = e2e::prepare(&rt, &args.name, crate::images::Profile::Release)?;
+    let client = stack.client.clone();
+    let ns = args.namespace.clone();
+    let name = "graphsage";
 
     rt.block_on(async {
-        let client = info.client().await?;
-        println!("==> installing the DGLJob CRD");
-        localkube::apply_crds(&client, &dgl_api::crd_yaml()).await?;
-        let ns: Namespace =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": NAMESPACE}}))?;
-        Api::<Namespace>::all(client.clone())
-            .patch(
-                NAMESPACE,
-                &PatchParams::apply("xtask-demo"),
-                &Patch::Apply(&ns),
-            )
-            .await?;
-        anyhow::Ok(())
-    })?;
-
-    let log_path = info
-        .state_dir
-        .clone()
-        .unwrap_or_else(std::env::temp_dir)
-        .join("dgl-operator.log");
-    println!("==> starting dgl-operator (log: {})", log_path.display());
-    let log = std::fs::File::create(&log_path)?;
-    let mut operator = Command::new(&bin)
-        .args([
-            "run",
-            "--leader-elect=false",
-            "--metrics-addr",
-            "127.0.0.1:18080",
-        ])
-        .env("KUBECONFIG", &info.kubeconfig)
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-
-    let result = rt.block_on(async {
-        let client = info.client().await?;
-        let jobs: Api<DGLJob> = Api::namespaced(client.clone(), NAMESPACE);
-        let yaml = std::fs::read_to_string(repo_root().join("examples/seed-dgljob.yaml"))?;
-        let job: DGLJob = serde_yaml::from_str(&yaml)?;
+        let jobs: Api<DGLJob> = Api::namespaced(client.clone(), &ns);
+        // A finished job of an earlier demo would be reported at once: start afresh.
+        if jobs.get_opt(name).await?.is_some() {
+            println!("\n==> deleting the earlier DGLJob {ns}/{name}");
+            jobs.delete(name, &Default::default()).await?;
+            let t = Instant::now();
+            while jobs.get_opt(name).await?.is_some() {
+                if t.elapsed() > Duration::from_secs(120) {
+                    bail!("the earlier DGLJob {ns}/{name} was not deleted within 120 s");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
         println!(
-            "==> applying examples/seed-dgljob.yaml (DGLJob {NAMESPACE}/{})",
-            job.name_any()
+            "\n==> applying {} as DGLJob {ns}/{name}; its phase and pods as they change:",
+            e2e::EXAMPLE
         );
-        jobs.patch(
-            &job.name_any(),
-            &PatchParams::apply("xtask-demo").force(),
-            &Patch::Apply(&job),
+        let applied = Instant::now();
+        e2e::apply_job(&client, &ns, &e2e::example_job(name)?).await?;
+        let job = e2e::follow(
+            &client,
+            &ns,
+            name,
+            Duration::from_secs(args.timeout_seconds),
+            |p| p.is_some_and(JobPhase::is_terminal),
+            |_, _, _| {},
         )
         .await?;
-        let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
-        let start = Instant::now();
-        let mut last = String::new();
-        while start.elapsed() < Duration::from_secs(args.follow_seconds) {
-            let j = jobs.get(&job.name_any()).await?;
-            let phase = j
-                .status
-                .as_ref()
-                .and_then(|s| s.phase)
-                .map(|p| p.to_string())
-                .unwrap_or_else(|| "-".into());
-            let pod_list: Vec<String> = pods
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .map(|p| {
-                    let phase = p
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.phase.clone())
-                        .unwrap_or_default();
-                    format!("{} ({phase})", p.name_any())
-                })
-                .collect();
-            let line = format!("phase={phase} pods=[{}]", pod_list.join(", "));
-            if line != last {
-                println!("    {:>5.1}s {line}", start.elapsed().as_secs_f64());
-                last = line;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+        let took = applied.elapsed();
+        let phase = job.status.as_ref().and_then(|s| s.phase);
+        let log = e2e::launcher_log(&client, &ns, name).await.unwrap_or_default();
+        println!("\n==> the launcher's log ({name}-launcher), last lines:");
+        let lines: Vec<&str> = log.lines().collect();
+        for l in &lines[lines.len().saturating_sub(14)..] {
+            println!("    {l}");
+        }
+        if phase != Some(JobPhase::Succeeded) {
+            bail!(
+                "DGLJob {ns}/{name} ended {phase:?} after {:.0}s; see `cargo xtask e2e` for diagnostics",
+                took.as_secs_f64()
+            );
+        }
+        let losses = e2e::losses_by_worker(&log);
+        e2e::check_losses_fall(&losses, losses.len().max(1))?;
+        println!("\n==> DGLJob {ns}/{name} Succeeded {:.0}s after apply", took.as_secs_f64());
+        for (w, l) in &losses {
+            let shown: Vec<String> = l.iter().map(|(e, v)| format!("{e}:{v:.4}")).collect();
+            println!("    {w} loss by epoch  {}", shown.join("  "));
         }
         anyhow::Ok(())
-    });
-    let _ = operator.kill();
-    let _ = operator.wait();
-    result?;
+    })?;
     println!(
-        "\nThe control plane has no node yet, so the pods stay Pending.\n\
-         The cluster keeps running: `cargo xtask cluster down` stops it."
+        "\nThe cluster keeps running ({:.0}s in all):\n  export KUBECONFIG={}\n  \
+         cargo xtask cluster down --name {}   # stops it and reverts every host change",
+        started.elapsed().as_secs_f64(),
+        stack.kubeconfig.display(),
+        args.name
     );
     Ok(())
 }

@@ -54,7 +54,7 @@ const BINARIES: [&str; 3] = ["dgl-operator", "dglrun", "watcher-loop"];
 const PACKAGES: [&str; 2] = ["podman", "debootstrap"];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
-enum Which {
+pub enum Which {
     /// localhost/dgl-operator:<version> (Dockerfile, target operator)
     Operator,
     /// localhost/dgl-operator-runtime:<version> (Dockerfile, target runtime)
@@ -73,19 +73,38 @@ enum Which {
 pub struct Args {
     /// Node cluster whose containerd receives the images (skipped when it does not run).
     #[arg(long, default_value = localkube::DEFAULT_CLUSTER)]
-    name: String,
+    pub name: String,
     /// Only these images (repeatable). graphsage needs runtime, which is then built too.
     #[arg(long, value_enum)]
-    only: Vec<Which>,
+    pub only: Vec<Which>,
     /// Build only; do not load into containerd.
     #[arg(long)]
-    no_load: bool,
+    pub no_load: bool,
     /// Rebuild even when the content hash matches.
     #[arg(long)]
-    force: bool,
+    pub force: bool,
     /// After loading, run every image once as a pod on the node and check its output.
     #[arg(long)]
-    smoke: bool,
+    pub smoke: bool,
+    /// Only build the training image's python-env stage (Python + the venv, no
+    /// binaries), as the test command does early; nothing is loaded.
+    #[arg(long, conflicts_with_all = ["only", "smoke", "force"])]
+    pub python_env_only: bool,
+    /// Binaries to put in the images: release (default) or the debug build of `cargo test`.
+    #[arg(long, value_enum, default_value_t = Profile::Release)]
+    pub profile: Profile,
+}
+
+/// Which build of the three binaries goes into the images.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    /// `cargo build --release` (what users get): own target dir under the cache.
+    #[default]
+    Release,
+    /// The debug binaries `cargo test --workspace` builds (target/debug). The
+    /// test command uses them: it has just built them, and a second, release
+    /// compile would add minutes to a cold run. Same code, bigger binaries.
+    Dev,
 }
 
 /// podman with its storage in our cache and no systemd/journald assumptions.
@@ -188,6 +207,16 @@ fn logged(cmd: &mut Command, log: &Path) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `program arg arg ...`, for messages.
+fn render(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -421,31 +450,52 @@ fn slim_rootfs(rootfs: &Path, mirror: &str) -> Result<()> {
 // ------------------------------------------------------------------ binaries
 
 /// `cargo build --release` of the three binaries, copied to `<cache>/images/prebuilt/`.
-fn host_binaries(root: &Path, cache: &Path) -> Result<(PathBuf, BTreeMap<String, String>)> {
+fn host_binaries(
+    root: &Path,
+    cache: &Path,
+    profile: Profile,
+) -> Result<(PathBuf, BTreeMap<String, String>)> {
     let t = Instant::now();
-    eprintln!("images: cargo build --release -p dgl-operator -p dglrun -p watcher-loop");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    // A target dir of our own: other `cargo build`s in the workspace (with
-    // other packages, hence other feature sets) neither block on our lock
-    // nor make us rebuild, so an unchanged tree is a no-op here.
-    let target = cache.join("images").join("cargo-target");
-    let status = Command::new(&cargo)
-        .current_dir(root)
-        .env("CARGO_TARGET_DIR", &target)
-        .args(["build", "--release", "--locked"])
-        .args(BINARIES.iter().flat_map(|b| ["-p", *b]))
+    let mut cmd = Command::new(&cargo);
+    cmd.current_dir(root);
+    let bin_dir = match profile {
+        Profile::Release => {
+            // A target dir of our own: other `cargo build`s in the workspace (with
+            // other packages, hence other feature sets) neither block on our lock
+            // nor make us rebuild, so an unchanged tree is a no-op here.
+            let target = cache.join("images").join("cargo-target");
+            cmd.env("CARGO_TARGET_DIR", &target)
+                .args(["build", "--release", "--locked"])
+                .args(BINARIES.iter().flat_map(|b| ["-p", *b]));
+            target.join("release")
+        }
+        Profile::Dev => {
+            // Exactly the build of `cargo test --workspace` (same packages,
+            // same features), so right after the tests this is a no-op.
+            cmd.args(["test", "--workspace", "--no-run", "--locked"]);
+            let target = std::env::var_os("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| root.join("target"));
+            target.join("debug")
+        }
+    };
+    let shown = render(&cmd);
+    eprintln!("images: {shown}");
+    let status = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::from(std::io::stderr()))
         .status()
         .with_context(|| format!("could not run {cargo}"))?;
     if !status.success() {
-        bail!("`cargo build --release --locked -p dgl-operator -p dglrun -p watcher-loop` failed ({status})");
+        bail!("`{shown}` failed ({status})");
     }
+    let target = bin_dir;
     let out = cache.join("images").join("prebuilt");
     fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let mut hashes = BTreeMap::new();
     for b in BINARIES {
-        let src = target.join("release").join(b);
+        let src = target.join(b);
         let dst = out.join(b);
         let h = file_sha256(&src)?;
         if file_sha256(&dst).ok().as_deref() != Some(h.as_str()) {
@@ -506,7 +556,14 @@ fn ensure_image(
     if !force && podman.label(&img.reference).as_deref() == Some(img.hash.as_str()) {
         return Ok(None);
     }
-    let log = log_dir.join(format!("image-{:?}.log", img.which).to_lowercase());
+    let log = log_dir.join(format!(
+        "image-{}.log",
+        img.reference
+            .rsplit('/')
+            .next()
+            .unwrap_or("image")
+            .replace(':', "-")
+    ));
     let _ = fs::remove_file(&log);
     eprintln!(
         "images: building {} (log: {})",
@@ -626,6 +683,61 @@ fn wheels(root: &Path, cache: &Path) -> Result<(PathBuf, String)> {
     Ok((dir, sha256_hex(listing.join("\n").as_bytes())))
 }
 
+/// Builds the training image's `python-env` stage: Debian's Python 3.11 and
+/// the venv from the cached wheels, without the project's binaries or
+/// scripts. It is most of the training image (5 GB of unpacking, little
+/// CPU), so the test command runs it while the Kubernetes binaries compile;
+/// the full build later reuses these layers and adds only small ones.
+pub fn prebuild_python_env() -> Result<()> {
+    let t = Instant::now();
+    let root = repo_root()?;
+    let cache = localkube::cache_dir()?;
+    let log_dir = cache.join("logs");
+    fs::create_dir_all(&log_dir)?;
+    localkube::host::ensure_packages(&PACKAGES, &log_dir)?;
+    let podman = Podman {
+        base: cache.join("podman"),
+    };
+    let base = ensure_base(&podman, &cache, &log_dir)?;
+    let (wheel_dir, wheel_hash) = wheels(&root, &cache)?;
+    let dockerfile = root.join("examples/graphsage/Dockerfile");
+    let mut h = Hasher::default();
+    h.add_file("Dockerfile", &dockerfile)?;
+    h.add_file(
+        "requirements.txt",
+        &root.join("examples/graphsage/requirements.txt"),
+    )?;
+    h.add("base", base.id.clone());
+    h.add("wheels", wheel_hash);
+    let img = ImageDef {
+        which: Which::Graphsage,
+        reference: format!("localhost/dgl-operator/graphsage-python-env:{VERSION}"),
+        dockerfile,
+        target: Some("python-env"),
+        build_args: vec![
+            ("DEBIAN_IMAGE".into(), base.reference.clone()),
+            // Not used by this stage; it only has to name an image that exists.
+            ("RUNTIME_IMAGE".into(), base.reference.clone()),
+        ],
+        contexts: vec![("wheels".into(), wheel_dir)],
+        network: true,
+        hash: h.finish(),
+    };
+    match ensure_image(&podman, &img, &root, &log_dir, false)? {
+        Some(took) => eprintln!(
+            "images: {} built in {:.0}s",
+            img.reference,
+            took.as_secs_f64()
+        ),
+        None => eprintln!("images: {} unchanged (cached)", img.reference),
+    }
+    eprintln!(
+        "images: python-env ready in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 fn human_bytes(n: u64) -> String {
     if n >= 1 << 30 {
         format!("{:.2} GiB", n as f64 / f64::from(1u32 << 30))
@@ -635,6 +747,9 @@ fn human_bytes(n: u64) -> String {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    if args.python_env_only {
+        return prebuild_python_env();
+    }
     let started = Instant::now();
     let root = repo_root()?;
     let cache = localkube::cache_dir()?;
@@ -659,7 +774,7 @@ pub fn run(args: Args) -> Result<()> {
         base: cache.join("podman"),
     };
     let base = ensure_base(&podman, &cache, &log_dir)?;
-    let (prebuilt, bin_hashes) = host_binaries(&root, &cache)?;
+    let (prebuilt, bin_hashes) = host_binaries(&root, &cache, args.profile)?;
     let dockerfile = root.join("Dockerfile");
     let common = |h: &mut Hasher, target: &str| -> Result<()> {
         h.add_file("Dockerfile", &dockerfile)?;

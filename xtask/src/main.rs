@@ -5,6 +5,7 @@ mod bench;
 mod bench_shards;
 mod cluster;
 mod demo;
+mod e2e;
 mod images;
 mod pyenv;
 mod test;
@@ -28,6 +29,8 @@ enum Task {
     Test(test::Args),
     /// Start the local control plane and the operator, and apply the example DGLJob.
     Demo(demo::Args),
+    /// End-to-end: real DGLJobs on a real node, the operator installed with Helm.
+    E2e(e2e::Args),
     /// Benchmarks: `bench scale` runs N DGLJobs on kwok fake nodes and measures the operator.
     Bench(bench::Args),
     /// Ship >= 1 GiB of partition files to workers in network namespaces with dglrun; MB/s vs plain TCP.
@@ -42,6 +45,7 @@ fn main() -> anyhow::Result<()> {
         Task::Images(args) => images::run(args),
         Task::Test(args) => test::run(args),
         Task::Demo(args) => demo::run(args),
+        Task::E2e(args) => e2e::run(args),
         Task::Bench(args) => bench::run(args),
         Task::BenchShards(args) => bench_shards::run(args),
     }

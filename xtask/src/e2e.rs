@@ -1,0 +1,888 @@
+//! `cargo xtask e2e`: real DGLJobs on a real node.
+//!
+//! 1. A node cluster (`localkube`, `with_node`): etcd, kube-apiserver,
+//!    kube-controller-manager, kube-scheduler, containerd + runc + CNI bridge,
+//!    kubelet and kube-proxy on this host.
+//! 2. The images (`cargo xtask images`): operator, runtime and the GraphSAGE
+//!    training image, built with podman and imported into the node's containerd.
+//! 3. The operator, installed from `charts/dgl-operator` with Helm (the CRD
+//!    is applied first with server-side apply, as docs say for upgrades).
+//! 4. Scenarios, each in a namespace of its own:
+//!    - `train`: `examples/graphsage/dgljob.yaml` as written. While the job
+//!      runs, the operator's pod is deleted; the Deployment's new pod takes
+//!      over and the job must still reach Succeeded with one run, the same
+//!      pods, and every worker's loss falling in the launcher's log. Then
+//!      the job is deleted and every child must go.
+//!    - `fail`: the same job with a trainer that exits 3 at epoch 1
+//!      (`DGL_EXAMPLE_CRASH_AT_EPOCH`, a switch of the example's train.py).
+//!      It must reach Failed with a message naming the pod and exit code, an
+//!      Event saying so, and cleanPodPolicy Running must leave no running
+//!      pod. Then the job is deleted and every child must go.
+//!
+//! On a failure, the job's status, its pods, Events and the operator's and
+//! pods' logs are printed before the cluster is stopped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use dgl_api::names::LABEL_JOB_NAME;
+use dgl_api::{DGLJob, JobPhase, ReplicaType};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, Event, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use localkube::LocalCluster;
+
+use crate::cluster::node_cluster;
+use crate::test::repo_root;
+
+/// Helm release and namespace of the operator.
+pub const RELEASE: &str = "dgl-operator";
+pub const OPERATOR_NAMESPACE: &str = "dgl-operator-system";
+/// The node cluster `cargo xtask e2e` (and so `cargo xtask test`) uses.
+pub const DEFAULT_CLUSTER: &str = "e2e";
+/// Field manager of what this tool applies.
+const MANAGER: &str = "xtask-e2e";
+/// The example every scenario runs.
+pub const EXAMPLE: &str = "examples/graphsage/dgljob.yaml";
+/// How long one GraphSAGE job may take from apply to a final phase.
+const JOB_TIMEOUT: Duration = Duration::from_secs(900);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Scenario {
+    /// The example trains to Succeeded while the operator's pod is replaced; then delete it.
+    Train,
+    /// A trainer exits 3: Failed naming the pod, cleanPodPolicy applied; then delete it.
+    Fail,
+}
+
+#[derive(clap::Args)]
+#[command(
+    long_about = "End-to-end tests on a real node: builds and loads the images, \
+    installs the operator with Helm, and runs the GraphSAGE example as DGLJobs \
+    (a training run during which the operator's pod is replaced, and a run whose \
+    trainer fails).\n\n\
+    Needs root (containerd, network namespaces, iptables). Only one node cluster \
+    runs per host: stop another one first (`cargo xtask cluster down --name <it>`). \
+    Cold, this builds Kubernetes and the images (about 35 min on 2 cores); warm \
+    it takes a few minutes."
+)]
+pub struct Args {
+    /// Node cluster to run on (started when not running).
+    #[arg(long, default_value = DEFAULT_CLUSTER)]
+    pub name: String,
+    /// Leave the cluster, the operator and the jobs' namespaces running afterwards.
+    #[arg(long)]
+    pub keep_cluster: bool,
+    /// Run only these scenarios (repeatable); default: all.
+    #[arg(long, value_enum)]
+    pub only: Vec<Scenario>,
+    /// Binaries in the operator and runtime images (see `cargo xtask images --help`).
+    #[arg(long, value_enum, default_value_t = crate::images::Profile::Release)]
+    pub profile: crate::images::Profile,
+}
+
+/// A node cluster with the images loaded and the operator installed.
+pub struct Stack {
+    pub cluster: LocalCluster,
+    pub kubeconfig: PathBuf,
+    pub client: Client,
+}
+
+fn step(name: &str) -> Instant {
+    println!("\n==> {name}");
+    Instant::now()
+}
+
+fn done(started: Instant) {
+    println!("    ({:.1}s)", started.elapsed().as_secs_f64());
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let started = Instant::now();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let stack = match prepare(&rt, &args.name, args.profile) {
+        Ok(s) => s,
+        Err(e) => {
+            if !args.keep_cluster {
+                // Leave no node behind; the cluster's logs stay in its state dir.
+                if let Ok(c) = node_cluster(&args.name) {
+                    if let Err(down) = rt.block_on(c.down(false)) {
+                        eprintln!("e2e: stopping node cluster {:?}: {down:#}", args.name);
+                    }
+                }
+            }
+            return Err(e);
+        }
+    };
+    let scenarios = if args.only.is_empty() {
+        vec![Scenario::Train, Scenario::Fail]
+    } else {
+        let mut s = args.only.clone();
+        s.sort();
+        s.dedup();
+        s
+    };
+    let mut result = Ok(());
+    let mut report = Vec::new();
+    for s in scenarios {
+        let t = step(&format!("scenario {s:?}"));
+        let r = rt.block_on(async {
+            match s {
+                Scenario::Train => train(&stack.client).await,
+                Scenario::Fail => fail(&stack.client).await,
+            }
+        });
+        done(t);
+        match r {
+            Ok(line) => report.push(format!("{s:?}: {line}")),
+            Err(e) => {
+                result = Err(e.context(format!("e2e scenario {s:?} failed")));
+                break;
+            }
+        }
+    }
+    if result.is_err() {
+        rt.block_on(dump_operator(&stack.client));
+    }
+    if !args.keep_cluster {
+        let t = step(&format!("stopping node cluster {:?}", args.name));
+        rt.block_on(stack.cluster.down(false))
+            .with_context(|| format!("stopping node cluster {:?}", args.name))?;
+        done(t);
+    }
+    result?;
+    println!("\ne2e passed in {:.0}s", started.elapsed().as_secs_f64());
+    for line in report {
+        println!("  {line}");
+    }
+    Ok(())
+}
+
+/// Starts (or reuses) the node cluster `name`, builds and loads the images,
+/// and installs the operator with Helm; returns when the operator is Ready.
+pub fn prepare(
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    profile: crate::images::Profile,
+) -> Result<Stack> {
+    let t = step(&format!(
+        "node cluster {name:?} (control plane + containerd + kubelet + kube-proxy)"
+    ));
+    let cluster = node_cluster(name)?;
+    let info = rt
+        .block_on(cluster.up())
+        .with_context(|| format!("starting node cluster {name:?}"))?;
+    println!("    export KUBECONFIG={}", info.kubeconfig.display());
+    done(t);
+
+    let t = step("images: operator, runtime, GraphSAGE training image (podman, no registry)");
+    crate::images::run(crate::images::Args {
+        name: name.to_owned(),
+        only: Vec::new(),
+        no_load: false,
+        force: false,
+        smoke: false,
+        python_env_only: false,
+        profile,
+    })?;
+    done(t);
+
+    let t = step("operator: CRD (server-side apply) and `helm upgrade --install`");
+    let client = rt.block_on(localkube::client_from_file(&info.kubeconfig))?;
+    rt.block_on(localkube::apply_crds(&client, &dgl_api::crd_yaml()))
+        .context("applying the DGLJob CRD")?;
+    helm_install(&info.kubeconfig)?;
+    rt.block_on(wait_operator_ready(&client, Duration::from_secs(180)))?;
+    done(t);
+    Ok(Stack {
+        cluster,
+        kubeconfig: info.kubeconfig,
+        client,
+    })
+}
+
+/// `helm upgrade --install` of the chart, with the locally loaded image.
+fn helm_install(kubeconfig: &Path) -> Result<()> {
+    let helm = localkube::ensure_tool(localkube::GoTool::Helm)?;
+    let chart = repo_root().join("charts").join("dgl-operator");
+    let mut cmd = Command::new(&helm);
+    cmd.arg("upgrade")
+        .arg("--install")
+        .arg(RELEASE)
+        .arg(&chart)
+        .args(["--namespace", OPERATOR_NAMESPACE, "--create-namespace"])
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        // The image was imported into containerd; never try a registry.
+        .args(["--set", "image.pullPolicy=Never"])
+        .args(["--set", "logFormat=text"])
+        .args(["--wait", "--timeout", "180s"])
+        .stdin(Stdio::null());
+    println!("    {}", render(&cmd));
+    let out = cmd
+        .output()
+        .with_context(|| format!("could not run {}", helm.display()))?;
+    if !out.status.success() {
+        bail!(
+            "helm upgrade --install failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for line in String::from_utf8_lossy(&out.stdout).lines().take(6) {
+        println!("    | {line}");
+    }
+    Ok(())
+}
+
+fn render(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+fn operator_pods_lp() -> ListParams {
+    ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}"))
+}
+
+fn pod_ready(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Waits until the operator's Deployment has a Ready pod; returns its name.
+async fn wait_operator_ready(client: &Client, timeout: Duration) -> Result<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let start = Instant::now();
+    loop {
+        let list = pods.list(&operator_pods_lp()).await?;
+        if let Some(p) = list.items.iter().find(|p| pod_ready(p)) {
+            return Ok(p.name_any());
+        }
+        if start.elapsed() > timeout {
+            let deploys: Api<Deployment> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+            let status = deploys
+                .list(&ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .map(|d| format!("{}: {:?}", d.name_any(), d.status))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_default();
+            bail!(
+                "the operator had no Ready pod within {timeout:?}; pods: {:?}\n{status}",
+                list.items
+                    .iter()
+                    .map(|p| (
+                        p.name_any(),
+                        p.status.as_ref().and_then(|s| s.phase.clone())
+                    ))
+                    .collect::<Vec<_>>()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The example job, named `name`, in `ns`.
+pub fn example_job(name: &str) -> Result<DGLJob> {
+    let path = repo_root().join(EXAMPLE);
+    let yaml =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut job: DGLJob =
+        serde_yaml::from_str(&yaml).with_context(|| format!("parsing {}", path.display()))?;
+    job.metadata.name = Some(name.to_owned());
+    Ok(job)
+}
+
+pub async fn apply_job(client: &Client, ns: &str, job: &DGLJob) -> Result<()> {
+    let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
+    jobs.patch(
+        &job.name_any(),
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(job),
+    )
+    .await
+    .with_context(|| format!("applying DGLJob {ns}/{}", job.name_any()))?;
+    Ok(())
+}
+
+fn phase(job: &DGLJob) -> Option<JobPhase> {
+    job.status.as_ref().and_then(|s| s.phase)
+}
+
+fn pod_summary(p: &Pod) -> String {
+    let phase = p
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_else(|| "-".into());
+    let gone = if p.metadata.deletion_timestamp.is_some() {
+        ",terminating"
+    } else {
+        ""
+    };
+    format!("{}={phase}{gone}", p.name_any())
+}
+
+/// Follows a job until `until(phase)` or the timeout, printing a line
+/// whenever its phase or its pods change. `on_poll` sees every state read.
+pub async fn follow<F>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    timeout: Duration,
+    until: impl Fn(Option<JobPhase>) -> bool,
+    mut on_poll: F,
+) -> Result<DGLJob>
+where
+    F: FnMut(&DGLJob, &[Pod], Duration),
+{
+    let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={name}"));
+    let start = Instant::now();
+    let mut last = String::new();
+    loop {
+        let job = jobs.get(name).await?;
+        let mut list = pods.list(&lp).await?.items;
+        list.sort_by_key(|p| p.name_any());
+        let line = format!(
+            "{:<13} {}",
+            phase(&job).map(|p| p.as_str()).unwrap_or("-"),
+            list.iter().map(pod_summary).collect::<Vec<_>>().join(" ")
+        );
+        on_poll(&job, &list, start.elapsed());
+        if line != last {
+            println!("    {:>6.1}s  {line}", start.elapsed().as_secs_f64());
+            last = line;
+        }
+        if until(phase(&job)) {
+            return Ok(job);
+        }
+        if start.elapsed() > timeout {
+            bail!("DGLJob {ns}/{name} did not get there within {timeout:?}; last: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `[worker-i] epoch=E loss=L ...` lines of the launcher's log: worker → losses by epoch.
+pub fn losses_by_worker(log: &str) -> BTreeMap<String, Vec<(u32, f64)>> {
+    let mut out: BTreeMap<String, Vec<(u32, f64)>> = BTreeMap::new();
+    for line in log.lines() {
+        let Some(rest) = line.strip_prefix('[') else {
+            continue;
+        };
+        let Some((worker, text)) = rest.split_once(']') else {
+            continue;
+        };
+        let field = |key: &str| {
+            text.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .map(str::to_owned)
+        };
+        let (Some(epoch), Some(loss)) = (field("epoch="), field("loss=")) else {
+            continue;
+        };
+        let (Ok(epoch), Ok(loss)) = (epoch.parse::<u32>(), loss.parse::<f64>()) else {
+            continue;
+        };
+        out.entry(worker.to_owned())
+            .or_default()
+            .push((epoch, loss));
+    }
+    out
+}
+
+/// Every worker printed a loss for at least two epochs and its last is below its first.
+pub fn check_losses_fall(losses: &BTreeMap<String, Vec<(u32, f64)>>, workers: usize) -> Result<()> {
+    ensure!(
+        losses.len() == workers,
+        "expected loss lines of {workers} workers in the launcher's log, found {:?}",
+        losses.keys().collect::<Vec<_>>()
+    );
+    for (w, per_epoch) in losses {
+        ensure!(
+            per_epoch.len() >= 2,
+            "{w}: loss of only {} epoch(s): {per_epoch:?}",
+            per_epoch.len()
+        );
+        let (first, last) = (per_epoch[0].1, per_epoch[per_epoch.len() - 1].1);
+        ensure!(last < first, "{w}: loss did not fall: {per_epoch:?}");
+    }
+    Ok(())
+}
+
+pub async fn launcher_log(client: &Client, ns: &str, job: &str) -> Result<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let name = dgl_api::names::launcher_name(job);
+    pods.logs(&name, &LogParams::default())
+        .await
+        .with_context(|| format!("reading the log of pod {ns}/{name}"))
+}
+
+fn condition_message(job: &DGLJob, type_: JobPhase) -> Option<(String, String)> {
+    job.status.as_ref().and_then(|s| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == type_.as_str() && c.status == "True")
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    })
+}
+
+/// Deletes the job and waits until the garbage collector has removed every
+/// child (pods, ConfigMap, Secret, Service, ServiceAccounts, Roles, RoleBindings).
+async fn delete_and_check_children(client: &Client, ns: &str, name: &str) -> Result<Duration> {
+    let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
+    let before = children(client, ns, name).await?;
+    ensure!(
+        !before.is_empty(),
+        "DGLJob {ns}/{name} has no labelled children before deletion"
+    );
+    println!(
+        "    deleting DGLJob {ns}/{name}; children: {}",
+        before.join(" ")
+    );
+    let start = Instant::now();
+    jobs.delete(name, &DeleteParams::background()).await?;
+    loop {
+        let left = children(client, ns, name).await?;
+        let job_gone = jobs.get_opt(name).await?.is_none();
+        if left.is_empty() && job_gone {
+            let took = start.elapsed();
+            println!(
+                "    DGLJob and all {} children gone in {:.1}s",
+                before.len(),
+                took.as_secs_f64()
+            );
+            return Ok(took);
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            bail!("120 s after deleting DGLJob {ns}/{name}, these children remain: {left:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// `Kind/name` of every object labelled as the job's.
+async fn children(client: &Client, ns: &str, job: &str) -> Result<Vec<String>> {
+    let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={job}"));
+    let mut out = Vec::new();
+    macro_rules! collect {
+        ($($kind:ty),*) => {$(
+            for o in Api::<$kind>::namespaced(client.clone(), ns).list(&lp).await?.items {
+                out.push(format!("{}/{}", stringify!($kind), o.name_any()));
+            }
+        )*};
+    }
+    collect!(
+        Pod,
+        ConfigMap,
+        Secret,
+        Service,
+        ServiceAccount,
+        Role,
+        RoleBinding
+    );
+    Ok(out)
+}
+
+/// Events about the job, oldest first: "reason: message".
+async fn job_events(client: &Client, ns: &str, job: &str) -> Result<Vec<String>> {
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().fields(&format!(
+        "involvedObject.kind=DGLJob,involvedObject.name={job}"
+    ));
+    let mut list = events.list(&lp).await?.items;
+    list.sort_by_key(|e| e.metadata.creation_timestamp.clone());
+    Ok(list
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}: {}",
+                e.type_.as_deref().unwrap_or("-"),
+                e.reason.as_deref().unwrap_or("-"),
+                e.message.as_deref().unwrap_or("")
+            )
+        })
+        .collect())
+}
+
+/// Deletes the operator's Ready pod; returns when a different pod is Ready.
+async fn replace_operator_pod(client: &Client) -> Result<Duration> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    let old = wait_operator_ready(client, Duration::from_secs(60)).await?;
+    let start = Instant::now();
+    pods.delete(&old, &DeleteParams::default()).await?;
+    loop {
+        let list = pods.list(&operator_pods_lp()).await?;
+        if let Some(p) = list
+            .items
+            .iter()
+            .find(|p| p.name_any() != old && pod_ready(p))
+        {
+            println!(
+                "    operator pod {old} deleted; {} Ready {:.1}s later",
+                p.name_any(),
+                start.elapsed().as_secs_f64()
+            );
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > Duration::from_secs(180) {
+            bail!("no new operator pod became Ready within 180 s of deleting {old}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The example trains to Succeeded while the operator's pod is replaced.
+async fn train(client: &Client) -> Result<String> {
+    let ns = localkube::create_test_namespace(client, "e2e-train").await?;
+    let name = "graphsage";
+    let r = train_in(client, &ns, name).await;
+    if r.is_err() {
+        dump_job(client, &ns, name).await;
+    } else {
+        localkube::delete_namespace(client, &ns).await?;
+    }
+    r
+}
+
+async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
+    let job = example_job(name)?;
+    let workers = job
+        .spec
+        .dgl_replica_specs
+        .get(&ReplicaType::Worker)
+        .and_then(|s| s.replicas)
+        .unwrap_or(1) as usize;
+    println!("    kubectl apply -f {EXAMPLE} -n {ns}   (through kube-rs)");
+    let applied = Instant::now();
+    apply_job(client, ns, &job).await?;
+
+    // Replace the operator's pod once the job is under way: the new pod must
+    // pick up from what the cluster holds (principle 6). Runs beside `follow`.
+    let restarter = async {
+        let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={name}"));
+        let start = Instant::now();
+        loop {
+            let job = jobs.get(name).await?;
+            if let Some(p @ (JobPhase::Partitioning | JobPhase::Partitioned | JobPhase::Running)) =
+                phase(&job)
+            {
+                let existing = pods.list(&lp).await?.items.len();
+                println!("    job is {p}: deleting the operator's pod");
+                let took = replace_operator_pod(client).await?;
+                return anyhow::Ok((p, existing, took));
+            }
+            if phase(&job).is_some_and(JobPhase::is_terminal) || start.elapsed() > JOB_TIMEOUT {
+                bail!("the job never ran long enough to replace the operator mid-job");
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    // Every uid each pod name had: a pod the replaced operator recreated
+    // would show up with two.
+    let mut uids: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    let following = follow(
+        client,
+        ns,
+        name,
+        JOB_TIMEOUT,
+        |p| p.is_some_and(JobPhase::is_terminal),
+        |_, pods, _| {
+            for p in pods {
+                uids.entry(p.name_any())
+                    .or_default()
+                    .insert(p.uid().unwrap_or_default());
+            }
+        },
+    );
+    let (job_done, (restarted_at, pods_then, operator_gap)) =
+        tokio::try_join!(following, restarter)?;
+    let total = applied.elapsed();
+    let final_phase = phase(&job_done);
+    if final_phase != Some(JobPhase::Succeeded) {
+        bail!(
+            "DGLJob {ns}/{name} ended {final_phase:?}: {:?}",
+            condition_message(&job_done, JobPhase::Failed)
+        );
+    }
+    let log = launcher_log(client, ns, name).await?;
+    let losses = losses_by_worker(&log);
+    check_losses_fall(&losses, workers)?;
+    for (w, l) in &losses {
+        println!("    {w}: loss by epoch {l:?}");
+    }
+    // The replaced operator neither recreated a pod nor started a second run.
+    let recreated: Vec<_> = uids.iter().filter(|(_, u)| u.len() > 1).collect();
+    ensure!(recreated.is_empty(), "pods were recreated: {recreated:?}");
+    let restarts = job_done
+        .status
+        .as_ref()
+        .and_then(|s| s.restart_count)
+        .unwrap_or(0);
+    ensure!(restarts == 0, "the job restarted {restarts} time(s)");
+    let deleted_in = delete_and_check_children(client, ns, name).await?;
+    Ok(format!(
+        "Succeeded {:.0}s after apply (operator pod replaced while {restarted_at}, new one Ready in {:.1}s, {} pods then, none recreated); children deleted in {:.1}s",
+        total.as_secs_f64(),
+        operator_gap.as_secs_f64(),
+        pods_then,
+        deleted_in.as_secs_f64()
+    ))
+}
+
+/// A trainer exits 3 at epoch 1: Failed naming the pod, no running pod left.
+async fn fail(client: &Client) -> Result<String> {
+    let ns = localkube::create_test_namespace(client, "e2e-fail").await?;
+    let name = "graphsage-crash";
+    let r = fail_in(client, &ns, name).await;
+    if r.is_err() {
+        dump_job(client, &ns, name).await;
+    } else {
+        localkube::delete_namespace(client, &ns).await?;
+    }
+    r
+}
+
+async fn fail_in(client: &Client, ns: &str, name: &str) -> Result<String> {
+    let mut job = example_job(name)?;
+    let worker = job
+        .spec
+        .dgl_replica_specs
+        .get_mut(&ReplicaType::Worker)
+        .context("the example has no Worker replica spec")?;
+    let container = worker
+        .template
+        .spec
+        .as_mut()
+        .and_then(|s| s.containers.first_mut())
+        .context("the example's Worker template has no container")?;
+    let env = container.env.get_or_insert_with(Vec::new);
+    for (k, v) in [
+        ("DGL_EXAMPLE_CRASH_AT_EPOCH", "1"),
+        ("DGL_EXAMPLE_CRASH_RANK", "1"),
+    ] {
+        env.push(EnvVar {
+            name: k.into(),
+            value: Some(v.into()),
+            ..EnvVar::default()
+        });
+    }
+    println!("    {EXAMPLE} as {name}, workers with DGL_EXAMPLE_CRASH_AT_EPOCH=1 DGL_EXAMPLE_CRASH_RANK=1");
+    let applied = Instant::now();
+    apply_job(client, ns, &job).await?;
+    let done = follow(
+        client,
+        ns,
+        name,
+        JOB_TIMEOUT,
+        |p| p.is_some_and(JobPhase::is_terminal),
+        |_, _, _| {},
+    )
+    .await?;
+    let failed_after = applied.elapsed();
+    ensure!(
+        phase(&done) == Some(JobPhase::Failed),
+        "DGLJob {ns}/{name} ended {:?}, expected Failed",
+        phase(&done)
+    );
+    let (reason, message) =
+        condition_message(&done, JobPhase::Failed).context("no Failed condition")?;
+    println!("    Failed: {reason}: {message}");
+    ensure!(
+        message.contains(&format!("pod {name}-")) && message.contains("exited with code"),
+        "the Failed condition must name the pod and its exit code, got {reason}: {message}"
+    );
+
+    // cleanPodPolicy Running: nothing of the job keeps running.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={name}"));
+    let start = Instant::now();
+    loop {
+        let running: Vec<String> = pods
+            .list(&lp)
+            .await?
+            .items
+            .iter()
+            .filter(|p| {
+                matches!(
+                    p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Running" | "Pending")
+                )
+            })
+            .map(pod_summary)
+            .collect();
+        if running.is_empty() {
+            println!(
+                "    no running pod {:.1}s after Failed (cleanPodPolicy Running)",
+                start.elapsed().as_secs_f64()
+            );
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(90) {
+            bail!("90 s after the job Failed these pods still run: {running:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    let events = job_events(client, ns, name).await?;
+    ensure!(
+        events
+            .iter()
+            .any(|e| e.starts_with("Warning") && e.contains(&format!("pod {name}-"))),
+        "no Warning Event naming the failed pod; Events: {events:#?}"
+    );
+    let deleted_in = delete_and_check_children(client, ns, name).await?;
+    Ok(format!(
+        "Failed {:.0}s after apply ({reason}); children deleted in {:.1}s",
+        failed_after.as_secs_f64(),
+        deleted_in.as_secs_f64()
+    ))
+}
+
+/// Prints what explains a failed scenario: status, pods, Events, pod logs.
+async fn dump_job(client: &Client, ns: &str, name: &str) {
+    println!("\n---- diagnostics for DGLJob {ns}/{name}");
+    let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
+    match jobs.get(name).await {
+        Ok(j) => println!(
+            "status: {}",
+            serde_json::to_string_pretty(&j.status).unwrap_or_default()
+        ),
+        Err(e) => println!("job: {e}"),
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    if let Ok(list) = pods.list(&ListParams::default()).await {
+        for p in list.items {
+            let pname = p.name_any();
+            let statuses = p
+                .status
+                .as_ref()
+                .map(|s| {
+                    serde_json::to_string(&(
+                        &s.phase,
+                        &s.init_container_statuses,
+                        &s.container_statuses,
+                    ))
+                    .unwrap_or_default()
+                })
+                .unwrap_or_default();
+            println!("pod {pname}: {statuses}");
+            let log = pods
+                .logs(
+                    &pname,
+                    &LogParams {
+                        tail_lines: Some(40),
+                        ..LogParams::default()
+                    },
+                )
+                .await
+                .unwrap_or_else(|e| format!("(no log: {e})"));
+            for l in log.lines() {
+                println!("  | {l}");
+            }
+        }
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    if let Ok(list) = events.list(&ListParams::default()).await {
+        for e in list.items {
+            println!(
+                "event {} {} {}: {}",
+                e.involved_object.name.as_deref().unwrap_or("-"),
+                e.type_.as_deref().unwrap_or("-"),
+                e.reason.as_deref().unwrap_or("-"),
+                e.message.as_deref().unwrap_or("")
+            );
+        }
+    }
+}
+
+async fn dump_operator(client: &Client) {
+    println!("\n---- operator logs (last 80 lines)");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    if let Ok(list) = pods.list(&operator_pods_lp()).await {
+        for p in list.items {
+            let log = pods
+                .logs(
+                    &p.name_any(),
+                    &LogParams {
+                        tail_lines: Some(80),
+                        ..LogParams::default()
+                    },
+                )
+                .await
+                .unwrap_or_else(|e| format!("(no log: {e})"));
+            println!("pod {}:", p.name_any());
+            for l in log.lines() {
+                println!("  | {l}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn losses_are_read_per_worker() {
+        let log = "\
+[worker-0] setup rank=0 world=2\n\
+[worker-0] epoch=0 loss=1.6072 rank=0 train_acc=0.3\n\
+[worker-1] epoch=0 loss=1.7992 rank=1 train_acc=0.3\n\
+[worker-0] epoch=1 loss=0.7330 rank=0 train_acc=0.7\n\
+[worker-1] epoch=1 loss=0.7907 rank=1\n\
+dglrun: all workers done\n\
+[worker-1] epoch=2 loss=oops rank=1\n";
+        let l = losses_by_worker(log);
+        assert_eq!(l["worker-0"], vec![(0, 1.6072), (1, 0.7330)]);
+        assert_eq!(l["worker-1"], vec![(0, 1.7992), (1, 0.7907)]);
+        check_losses_fall(&l, 2).unwrap();
+        assert!(check_losses_fall(&l, 3).is_err(), "a missing worker fails");
+    }
+
+    #[test]
+    fn a_loss_that_does_not_fall_fails() {
+        let l = losses_by_worker("[worker-0] epoch=0 loss=1.0\n[worker-0] epoch=1 loss=1.2\n");
+        let e = check_losses_fall(&l, 1).unwrap_err().to_string();
+        assert!(e.contains("did not fall"), "{e}");
+        let one = losses_by_worker("[worker-0] epoch=0 loss=1.0\n");
+        assert!(
+            check_losses_fall(&one, 1).is_err(),
+            "one epoch proves nothing"
+        );
+    }
+
+    #[test]
+    fn the_example_parses_with_two_workers() {
+        let job = example_job("x").unwrap();
+        assert_eq!(job.name_any(), "x");
+        assert_eq!(
+            job.spec.dgl_replica_specs[&ReplicaType::Worker].replicas,
+            Some(2)
+        );
+    }
+}

@@ -676,15 +676,34 @@ impl LocalCluster {
     /// Stops every recorded process (reverse start order), after tearing
     /// down the node (if one was started) while the apiserver still runs.
     async fn stop_all(&self) -> Result<Vec<(&'static str, i32)>> {
-        let node = if self.has_node_state() {
-            Some(self.stop_node().await)
+        let run_dir = self.run_dir();
+        let (node, early) = if self.has_node_state() {
+            // Nothing may recreate or re-bind pods while the node drains: a
+            // Deployment's ReplicaSet replaces every pod the drain deletes,
+            // and the drain would wait for the replacements until it times out.
+            let dir = run_dir.clone();
+            let early = blocking(move || {
+                let mut stopped = Vec::new();
+                for name in [CONTROLLER_MANAGER, SCHEDULER] {
+                    if let Some(rec) = process::read_pid(&dir, name) {
+                        let was_running = process::is_running(&rec);
+                        process::stop(&rec, Duration::from_secs(15))?;
+                        if was_running {
+                            stopped.push((name, rec.pid));
+                        }
+                    }
+                }
+                Ok(stopped)
+            })
+            .await?;
+            (Some(self.stop_node().await), early)
         } else {
-            None
+            (None, Vec::new())
         };
         let node_stopped = node.as_ref().map(|n| n.stopped.clone()).unwrap_or_default();
-        let run_dir = self.run_dir();
         let stopped = blocking(move || {
-            let mut stopped = node_stopped;
+            let mut stopped = early;
+            stopped.extend(node_stopped);
             for name in COMPONENTS.iter().rev() {
                 if let Some(rec) = process::read_pid(&run_dir, name) {
                     let was_running = process::is_running(&rec);

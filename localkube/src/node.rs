@@ -1607,8 +1607,14 @@ mod tests {
         assert!(cfg.contains("SystemdCgroup = false"));
         assert!(cfg.contains(r#"sandbox_image = "localhost/localkube/pause:3.10-x""#));
         assert!(cfg.contains("netns_mounts_under_state_dir = true"));
+        // The image store (containerd's root) is the one place shared by
+        // every node cluster of the cache; all else is the cluster's own.
+        let root = cfg
+            .lines()
+            .find(|l| l.starts_with("root = "))
+            .expect("root missing");
+        assert_eq!(root, r#"root = "/cache/node-images/containerd""#);
         for key in [
-            "root = ",
             "state = ",
             "address = ",
             "conf_dir = ",

@@ -112,7 +112,7 @@ pub fn run(args: Args) -> Result<()> {
     // The venv is mostly downloads and unpacking, the Kubernetes build is
     // CPU: cold, they overlap (about 5 min saved on 2 cores).
     let t = step(
-        "Python venv with DGL 2.1.0 + torch 2.2.1, and Kubernetes/etcd/kwok binaries \
+        "Python venv with DGL 2.1.0 + torch 2.2.1 (+ the training image's python-env), and Kubernetes/etcd binaries \
          + the test control plane (all cached)",
     );
     let venv = std::thread::spawn(move || {

@@ -154,9 +154,16 @@ pub fn run(args: Args) -> Result<()> {
     }
     if !args.keep_cluster {
         let t = step(&format!("stopping node cluster {:?}", args.name));
-        rt.block_on(stack.cluster.down(false))
-            .with_context(|| format!("stopping node cluster {:?}", args.name))?;
+        let down = rt
+            .block_on(stack.cluster.down(false))
+            .with_context(|| format!("stopping node cluster {:?}", args.name));
         done(t);
+        match (&result, down) {
+            (_, Ok(_)) => {}
+            // The scenario's failure is the news; report the teardown's too.
+            (Err(_), Err(e)) => eprintln!("e2e: {e:#}"),
+            (Ok(()), Err(e)) => return Err(e),
+        }
     }
     result?;
     println!("\ne2e passed in {:.0}s", started.elapsed().as_secs_f64());

@@ -348,13 +348,28 @@ async fn ensure_children(
     }
     writes.push(apply_if_changed(ctx, ns, cm, "ConfigMap", !fill_config).boxed());
     writes.push(apply_if_changed(ctx, ns, &sa, "ServiceAccount", false).boxed());
-    writes.push(apply_if_changed(ctx, ns, &role, "Role", false).boxed());
-    writes.push(apply_if_changed(ctx, ns, &binding, "RoleBinding", false).boxed());
+    // The Role before its RoleBinding: unless the operator may `bind` roles
+    // (it may not: least privilege), the API server checks a new binding
+    // against the rules of the Role it names, and answers 404 while that
+    // Role does not exist yet.
+    writes.push(
+        async {
+            apply_if_changed(ctx, ns, &role, "Role", false).await?;
+            apply_if_changed(ctx, ns, &binding, "RoleBinding", false).await
+        }
+        .boxed(),
+    );
     writes.push(apply_if_changed(ctx, ns, &svc, "Service", false).boxed());
     if let Some(gang) = ctx.settings.build.gang {
         writes.push(apply_pod_group(ctx, job, ns, gang).boxed());
     }
-    future::try_join_all(writes).await?;
+    // Every write runs to its end: with try_join_all, the first error would
+    // drop the others mid-flight, and a reconcile that always fails on the
+    // same one would never finish the rest.
+    future::join_all(writes)
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>, Error>>()?;
     Ok(())
 }
 

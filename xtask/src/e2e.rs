@@ -206,7 +206,13 @@ pub fn prepare(
     let client = rt.block_on(localkube::client_from_file(&info.kubeconfig))?;
     rt.block_on(localkube::apply_crds(&client, &dgl_api::crd_yaml()))
         .context("applying the DGLJob CRD")?;
-    helm_install(&info.kubeconfig)?;
+    // The tag stays the same when the image is rebuilt: an annotation with
+    // its content hash makes Helm roll the operator's pod onto the new one.
+    let image_hash = cluster
+        .node_image_labels(&crate::images::reference(crate::images::Which::Operator))?
+        .and_then(|l| l.get(crate::images::HASH_LABEL).cloned())
+        .context("the operator image in the node's containerd has no content-hash label")?;
+    helm_install(&info.kubeconfig, &image_hash)?;
     rt.block_on(wait_operator_ready(&client, Duration::from_secs(180)))?;
     done(t);
     Ok(Stack {
@@ -217,7 +223,7 @@ pub fn prepare(
 }
 
 /// `helm upgrade --install` of the chart, with the locally loaded image.
-fn helm_install(kubeconfig: &Path) -> Result<()> {
+fn helm_install(kubeconfig: &Path, image_hash: &str) -> Result<()> {
     let helm = localkube::ensure_tool(localkube::GoTool::Helm)?;
     let chart = repo_root().join("charts").join("dgl-operator");
     let mut cmd = Command::new(&helm);
@@ -231,6 +237,10 @@ fn helm_install(kubeconfig: &Path) -> Result<()> {
         // The image was imported into containerd; never try a registry.
         .args(["--set", "image.pullPolicy=Never"])
         .args(["--set", "logFormat=text"])
+        .arg("--set-string")
+        .arg(format!(
+            "podAnnotations.dgl-operator-image-hash={image_hash}"
+        ))
         .args(["--wait", "--timeout", "180s"])
         .stdin(Stdio::null());
     println!("    {}", render(&cmd));

@@ -48,7 +48,7 @@ const MIRROR_ENV: &str = "DGL_OPERATOR_DEBIAN_MIRROR";
 /// Bump when the base rootfs recipe below changes: the base image is rebuilt.
 const BASE_RECIPE: &str = "slim-v1";
 /// Image label holding the content hash.
-const HASH_LABEL: &str = "io.dgl-operator.content-hash";
+pub const HASH_LABEL: &str = "io.dgl-operator.content-hash";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const BINARIES: [&str; 3] = ["dgl-operator", "dglrun", "watcher-loop"];
 const PACKAGES: [&str; 2] = ["podman", "debootstrap"];
@@ -536,7 +536,7 @@ impl ImageDef {
     }
 }
 
-fn reference(which: Which) -> String {
+pub fn reference(which: Which) -> String {
     match which {
         Which::Operator => format!("localhost/dgl-operator:{VERSION}"),
         Which::Runtime => format!("localhost/dgl-operator-runtime:{VERSION}"),

@@ -36,10 +36,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = e2e::runtime()?;
     let stack = e2e::prepare(&rt, &args.name, crate::images::Profile::Release)?;
     let client = stack.client.clone();
     let ns = args.namespace.clone();

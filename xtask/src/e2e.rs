@@ -38,7 +38,8 @@ use kube::{Client, ResourceExt};
 use localkube::LocalCluster;
 
 use crate::cluster::node_cluster;
-use crate::test::repo_root;
+use crate::images::render;
+use crate::test::{done, repo_root, step};
 
 /// Helm release and namespace of the operator.
 pub const RELEASE: &str = "dgl-operator";
@@ -93,21 +94,17 @@ pub struct Stack {
     pub client: Client,
 }
 
-fn step(name: &str) -> Instant {
-    println!("\n==> {name}");
-    Instant::now()
-}
-
-fn done(started: Instant) {
-    println!("    ({:.1}s)", started.elapsed().as_secs_f64());
+/// The runtime of `e2e` and `demo`: two threads, like the machine.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
 }
 
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
+    let rt = runtime()?;
     let stack = match prepare(&rt, &args.name, args.profile) {
         Ok(s) => s,
         Err(e) => {
@@ -259,15 +256,6 @@ fn helm_install(kubeconfig: &Path, image_hash: &str) -> Result<()> {
         println!("    | {line}");
     }
     Ok(())
-}
-
-fn render(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for a in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&a.to_string_lossy());
-    }
-    s
 }
 
 fn operator_pods_lp() -> ListParams {
@@ -571,17 +559,34 @@ async fn replace_operator_pod(client: &Client) -> Result<Duration> {
     }
 }
 
-/// The example trains to Succeeded while the operator's pod is replaced.
-async fn train(client: &Client) -> Result<String> {
-    let ns = localkube::create_test_namespace(client, "e2e-train").await?;
-    let name = "graphsage";
-    let r = train_in(client, &ns, name).await;
+/// Runs a scenario in a fresh namespace: on success the namespace is
+/// deleted, on failure the job's state is printed and everything is kept.
+async fn in_namespace<'a, Fut>(
+    client: &'a Client,
+    prefix: &str,
+    job: &'a str,
+    scenario: impl FnOnce(String) -> Fut,
+) -> Result<String>
+where
+    Fut: std::future::Future<Output = Result<String>> + 'a,
+{
+    let ns = localkube::create_test_namespace(client, prefix).await?;
+    let r = scenario(ns.clone()).await;
     if r.is_err() {
-        dump_job(client, &ns, name).await;
+        dump_job(client, &ns, job).await;
     } else {
         localkube::delete_namespace(client, &ns).await?;
     }
     r
+}
+
+/// The example trains to Succeeded while the operator's pod is replaced.
+async fn train(client: &Client) -> Result<String> {
+    let job = "graphsage";
+    in_namespace(client, "e2e-train", job, |ns| async move {
+        train_in(client, &ns, job).await
+    })
+    .await
 }
 
 async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
@@ -673,15 +678,11 @@ async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
 
 /// A trainer exits 3 at epoch 1: Failed naming the pod, no running pod left.
 async fn fail(client: &Client) -> Result<String> {
-    let ns = localkube::create_test_namespace(client, "e2e-fail").await?;
-    let name = "graphsage-crash";
-    let r = fail_in(client, &ns, name).await;
-    if r.is_err() {
-        dump_job(client, &ns, name).await;
-    } else {
-        localkube::delete_namespace(client, &ns).await?;
-    }
-    r
+    let job = "graphsage-crash";
+    in_namespace(client, "e2e-fail", job, |ns| async move {
+        fail_in(client, &ns, job).await
+    })
+    .await
 }
 
 async fn fail_in(client: &Client, ns: &str, name: &str) -> Result<String> {

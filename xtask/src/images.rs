@@ -210,7 +210,7 @@ fn logged(cmd: &mut Command, log: &Path) -> Result<()> {
 }
 
 /// `program arg arg ...`, for messages.
-fn render(cmd: &Command) -> String {
+pub fn render(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
         s.push(' ');

@@ -36,12 +36,12 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-fn step(name: &str) -> Instant {
+pub fn step(name: &str) -> Instant {
     println!("\n==> {name}");
     Instant::now()
 }
 
-fn done(started: Instant) {
+pub fn done(started: Instant) {
     println!("    ({:.1}s)", started.elapsed().as_secs_f64());
 }
 

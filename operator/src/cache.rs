@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use dgl_api::names::LABEL_JOB_NAME;
 use dgl_api::DGLJob;
+use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -526,17 +527,16 @@ impl ChildCache {
 }
 
 /// Drives a metadata-only watch of one kind of child into `cache`; yields
-/// the owning job of each deleted child, and with `trigger_on_change` also
-/// of each child whose hash changed.
+/// the owning job of each deleted child, and for ConfigMaps also of each
+/// one whose hash changed (the launcher waits for its complete ConfigMap).
 pub fn child_triggers<K>(
     kind: &'static str,
     client: &Client,
     ns: &Option<String>,
-    config: watcher::Config,
-    cache: Arc<ChildCache>,
-    ready: Arc<Readiness>,
-    trigger_on_change: bool,
-) -> impl Stream<Item = JobRef> + Send + 'static
+    config: &watcher::Config,
+    cache: &Arc<ChildCache>,
+    ready: &Arc<Readiness>,
+) -> BoxStream<'static, JobRef>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -550,9 +550,11 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
+    let trigger_on_change = kind == "ConfigMap";
+    let (cache, ready) = (cache.clone(), ready.clone());
     let mut fresh: Option<HashMap<ChildKey, Option<String>>> = None;
     let mut listed = false;
-    watcher(api, config)
+    watcher(api, config.clone())
         .default_backoff()
         .filter_map(move |ev| {
             let out = match ev {
@@ -597,6 +599,7 @@ where
             };
             std::future::ready(out)
         })
+        .boxed()
 }
 
 #[cfg(test)]

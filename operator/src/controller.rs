@@ -155,36 +155,6 @@ pub async fn run(
     let ready = Readiness::new(6);
     let pods = Arc::new(PodCache::default());
     let children = Arc::new(ChildCache::default());
-    fn child<K>(
-        kind: &'static str,
-        client: &Client,
-        ns: &Option<String>,
-        owned: &watcher::Config,
-        children: &Arc<ChildCache>,
-        ready: &Arc<Readiness>,
-    ) -> futures::stream::BoxStream<'static, cache::JobRef>
-    where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug
-            + Send
-            + Sync
-            + 'static,
-    {
-        // A new ConfigMap content brings its job back: the launcher waits for it.
-        let trigger_on_change = kind == "ConfigMap";
-        cache::child_triggers::<K>(
-            kind,
-            client,
-            ns,
-            owned.clone(),
-            children.clone(),
-            ready.clone(),
-            trigger_on_change,
-        )
-        .boxed()
-    }
     let triggers = futures::stream::select_all([
         cache::pod_triggers(
             api::<SlimPod>(&client, &ns),
@@ -193,11 +163,25 @@ pub async fn run(
             ready.clone(),
         )
         .boxed(),
-        child::<ConfigMap>("ConfigMap", &client, &ns, &owned, &children, &ready),
-        child::<Service>("Service", &client, &ns, &owned, &children, &ready),
-        child::<ServiceAccount>("ServiceAccount", &client, &ns, &owned, &children, &ready),
-        child::<Role>("Role", &client, &ns, &owned, &children, &ready),
-        child::<RoleBinding>("RoleBinding", &client, &ns, &owned, &children, &ready),
+        cache::child_triggers::<ConfigMap>("ConfigMap", &client, &ns, &owned, &children, &ready),
+        cache::child_triggers::<Service>("Service", &client, &ns, &owned, &children, &ready),
+        cache::child_triggers::<ServiceAccount>(
+            "ServiceAccount",
+            &client,
+            &ns,
+            &owned,
+            &children,
+            &ready,
+        ),
+        cache::child_triggers::<Role>("Role", &client, &ns, &owned, &children, &ready),
+        cache::child_triggers::<RoleBinding>(
+            "RoleBinding",
+            &client,
+            &ns,
+            &owned,
+            &children,
+            &ready,
+        ),
     ]);
 
     // Jobs: a reconcile per new generation (or first sight), not per status

@@ -690,14 +690,12 @@ fn wheels(root: &Path, cache: &Path) -> Result<(PathBuf, String)> {
 /// the full build later reuses these layers and adds only small ones.
 pub fn prebuild_python_env() -> Result<()> {
     let t = Instant::now();
-    let root = repo_root()?;
-    let cache = localkube::cache_dir()?;
-    let log_dir = cache.join("logs");
-    fs::create_dir_all(&log_dir)?;
-    localkube::host::ensure_packages(&PACKAGES, &log_dir)?;
-    let podman = Podman {
-        base: cache.join("podman"),
-    };
+    let Setup {
+        root,
+        cache,
+        log_dir,
+        podman,
+    } = setup()?;
     let base = ensure_base(&podman, &cache, &log_dir)?;
     let (wheel_dir, wheel_hash) = wheels(&root, &cache)?;
     let dockerfile = root.join("examples/graphsage/Dockerfile");
@@ -746,11 +744,15 @@ fn human_bytes(n: u64) -> String {
     }
 }
 
-pub fn run(args: Args) -> Result<()> {
-    if args.python_env_only {
-        return prebuild_python_env();
-    }
-    let started = Instant::now();
+/// What every image build needs: paths, the Debian packages, root, podman.
+struct Setup {
+    root: PathBuf,
+    cache: PathBuf,
+    log_dir: PathBuf,
+    podman: Podman,
+}
+
+fn setup() -> Result<Setup> {
     let root = repo_root()?;
     let cache = localkube::cache_dir()?;
     let log_dir = cache.join("logs");
@@ -759,6 +761,28 @@ pub fn run(args: Args) -> Result<()> {
     if !localkube::host::is_root() {
         bail!("`cargo xtask images` needs root: podman's storage, debootstrap and ctr");
     }
+    let podman = Podman {
+        base: cache.join("podman"),
+    };
+    Ok(Setup {
+        root,
+        cache,
+        log_dir,
+        podman,
+    })
+}
+
+pub fn run(args: Args) -> Result<()> {
+    if args.python_env_only {
+        return prebuild_python_env();
+    }
+    let started = Instant::now();
+    let Setup {
+        root,
+        cache,
+        log_dir,
+        podman,
+    } = setup()?;
     let mut wanted: Vec<Which> = if args.only.is_empty() {
         vec![Which::Operator, Which::Runtime, Which::Graphsage]
     } else {
@@ -770,9 +794,6 @@ pub fn run(args: Args) -> Result<()> {
     wanted.sort();
     wanted.dedup();
 
-    let podman = Podman {
-        base: cache.join("podman"),
-    };
     let base = ensure_base(&podman, &cache, &log_dir)?;
     let (prebuilt, bin_hashes) = host_binaries(&root, &cache, args.profile)?;
     let dockerfile = root.join("Dockerfile");

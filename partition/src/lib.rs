@@ -1,0 +1,22 @@
+//! The native DistDGL partition pipeline (docs/partition-pipeline.md).
+//!
+//! Stages, each a module: [`input`] reads DGL's chunked graph format or the
+//! seed's text format into an [`model::InputGraph`] (64-bit ids and counts
+//! throughout); [`csr`] builds the symmetric adjacency over homogeneous node
+//! ids; [`assign`] gives every node a partition (multilevel k-way, random, or
+//! a user's assignment file); [`shuffle`] decides ownership (an edge belongs
+//! to its destination's partition), assigns shuffled global ids and
+//! part-local ids by prefix sums and cuts the per-partition arrays, features
+//! following their node or edge; [`output`] writes what DGL 2.1.0's
+//! `load_partition` reads. [`pipeline`] runs them in order.
+
+pub mod assign;
+pub mod csr;
+pub mod error;
+pub mod input;
+pub mod model;
+pub mod output;
+pub mod pipeline;
+pub mod shuffle;
+
+pub use error::{Error, Result};

@@ -1,0 +1,1 @@
+//! Writers of what DGL 2.1.0 loads.

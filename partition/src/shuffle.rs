@@ -1,0 +1,1 @@
+//! Ownership, shuffled ids and per-partition arrays.

@@ -17,6 +17,7 @@ pub mod input;
 pub mod model;
 pub mod output;
 pub mod pipeline;
+pub mod rmat;
 pub mod shuffle;
 
 pub use error::{Error, Result};

@@ -3,6 +3,20 @@
 //! (`<ntype>.txt` + `partition_meta.json`) so DGL's tools can use ours and we
 //! can use theirs.
 
+mod coarsen;
+pub mod file;
+pub mod metis;
+pub mod quality;
+pub mod random;
+mod refine;
+pub mod weights;
+
+pub use file::{read_files, write_files, FromFiles};
+pub use metis::{Metis, MetisMode};
+pub use quality::{quality, Quality};
+pub use random::Random;
+pub use weights::{constraints, Constraints};
+
 use crate::csr::Csr;
 use crate::model::InputGraph;
 use crate::Result;
@@ -35,4 +49,16 @@ pub struct Request<'a> {
 /// A partitioner.
 pub trait Partitioner: Send + Sync {
     fn assign(&self, req: &Request<'_>) -> Result<Assignment>;
+}
+
+/// Runs `f` on a pool of `threads` threads (the caller's pool when one
+/// cannot be made).
+pub(crate) fn with_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .build()
+    {
+        Ok(pool) => pool.install(f),
+        Err(_) => f(),
+    }
 }

@@ -1,7 +1,7 @@
 //! Times the adjacency build and the partitioners on an R-MAT graph.
 //!
 //! cargo run --release -p dgl-partition --example assign_bench -- \
-//!     [nodes=1000000] [raw_edges=10000000] [parts=4] [mode=hybrid|direct|both|random] [threads=2]
+//!     [nodes=1000000] [raw_edges=10000000] [parts=4] [mode=hybrid|direct|both|random] [threads=2] [coarse_nodes=0: default]
 //!
 //! The graph is made undirected (both directions, duplicates and loops
 //! dropped, as `dgl.to_bidirected` makes DGL's benchmark graph) and gets a
@@ -22,23 +22,28 @@ fn arg<T: std::str::FromStr>(i: usize, default: T) -> T {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
     let n: u64 = arg(1, 1_000_000);
     let m: u64 = arg(2, 10_000_000);
     let k: u32 = arg(3, 4);
     let mode: String = arg(4, "hybrid".to_string());
     let threads: usize = arg(5, 2);
+    let coarse_nodes: usize = arg(6, 0);
     let t = Instant::now();
     let g = graph(n, m);
     println!(
         "rmat {n} nodes {m} raw edges: {:.2} s",
         t.elapsed().as_secs_f64()
     );
-    let t = Instant::now();
+    let (t, c0) = (Instant::now(), cpu());
     let c = csr::symmetric(&g, threads);
     let directed = c.num_directed_edges();
     println!(
-        "csr: {:.2} s, {directed} directed edges",
-        t.elapsed().as_secs_f64()
+        "csr: {:.2} s (cpu {:.2} s), {directed} directed edges",
+        t.elapsed().as_secs_f64(),
+        cpu() - c0
     );
     let t = Instant::now();
     let cons = assign::constraints(&g, Some("train_mask"), true)?;
@@ -61,22 +66,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             threads,
             seed: 1,
         };
-        let t = Instant::now();
+        let (t, c0) = (Instant::now(), cpu());
         let a = match mode {
             "random" => assign::Random.assign(&req)?,
             "direct" => Metis {
                 mode: MetisMode::Direct,
+                coarse_nodes,
             }
             .assign(&req)?,
             _ => Metis {
                 mode: MetisMode::Hybrid,
+                coarse_nodes,
             }
             .assign(&req)?,
         };
         let secs = t.elapsed().as_secs_f64();
+        let cpu_secs = cpu() - c0;
         let q = assign::quality(&c, &a, &cons);
         println!(
-            "{mode}: {secs:.2} s, edge cut {} undirected ({} directed, {:.1}% of edges), balance {:?}",
+            "{mode}: {secs:.2} s (cpu {cpu_secs:.2} s), edge cut {} undirected ({} directed, {:.1}% of edges), balance {:?}",
             q.edge_cut,
             2 * q.edge_cut,
             200.0 * q.edge_cut as f64 / directed as f64,
@@ -84,6 +92,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     Ok(())
+}
+
+/// CPU seconds this process has used (user + system), from /proc: on a
+/// shared machine wall time alone says little.
+fn cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // Fields 14 and 15 (utime, stime) in clock ticks of 1/100 s.
+    (f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0)) / 100.0
 }
 
 fn graph(n: u64, m: u64) -> InputGraph {

@@ -24,20 +24,27 @@ pub fn rmat(num_nodes: u64, num_edges: u64, seed: u64) -> (Vec<u64>, Vec<u64>) {
         .unzip()
 }
 
+// The quadrant thresholds in 1/65536ths: each random u64 gives 4 levels.
+const TA: u64 = (A * 65536.0) as u64;
+const TB: u64 = ((A + B) * 65536.0) as u64;
+const TC: u64 = ((A + B + C) * 65536.0) as u64;
+
 fn edge(n: u64, scale: u32, seed: u64, i: u64) -> (u64, u64) {
     let mut rng = SplitMix(mix(seed ^ mix(i.wrapping_add(0x5851_f42d_4c95_7f2d))));
     loop {
         let (mut s, mut d) = (0u64, 0u64);
-        for _ in 0..scale {
-            let r = rng.unit();
-            let (sb, db) = if r < A {
-                (0, 0)
-            } else if r < A + B {
-                (0, 1)
-            } else if r < A + B + C {
-                (1, 0)
-            } else {
-                (1, 1)
+        let mut bits = 0u64;
+        for level in 0..scale {
+            if level % 4 == 0 {
+                bits = rng.next_u64();
+            }
+            let r = bits & 0xffff;
+            bits >>= 16;
+            let (sb, db) = match r {
+                r if r < TA => (0, 0),
+                r if r < TB => (0, 1),
+                r if r < TC => (1, 0),
+                _ => (1, 1),
             };
             s = (s << 1) | sb;
             d = (d << 1) | db;
@@ -62,11 +69,6 @@ impl SplitMix {
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         mix(self.0)
-    }
-
-    /// Uniform in [0, 1) with 53 bits.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 }
 

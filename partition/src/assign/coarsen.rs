@@ -70,10 +70,17 @@ const BATCHES: usize = 8;
 /// Coarsens `g` one level: returns the coarse graph and each vertex's
 /// coarse vertex. `max_w` caps every cluster's weight per constraint.
 pub fn coarsen(g: View<'_>, max_w: &[i64], seed: u64) -> (Level, Vec<u64>) {
+    let t = std::time::Instant::now();
     let labels = cluster(g, max_w, seed);
+    let t_cluster = t.elapsed().as_secs_f64();
     let (cmap, nc) = number_clusters(&labels);
     drop(labels);
     let level = contract(g, &cmap, nc);
+    tracing::debug!(
+        cluster = t_cluster,
+        contract = t.elapsed().as_secs_f64() - t_cluster,
+        "coarsen"
+    );
     (level, cmap)
 }
 
@@ -92,11 +99,14 @@ fn cluster(g: View<'_>, max_w: &[i64], seed: u64) -> Vec<u64> {
                 moved += usize::from(join(g, v, to, (&mut label, &mut cw, &mut size), max_w));
             }
         }
+        tracing::debug!(round, moved, "label propagation");
         if moved < n / 100 {
             break;
         }
     }
+    let t = std::time::Instant::now();
     merge_singletons(g, &mut label, &size, max_w);
+    tracing::debug!(secs = t.elapsed().as_secs_f64(), "merge singletons");
     label
 }
 
@@ -146,61 +156,91 @@ fn best_clusters(
     let ncon = g.ncon;
     range
         .into_par_iter()
-        .map_init(Vec::new, |buf: &mut Vec<(u64, u64)>, v| {
+        .filter_map(|v| {
             let own = label[v];
-            let best = rate(g, v, label, buf, |l| {
+            let room = |l: u64| {
                 l != own
                     && fits(
                         &cw[l as usize * ncon..(l as usize + 1) * ncon],
                         g.w(v),
                         max_w,
                     )
-            });
-            match best {
-                Some((l, r)) if r > own_rating(buf, own) || tie(r, own, l, buf, seed) => {
-                    Some((v as u64, l))
-                }
-                _ => None,
-            }
+            };
+            let (best, own_r) = with_acc(label.len(), |acc| rate(g, v, label, acc, own, room));
+            let (l, r) = best?;
+            // Ties go to a seeded coin so that equally linked neighbours
+            // still merge, one way only.
+            let tie = r == own_r && r > 0 && mix(seed ^ own) < mix(seed ^ l);
+            (r > own_r || tie).then_some((v as u64, l))
         })
-        .flatten_iter()
         .collect()
 }
 
-/// Ties go to a seeded coin so that equal-weight neighbours still merge
-/// (a vertex alone in its cluster has rating 0 for itself).
-fn tie(r: u64, own: u64, l: u64, buf: &[(u64, u64)], seed: u64) -> bool {
-    r == own_rating(buf, own) && r > 0 && (mix(seed ^ own) < mix(seed ^ l))
+/// A sparse accumulator over keys `0..n`: the sums and the keys touched.
+#[derive(Default)]
+pub(crate) struct Acc {
+    sum: Vec<u64>,
+    touched: Vec<u64>,
 }
 
-fn own_rating(buf: &[(u64, u64)], own: u64) -> u64 {
-    buf.binary_search_by_key(&own, |e| e.0)
-        .map_or(0, |i| buf[i].1)
+impl Acc {
+    fn add(&mut self, key: u64, w: u64) {
+        let s = &mut self.sum[key as usize];
+        if *s == 0 {
+            self.touched.push(key);
+        }
+        *s += w;
+    }
+
+    /// The (key, sum) pairs in the order first touched; clears the rest.
+    fn drain(&mut self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let sum = &mut self.sum;
+        self.touched
+            .drain(..)
+            .map(move |k| (k, std::mem::take(&mut sum[k as usize])))
+    }
 }
 
-/// Sums the edge weight to each neighbouring cluster into `buf` (sorted by
-/// cluster) and returns the heaviest allowed one.
+thread_local! {
+    static ACC: std::cell::RefCell<Acc> = std::cell::RefCell::default();
+}
+
+/// Runs `f` with this thread's accumulator, sized for keys `0..n`.
+fn with_acc<R>(n: usize, f: impl FnOnce(&mut Acc) -> R) -> R {
+    ACC.with(|a| {
+        let mut a = a.borrow_mut();
+        if a.sum.len() < n {
+            a.sum.resize(n, 0);
+        }
+        f(&mut a)
+    })
+}
+
+/// The heaviest linked cluster `allowed` accepts (ties: the lower id) and
+/// the link to `own`.
 fn rate(
     g: View<'_>,
     v: usize,
     label: &[u64],
-    buf: &mut Vec<(u64, u64)>,
+    acc: &mut Acc,
+    own: u64,
     allowed: impl Fn(u64) -> bool,
-) -> Option<(u64, u64)> {
-    buf.clear();
-    buf.extend(g.edges(v).map(|(u, w)| (label[u as usize], w)));
-    buf.sort_unstable_by_key(|e| e.0);
-    buf.dedup_by(|next, acc| {
-        let same = next.0 == acc.0;
-        if same {
-            acc.1 += next.1;
+) -> (Option<(u64, u64)>, u64) {
+    for (u, w) in g.edges(v) {
+        acc.add(label[u as usize], w);
+    }
+    let mut best: Option<(u64, u64)> = None;
+    let mut own_r = 0;
+    for (l, r) in acc.drain() {
+        if l == own {
+            own_r = r;
         }
-        same
-    });
-    buf.iter()
-        .filter(|e| allowed(e.0))
-        .max_by_key(|e| (e.1, std::cmp::Reverse(e.0)))
-        .copied()
+        let better = best.is_none_or(|(bl, br)| r > br || (r == br && l < bl));
+        if better && allowed(l) {
+            best = Some((l, r));
+        }
+    }
+    (best, own_r)
 }
 
 /// Vertices left alone (stars' leaves whose hub cluster is full, isolated
@@ -213,9 +253,10 @@ fn merge_singletons(g: View<'_>, label: &mut [u64], size: &[u64], max_w: &[i64])
     let alone: Vec<(u64, u64)> = (0..n)
         .into_par_iter()
         .filter(|&v| label[v] == v as u64 && size[v] == 1)
-        .map_init(Vec::new, |buf, v| {
-            let fav = rate(g, v, label, buf, |l| l != v as u64).map_or(u64::MAX, |b| b.0);
-            (fav, v as u64)
+        .map(|v| {
+            let own = v as u64;
+            let (best, _) = with_acc(n, |acc| rate(g, v, label, acc, own, |l| l != own));
+            (best.map_or(u64::MAX, |b| b.0), own)
         })
         .collect();
     let mut alone = alone;
@@ -278,46 +319,57 @@ fn contract(g: View<'_>, cmap: &[u64], nc: usize) -> Level {
     let ncon = g.ncon;
     let (off, mem) = members(cmap, nc);
     let chunk = (nc / (rayon::current_num_threads() * 8)).clamp(1, 1 << 16);
-    let parts: Vec<(Vec<u64>, Vec<u64>, Vec<u64>, Vec<i64>)> = (0..nc)
+    let parts: Vec<Piece> = (0..nc)
         .collect::<Vec<_>>()
         .par_chunks(chunk)
         .map(|cs| {
             let (mut deg, mut adj, mut adjw) = (Vec::new(), Vec::new(), Vec::new());
             let mut vw = vec![0i64; cs.len() * ncon];
-            let mut buf: Vec<(u64, u64)> = Vec::new();
             for (i, &c) in cs.iter().enumerate() {
-                buf.clear();
-                for &v in &mem[off[c] as usize..off[c + 1] as usize] {
-                    let v = v as usize;
-                    buf.extend(g.edges(v).map(|(u, w)| (cmap[u as usize], w)));
-                    let row = &mut vw[i * ncon..(i + 1) * ncon];
-                    row.iter_mut().zip(g.w(v)).for_each(|(s, x)| *s += x);
-                }
-                buf.sort_unstable_by_key(|e| e.0);
                 let before = adj.len();
-                for &(u, w) in buf.iter().filter(|e| e.0 != c as u64) {
-                    if adj.len() > before && *adj.last().unwrap_or(&u64::MAX) == u {
-                        *adjw.last_mut().unwrap_or(&mut 0) += w;
-                    } else {
+                with_acc(nc, |acc| {
+                    for &v in &mem[off[c] as usize..off[c + 1] as usize] {
+                        let v = v as usize;
+                        for (u, w) in g.edges(v) {
+                            acc.add(cmap[u as usize], w);
+                        }
+                        let row = &mut vw[i * ncon..(i + 1) * ncon];
+                        row.iter_mut().zip(g.w(v)).for_each(|(s, x)| *s += x);
+                    }
+                    for (u, w) in acc.drain().filter(|e| e.0 != c as u64) {
                         adj.push(u);
                         adjw.push(w);
                     }
-                }
+                });
                 deg.push((adj.len() - before) as u64);
             }
-            (deg, adj, adjw, vw)
+            Piece { deg, adj, adjw, vw }
         })
         .collect();
     concat(parts, nc, ncon)
 }
 
-fn concat(parts: Vec<(Vec<u64>, Vec<u64>, Vec<u64>, Vec<i64>)>, nc: usize, ncon: usize) -> Level {
+/// The coarse vertices of one chunk: degrees, edges, vertex weights.
+struct Piece {
+    deg: Vec<u64>,
+    adj: Vec<u64>,
+    adjw: Vec<u64>,
+    vw: Vec<i64>,
+}
+
+fn concat(parts: Vec<Piece>, nc: usize, ncon: usize) -> Level {
     let mut xadj = Vec::with_capacity(nc + 1);
     xadj.push(0u64);
-    let m: usize = parts.iter().map(|p| p.1.len()).sum();
+    let m: usize = parts.iter().map(|p| p.adj.len()).sum();
     let (mut adj, mut adjw) = (Vec::with_capacity(m), Vec::with_capacity(m));
     let mut vwgt = Vec::with_capacity(nc * ncon);
-    for (deg, a, w, vw) in parts {
+    for Piece {
+        deg,
+        adj: a,
+        adjw: w,
+        vw,
+    } in parts
+    {
         for d in deg {
             let last = *xadj.last().unwrap_or(&0);
             xadj.push(last + d);

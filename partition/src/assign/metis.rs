@@ -42,13 +42,16 @@ pub const HYBRID_ABOVE: u64 = 200_000;
 #[derive(Clone, Debug, Default)]
 pub struct Metis {
     pub mode: MetisMode,
+    /// Hybrid: stop coarsening at this many vertices (0: the default,
+    /// [`COARSE_NODES`] or [`COARSE_PER_PART`] per part if more).
+    pub coarse_nodes: usize,
 }
 
 impl Partitioner for Metis {
     fn assign(&self, req: &Request<'_>) -> Result<Assignment> {
         let cons = weights::constraints(req.graph, req.balance_train, req.balance_edges)?;
         let parts = with_pool(req.threads, || {
-            partition(req.csr_view(&cons), req.num_parts, self.mode, req.seed)
+            partition(req.csr_view(&cons), req.num_parts, self, req.seed)
         })?;
         Ok(Assignment {
             num_parts: req.num_parts,
@@ -59,20 +62,24 @@ impl Partitioner for Metis {
 }
 
 /// Partitions `g` into `k` parts.
-pub fn partition(g: View<'_>, k: u32, mode: MetisMode, seed: u64) -> Result<Vec<u32>> {
+pub fn partition(g: View<'_>, k: u32, opts: &Metis, seed: u64) -> Result<Vec<u32>> {
     if k == 0 {
         return Err(Error::Config("num_parts must be at least 1".into()));
     }
     if k == 1 || g.n() == 0 {
         return Ok(vec![0; g.n()]);
     }
-    let hybrid = match mode {
+    let hybrid = match opts.mode {
         MetisMode::Direct => false,
         MetisMode::Hybrid => true,
         MetisMode::Auto => g.n() as u64 > HYBRID_ABOVE || !fits_i32(g),
     };
     if hybrid {
-        hybrid_kway(g, k, seed)
+        let target = match opts.coarse_nodes {
+            0 => COARSE_NODES.max(COARSE_PER_PART * k as usize),
+            n => n,
+        };
+        hybrid_kway(g, k, seed, target)
     } else {
         let t = Instant::now();
         let parts = metis_kway(g, k, seed, true)?;
@@ -190,13 +197,12 @@ fn scaled_vwgt(g: View<'_>) -> Vec<metis::Idx> {
 
 /// Stop coarsening at this many vertices (per part at least
 /// [`COARSE_PER_PART`]).
-const COARSE_NODES: usize = 60_000;
-const COARSE_PER_PART: usize = 4_000;
+pub const COARSE_NODES: usize = 60_000;
+pub const COARSE_PER_PART: usize = 4_000;
 
 /// Parallel coarsening, METIS on the coarse graph, parallel refinement.
-fn hybrid_kway(g: View<'_>, k: u32, seed: u64) -> Result<Vec<u32>> {
+fn hybrid_kway(g: View<'_>, k: u32, seed: u64, target: usize) -> Result<Vec<u32>> {
     let t = Instant::now();
-    let target = COARSE_NODES.max(COARSE_PER_PART * k as usize);
     let totals = totals(g);
     // A cluster weighs at most 3% of a part in every constraint (KaMinPar's
     // rule), so that the coarse graph can still be balanced.
@@ -230,7 +236,14 @@ fn hybrid_kway(g: View<'_>, k: u32, seed: u64) -> Result<Vec<u32>> {
         drop(cmap);
         let finer = levels.last().map_or(g, |l| l.0.view());
         let mut bal = Balance::new(finer, &parts, k as usize, UBFACTOR);
+        let tr = Instant::now();
         refine::refine(finer, &mut parts, &mut bal);
+        tracing::debug!(
+            n = finer.n(),
+            secs = tr.elapsed().as_secs_f64(),
+            overweight = bal.overweight(),
+            "refined"
+        );
     }
     tracing::info!(
         coarsen = t_coarse,

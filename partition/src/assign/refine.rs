@@ -11,7 +11,10 @@ use rayon::prelude::*;
 use super::coarsen::View;
 
 /// Rounds of refinement per level at most.
-const ROUNDS: usize = 10;
+const ROUNDS: usize = 6;
+/// Rounds of rebalancing per level at most: each move lowers the total
+/// excess, so they end, but small steps may take many rounds.
+const REBALANCE_ROUNDS: usize = 40;
 
 /// Part weights and their limits.
 pub struct Balance {
@@ -57,6 +60,26 @@ impl Balance {
             .any(|(c, &x)| x > 0 && self.pw[p * self.ncon + c] > self.max[c])
     }
 
+    /// How far part `p` is over its limits if it weighed `pw`, relative to
+    /// the limits, summed over constraints.
+    fn excess(&self, pw: impl Iterator<Item = i64>) -> f64 {
+        pw.zip(&self.max)
+            .map(|(w, &m)| (w - m).max(0) as f64 / m.max(1) as f64)
+            .sum()
+    }
+
+    /// Change of the total excess if `w` moved from `p` to `q`: moves that
+    /// lower it are allowed to fill `q` beyond a limit a little, which
+    /// breaks the deadlock of a part full in one constraint and with room
+    /// in another.
+    fn excess_delta(&self, p: usize, q: usize, w: &[i64]) -> f64 {
+        let row = |x: usize| &self.pw[x * self.ncon..(x + 1) * self.ncon];
+        let before = self.excess(row(p).iter().copied()) + self.excess(row(q).iter().copied());
+        let after_p = self.excess(row(p).iter().zip(w).map(|(a, b)| a - b));
+        let after_q = self.excess(row(q).iter().zip(w).map(|(a, b)| a + b));
+        after_p + after_q - before
+    }
+
     pub fn overweight(&self) -> bool {
         (0..self.k).any(|p| (0..self.ncon).any(|c| self.pw[p * self.ncon + c] > self.max[c]))
     }
@@ -71,17 +94,22 @@ impl Balance {
 
 /// Rebalances, then refines `parts` on `g`.
 pub fn refine(g: View<'_>, parts: &mut [u32], bal: &mut Balance) {
-    for _ in 0..ROUNDS {
+    for _ in 0..REBALANCE_ROUNDS {
         if !bal.overweight() {
             break;
         }
-        if rebalance_round(g, parts, bal) == 0 {
+        let mut moved = rebalance_round(g, parts, bal);
+        if moved == 0 {
+            moved = swap_round(g, parts, bal);
+        }
+        tracing::debug!(moved, "rebalanced");
+        if moved == 0 {
             break;
         }
     }
     for _ in 0..ROUNDS {
         let moved = refine_round(g, parts, bal);
-        if moved <= g.n() / 2000 {
+        if moved <= g.n() / 1000 {
             break;
         }
     }
@@ -158,7 +186,8 @@ fn best_other(conn: &[i64], p: usize, ok: impl Fn(usize) -> bool) -> Option<(usi
     best
 }
 
-/// Moves vertices out of overweight parts, cheapest cut increase first.
+/// Moves vertices out of overweight parts, cheapest cut increase first,
+/// each move lowering the total excess.
 fn rebalance_round(g: View<'_>, parts: &mut [u32], bal: &mut Balance) -> usize {
     let k = bal.k;
     let snapshot: &[u32] = parts;
@@ -169,11 +198,15 @@ fn rebalance_round(g: View<'_>, parts: &mut [u32], bal: &mut Balance) -> usize {
             || vec![0i64; k],
             |conn, v| {
                 let p = snapshot[v] as usize;
-                if !shared.over_in(p, g.w(v)) {
+                let w = g.w(v);
+                if !shared.over_in(p, w) {
                     return None;
                 }
                 connect(g, v, snapshot, conn);
-                let (q, cq) = best_other(conn, p, |q| shared.has_room(q, g.w(v)))?;
+                // A part with room if there is one, else any move that
+                // lowers the total excess.
+                let (q, cq) = best_other(conn, p, |q| shared.has_room(q, w))
+                    .or_else(|| best_other(conn, p, |q| shared.excess_delta(p, q, w) < 0.0))?;
                 Some((conn[p] - cq, v as u64, q as u32))
             },
         )
@@ -185,11 +218,89 @@ fn rebalance_round(g: View<'_>, parts: &mut [u32], bal: &mut Balance) -> usize {
         let (v, q) = (v as usize, q as usize);
         let p = parts[v] as usize;
         let w = g.w(v);
-        if bal.over_in(p, w) && bal.has_room(q, w) {
+        if bal.over_in(p, w) && (bal.has_room(q, w) || bal.excess_delta(p, q, w) < 0.0) {
             bal.shift(p, q, w);
             parts[v] = q as u32;
             moved += 1;
         }
     }
     moved
+}
+
+/// When no single move helps (every other part is full in a constraint the
+/// movable vertices weigh in), swaps pairs: a vertex of an overweight part
+/// `p` for one of another part `q` that weighs the same in every constraint
+/// but less in the one `p` is over in.
+fn swap_round(g: View<'_>, parts: &mut [u32], bal: &mut Balance) -> usize {
+    let ncon = bal.ncon;
+    let Some((p, c)) = (0..bal.k)
+        .flat_map(|p| (0..ncon).map(move |c| (p, c)))
+        .find(|&(p, c)| bal.pw[p * ncon + c] > bal.max[c])
+    else {
+        return 0;
+    };
+    let mut swapped = 0;
+    for q in (0..bal.k).filter(|&q| q != p) {
+        // Same weights but in `c`: key (weights with c zeroed, w_c).
+        let key = |v: usize| {
+            let mut w = g.w(v).to_vec();
+            let wc = std::mem::take(&mut w[c]);
+            (w, wc)
+        };
+        let mut from_p: Vec<(Vec<i64>, i64, usize)> = (0..g.n())
+            .filter(|&v| parts[v] as usize == p && g.w(v)[c] > 0)
+            .map(|v| {
+                let (w, wc) = key(v);
+                (w, -wc, v)
+            })
+            .collect();
+        let mut from_q: Vec<(Vec<i64>, i64, usize)> = (0..g.n())
+            .filter(|&u| parts[u] as usize == q)
+            .map(|u| {
+                let (w, wc) = key(u);
+                (w, wc, u)
+            })
+            .collect();
+        from_p.sort_unstable();
+        from_q.sort_unstable();
+        swapped += pair_up(&from_p, &from_q, (p, q, c), parts, bal, g);
+        if bal.pw[p * ncon + c] <= bal.max[c] {
+            break;
+        }
+    }
+    swapped
+}
+
+/// Greedy pairing of heavy-in-`c` vertices of `p` with light ones of `q`
+/// of the same other weights, while `p` is over and `q` has room in `c`.
+fn pair_up(
+    from_p: &[(Vec<i64>, i64, usize)],
+    from_q: &[(Vec<i64>, i64, usize)],
+    (p, q, c): (usize, usize, usize),
+    parts: &mut [u32],
+    bal: &mut Balance,
+    g: View<'_>,
+) -> usize {
+    let ncon = bal.ncon;
+    let (mut i, mut j, mut swapped) = (0, 0, 0);
+    while i < from_p.len() && j < from_q.len() && bal.pw[p * ncon + c] > bal.max[c] {
+        let ((wp, neg_cp, v), (wq, cq, u)) = (&from_p[i], &from_q[j]);
+        match wp.cmp(wq) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                let diff = -neg_cp - cq;
+                if diff > 0 && bal.pw[q * ncon + c] + diff <= bal.max[c] {
+                    bal.shift(p, q, g.w(*v));
+                    bal.shift(q, p, g.w(*u));
+                    parts[*v] = q as u32;
+                    parts[*u] = p as u32;
+                    swapped += 1;
+                }
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    swapped
 }

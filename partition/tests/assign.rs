@@ -433,3 +433,32 @@ fn file_format_accepts_crlf_and_no_final_newline() {
     assert_eq!(a.parts, vec![1, 0, 1]);
     assert_eq!(a.algo_name, "metis");
 }
+
+#[test]
+fn edgeless_graphs_one_part_and_mismatches() {
+    let g = InputGraph {
+        name: "isolated".into(),
+        ntypes: vec![ntype("_N", 5000, None)],
+        etypes: vec![],
+    };
+    let c = csr::symmetric(&g, 2);
+    assert_eq!(c.num_directed_edges(), 0);
+    let cons = assign::constraints(&g, None, false).unwrap();
+    for m in [hybrid(100), direct()] {
+        let a = m.assign(&request(&g, &c, 4, false, false)).unwrap();
+        assert_complete(&a, &g, 4);
+        let q = assign::quality(&c, &a, &cons);
+        assert!(q.max_balance() <= 1.031, "{:?}", q.balance);
+        let one = m.assign(&request(&g, &c, 1, false, false)).unwrap();
+        assert!(one.parts.iter().all(|&p| p == 0));
+    }
+    let other = csr::symmetric(&rmat_graph(10, 20, 1), 1);
+    let err = direct()
+        .assign(&request(&g, &other, 4, false, false))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("10 nodes, the graph 5000"),
+        "{err}"
+    );
+    assert!(direct().assign(&request(&g, &c, 0, false, false)).is_err());
+}

@@ -23,7 +23,7 @@ pub struct View<'a> {
 
 impl<'a> View<'a> {
     pub fn n(&self) -> usize {
-        self.xadj.len() - 1
+        self.xadj.len().saturating_sub(1)
     }
 
     pub fn edges(&self, v: usize) -> impl Iterator<Item = (u64, u64)> + 'a {

@@ -49,6 +49,13 @@ pub struct Metis {
 
 impl Partitioner for Metis {
     fn assign(&self, req: &Request<'_>) -> Result<Assignment> {
+        if req.csr.num_nodes() != req.graph.num_nodes() {
+            return Err(Error::Config(format!(
+                "the adjacency has {} nodes, the graph {}",
+                req.csr.num_nodes(),
+                req.graph.num_nodes()
+            )));
+        }
         let cons = weights::constraints(req.graph, req.balance_train, req.balance_edges)?;
         let parts = with_pool(req.threads, || {
             partition(req.csr_view(&cons), req.num_parts, self, req.seed)
@@ -149,7 +156,8 @@ fn to_i32(g: View<'_>) -> Result<MetisGraph> {
         return Err(Error::Stage {
             stage: "metis",
             message: format!(
-                "{} nodes / {} directed edges exceed METIS's 32-bit indices; use the hybrid mode",
+                "{} nodes / {} directed edges exceed METIS's 32-bit indices \
+                 (the hybrid mode coarsens a graph before METIS sees it)",
                 g.n(),
                 g.adj.len()
             ),
@@ -159,9 +167,9 @@ fn to_i32(g: View<'_>) -> Result<MetisGraph> {
     let adjncy = g.adj.iter().map(|&x| x as metis::Idx).collect();
     let unit = g.ncon == 1 && g.vwgt.iter().all(|&w| w == 1);
     let vwgt = (!unit).then(|| scaled_vwgt(g));
+    // METIS sums edge weights in 32 bits: keep the total below 2^30.
     let adjwgt = g.adjw.map(|w| {
-        let max = w.iter().copied().max().unwrap_or(1);
-        let div = max.div_ceil(1 << 24).max(1);
+        let div = w.iter().sum::<u64>() / (1 << 30) + 1;
         w.iter().map(|&x| (x / div).max(1) as metis::Idx).collect()
     });
     Ok(MetisGraph {

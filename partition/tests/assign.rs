@@ -303,12 +303,13 @@ fn file_format_round_trips_and_reads_dgl_layout() {
     );
     let back = assign::read_files(dir.path(), &g, Some(3)).unwrap();
     assert_eq!(back, a);
-    let via_trait = assign::FromFiles {
-        dir: dir.path().to_path_buf(),
-    }
-    .assign(&request(&g, &c, 3, false, false))
-    .unwrap();
+    let req = request(&g, &c, 3, false, false);
+    let via_trait = assign::FromFiles::new(dir.path()).assign(&req).unwrap();
     assert_eq!(via_trait, a);
+    let q = req.quality(&a).unwrap();
+    assert!(q
+        .to_string()
+        .starts_with(&format!("edge cut {} (undirected), balance ", q.edge_cut)));
 }
 
 /// Writes a two-type assignment (a: 3 nodes, b: 2 nodes) with these file

@@ -22,6 +22,12 @@ pub struct FromFiles {
     pub dir: PathBuf,
 }
 
+impl FromFiles {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        FromFiles { dir: dir.into() }
+    }
+}
+
 impl Partitioner for FromFiles {
     fn assign(&self, req: &Request<'_>) -> Result<Assignment> {
         read_files(&self.dir, req.graph, Some(req.num_parts))

@@ -2,9 +2,10 @@
 
 use rayon::prelude::*;
 
-use super::weights::Constraints;
-use super::Assignment;
+use super::weights::{constraints, Constraints};
+use super::{Assignment, Request};
 use crate::csr::Csr;
+use crate::Result;
 
 /// Edge cut and balance of an assignment.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,6 +24,24 @@ impl Quality {
     /// The worst balance over all constraints.
     pub fn max_balance(&self) -> f64 {
         self.balance.iter().copied().fold(1.0, f64::max)
+    }
+}
+
+impl std::fmt::Display for Quality {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "edge cut {} (undirected), balance", self.edge_cut)?;
+        for b in &self.balance {
+            write!(f, " {b:.3}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Request<'_> {
+    /// The quality of `a` against the constraints this request implies.
+    pub fn quality(&self, a: &Assignment) -> Result<Quality> {
+        let c = constraints(self.graph, self.balance_train, self.balance_edges)?;
+        Ok(quality(self.csr, a, &c))
     }
 }
 

@@ -87,6 +87,12 @@ impl IdMaps {
                 g.num_nodes()
             )));
         }
+        if num_parts == 0 {
+            return Err(Error::Config("num_parts must be at least 1".into()));
+        }
+        if let Some(i) = parts.par_iter().position_first(|&p| p >= num_parts) {
+            return Err(out_of_range(i as u64, Some(parts[i]), num_parts));
+        }
         let owned = count_owned_edges(g, parts, num_parts)?;
         IdMaps::new(&counts, ends, parts, num_parts, &owned)
     }
@@ -139,7 +145,10 @@ pub fn count_owned_edges(g: &InputGraph, parts: &[u32], num_parts: u32) -> Resul
                             let at = c as u64 * CHUNK + i as u64;
                             return Err(bad_endpoint(g, e, at, "destination", d, n));
                         }
-                        counts[parts[(off + d) as usize] as usize] += 1;
+                        match parts.get((off + d) as usize) {
+                            Some(&p) if p < num_parts => counts[p as usize] += 1,
+                            p => return Err(out_of_range(off + d, p.copied(), num_parts)),
+                        }
                     }
                     Ok(counts)
                 })
@@ -165,6 +174,13 @@ pub(crate) fn bad_endpoint(
             g.canonical_etype(e)
         ),
     }
+}
+
+fn out_of_range(node: u64, part: Option<u32>, num_parts: u32) -> Error {
+    let part = part.map_or("no part".to_string(), |p| format!("part {p}"));
+    Error::Config(format!(
+        "node {node} is assigned to {part} but there are {num_parts} parts"
+    ))
 }
 
 fn sum_counts(per_chunk: Vec<Result<Vec<u64>>>, num_parts: u32) -> Result<Vec<u64>> {
@@ -231,10 +247,7 @@ fn count_spans(spans: &[Span], parts: &[u32], num_parts: u32) -> Result<Vec<Vec<
             let mut c = vec![0u64; num_parts as usize];
             for (i, &p) in parts[s.lo as usize..s.hi as usize].iter().enumerate() {
                 if p >= num_parts {
-                    return Err(Error::Config(format!(
-                        "node {} is assigned to part {p} but there are {num_parts} parts",
-                        s.lo + i as u64
-                    )));
+                    return Err(out_of_range(s.lo + i as u64, Some(p), num_parts));
                 }
                 c[p as usize] += 1;
             }

@@ -19,3 +19,6 @@ pub mod part;
 
 pub use ids::{count_owned_edges, IdMaps};
 pub use part::{build_partition, owned_edges, OwnedEdges, Partition};
+
+#[cfg(test)]
+mod tests;

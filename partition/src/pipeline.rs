@@ -45,6 +45,10 @@ pub struct PartSummary {
     pub edges: u64,
     /// Bytes of the part's final files.
     pub bytes: u64,
+    /// Building the part-local graph (ownership, ids, halo).
+    pub build: Duration,
+    /// Writing its feature files and graph arrays.
+    pub write: Duration,
 }
 
 /// Wall time of each stage.
@@ -174,9 +178,11 @@ fn one_part(
     staging: &Path,
     p: u32,
 ) -> Result<(PartSummary, crate::output::graph_py::GraphJob)> {
+    let t = Instant::now();
     let inner = inner_nodes(ids, parts, p);
     let edges = owned_edges(g, parts, p);
     let part = build_partition(g, ids, p, inner, edges)?;
+    let build = t.elapsed();
     let job = write_part(g, &part, &staging.join(part_dir(p)), cfg.save_orig_ids)?;
     let summary = PartSummary {
         part: p,
@@ -184,7 +190,10 @@ fn one_part(
         halo_nodes: part.halo.len() as u64,
         edges: part.num_edges(),
         bytes: 0,
+        build,
+        write: t.elapsed() - build,
     };
+    tracing::debug!(part = p, ?build, write = ?summary.write, "partition written");
     Ok((summary, job))
 }
 
@@ -341,4 +350,83 @@ fn dir_bytes(dir: &Path) -> Result<u64> {
             .len();
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EdgeType, NodeType};
+
+    fn tiny() -> (InputGraph, Assignment) {
+        let n = NodeType {
+            name: "_N".into(),
+            count: 4,
+            ..Default::default()
+        };
+        let e = EdgeType {
+            rel: "_E".into(),
+            src: vec![0, 1, 2, 3],
+            dst: vec![1, 2, 3, 0],
+            ..Default::default()
+        };
+        let g = InputGraph {
+            name: "g".into(),
+            ntypes: vec![n],
+            etypes: vec![e],
+        };
+        let a = Assignment {
+            num_parts: 2,
+            parts: vec![0, 1, 0, 1],
+            algo_name: "random".into(),
+        };
+        (g, a)
+    }
+
+    fn cfg(out: &Path, python: &str) -> OutputConfig {
+        OutputConfig {
+            out_dir: out.to_path_buf(),
+            graph_name: "g".into(),
+            python: python.into(),
+            threads: 2,
+            save_orig_ids: false,
+        }
+    }
+
+    #[test]
+    fn a_failed_run_leaves_no_json_and_no_staging() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("g.json"), "{}").unwrap();
+        let (g, a) = tiny();
+        let err = write_partitions(&g, &a, &cfg(dir.path(), "/bin/false")).unwrap_err();
+        assert!(err.to_string().contains("/bin/false failed"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert!(
+            left.is_empty(),
+            "the stale JSON and the staging folder are gone: {left:?}"
+        );
+        let err = write_partitions(&g, &a, &cfg(dir.path(), "/nonexistent/python")).unwrap_err();
+        assert!(
+            matches!(err, Error::Io { ref path, .. } if path == Path::new("/nonexistent/python"))
+        );
+    }
+
+    #[test]
+    fn names_dgl_would_split_are_refused_before_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut g, a) = tiny();
+        g.ntypes[0].name = "a:b".into();
+        let err = write_partitions(&g, &a, &cfg(dir.path(), "/bin/false")).unwrap_err();
+        assert!(
+            matches!(err, Error::Config(ref m) if m.contains("\"a:b\"")),
+            "{err}"
+        );
+        let (g, a) = tiny();
+        let mut c = cfg(dir.path(), "/bin/false");
+        c.graph_name = "../x".into();
+        assert!(matches!(
+            write_partitions(&g, &a, &c),
+            Err(Error::Config(_))
+        ));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 }

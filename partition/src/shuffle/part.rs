@@ -118,21 +118,11 @@ pub fn build_partition(
         src.extend(s);
         dst.extend(d);
     }
-    let mut halo: Vec<u64> = src
-        .par_iter()
-        .filter(|&&s| s & HALO != 0)
-        .map(|&s| s & !HALO)
-        .collect();
-    halo.par_sort_unstable();
-    halo.dedup();
+    let halo = HaloSet::mark(&src, ids.part_nodes[ids.num_parts as usize]);
     src.par_iter_mut()
         .filter(|s| **s & HALO != 0)
-        .for_each(|s| {
-            let at = halo
-                .binary_search(&(*s & !HALO))
-                .expect("every halo source was collected");
-            *s = num_inner + at as u64;
-        });
+        .for_each(|s| *s = num_inner + halo.rank(*s & !HALO));
+    let halo = halo.ids();
     let halo_types = halo.par_iter().map(|&s| ids.locate(s).1 as u16).collect();
     Ok(Partition {
         part,
@@ -145,6 +135,51 @@ pub fn build_partition(
         src,
         dst,
     })
+}
+
+/// The halo nodes of a part as a bitmap over shuffled node ids with a rank
+/// per word: O(edges + nodes / 64), no sort, and ascending ids for free.
+struct HaloSet {
+    words: Vec<u64>,
+    /// Set bits before each word.
+    ranks: Vec<u64>,
+}
+
+impl HaloSet {
+    /// Marks the shuffled ids of the `HALO`-flagged entries of `src`.
+    fn mark(src: &[u64], num_nodes: u64) -> Self {
+        let mut words = vec![0u64; num_nodes.div_ceil(64) as usize];
+        for &s in src.iter().filter(|&&s| s & HALO != 0) {
+            let s = s & !HALO;
+            words[(s / 64) as usize] |= 1 << (s % 64);
+        }
+        let mut ranks = Vec::with_capacity(words.len());
+        let mut acc = 0u64;
+        for w in &words {
+            ranks.push(acc);
+            acc += w.count_ones() as u64;
+        }
+        HaloSet { words, ranks }
+    }
+
+    /// Position of marked id `s` among the marked ids.
+    fn rank(&self, s: u64) -> u64 {
+        let (w, b) = ((s / 64) as usize, s % 64);
+        self.ranks[w] + (self.words[w] & ((1u64 << b) - 1)).count_ones() as u64
+    }
+
+    /// The marked ids, ascending.
+    fn ids(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.ranks.last().copied().unwrap_or(0) as usize + 64);
+        for (i, &w) in self.words.iter().enumerate() {
+            let mut w = w;
+            while w != 0 {
+                out.push(i as u64 * 64 + w.trailing_zeros() as u64);
+                w &= w - 1;
+            }
+        }
+        out
+    }
 }
 
 fn check_counts(ids: &IdMaps, part: u32, inner: &[Vec<u64>], edges: &[OwnedEdges]) -> Result<()> {
@@ -203,44 +238,40 @@ fn local_endpoints(
     (start, end): (u64, u64),
 ) -> Result<(Vec<u64>, Vec<u64>)> {
     let (st, dt) = ids.etype_ends[e];
-    let lookup = |t: usize, id: u64, at: usize, what: &str| {
-        let (lo, hi) = (ids.node_offsets[t], ids.node_offsets[t + 1]);
-        if id >= hi - lo {
-            return Err(bad_endpoint(g, e, o.eids[at], what, id, hi - lo));
+    let count = |t: usize| ids.node_offsets[t + 1] - ids.node_offsets[t];
+    for (v, t, what) in [(&o.src, st, "source"), (&o.dst, dt, "destination")] {
+        if let Some(i) = v.par_iter().position_first(|&x| x >= count(t)) {
+            return Err(bad_endpoint(g, e, o.eids[i], what, v[i], count(t)));
         }
-        Ok(ids.shuffled_nid(lo + id))
-    };
+    }
+    let (so, doff) = (ids.node_offsets[st], ids.node_offsets[dt]);
+    let inside = |s: u64| (start..end).contains(&s);
     let src = o
         .src
         .par_iter()
-        .enumerate()
-        .map(|(i, &s)| {
-            let s = lookup(st, s, i, "source")?;
-            Ok(if (start..end).contains(&s) {
+        .map(|&x| {
+            let s = ids.shuffled_nid(so + x);
+            if inside(s) {
                 s - start
             } else {
                 HALO | s
-            })
+            }
         })
-        .collect::<Result<Vec<u64>>>()?;
-    let dst = o
+        .collect();
+    let dst: Vec<u64> = o
         .dst
         .par_iter()
-        .enumerate()
-        .map(|(i, &d)| {
-            let d = lookup(dt, d, i, "destination")?;
-            if !(start..end).contains(&d) {
-                return Err(Error::Stage {
-                    stage: "shuffle",
-                    message: format!(
-                        "edge {} of type {} was given to a part that does not own its destination",
-                        o.eids[i],
-                        g.canonical_etype(e)
-                    ),
-                });
-            }
-            Ok(d - start)
-        })
-        .collect::<Result<Vec<u64>>>()?;
-    Ok((src, dst))
+        .map(|&x| ids.shuffled_nid(doff + x))
+        .collect();
+    if let Some(i) = dst.par_iter().position_first(|&d| !inside(d)) {
+        return Err(Error::Stage {
+            stage: "shuffle",
+            message: format!(
+                "edge {} of type {} was given to a part that does not own its destination",
+                o.eids[i],
+                g.canonical_etype(e)
+            ),
+        });
+    }
+    Ok((src, dst.into_par_iter().map(|d| d - start).collect()))
 }

@@ -64,15 +64,21 @@ fn schema() -> serde_json::Value {
 }
 
 fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 fn f64s(b: &[u8]) -> Vec<f64> {
-    b.chunks(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 fn i64s(b: &[u8]) -> Vec<i64> {
-    b.chunks(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()
+    b.chunks(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 #[test]
@@ -80,23 +86,51 @@ fn heterogeneous_with_schema_weights_attributes_and_removed_edges() {
     let f = files(Some(schema()), true);
     let g = read(&Source::Text(f.text.clone()), 2).unwrap();
     assert_eq!(g.name, "mag");
-    let names: Vec<_> = g.ntypes.iter().map(|t| (t.name.as_str(), t.count)).collect();
-    assert_eq!(names, vec![("author", 3), ("paper", 4)], "types in order of their first id");
+    let names: Vec<_> = g
+        .ntypes
+        .iter()
+        .map(|t| (t.name.as_str(), t.count))
+        .collect();
+    assert_eq!(
+        names,
+        vec![("author", 3), ("paper", 4)],
+        "types in order of their first id"
+    );
     let a = &g.ntypes[0];
     assert_eq!(a.data["feat"].shape, vec![3, 2]);
-    assert_eq!(f32s(&a.data["feat"].data), vec![0.5, 1.5, 2.5, 3.5, 4.5, 5.5]);
+    assert_eq!(
+        f32s(&a.data["feat"].data),
+        vec![0.5, 1.5, 2.5, 3.5, 4.5, 5.5]
+    );
     let w = a.weights.as_ref().unwrap();
     assert_eq!((w.dtype, w.shape.clone()), (DType::I64, vec![3, 2]));
     assert_eq!(i64s(&w.data), vec![1, 0, 1, 0, 1, 0]);
-    assert_eq!(f32s(&g.ntypes[1].data["feat"].data), vec![7.0, 8.0, 9.0, 10.0]);
-    assert_eq!(i64s(&g.ntypes[1].weights.as_ref().unwrap().data), vec![0, 1, 0, 1, 0, 1, 0, 1]);
-    assert_eq!(g.canonical_etype(0), "author:writes:paper", "ends inferred from the edges");
+    assert_eq!(
+        f32s(&g.ntypes[1].data["feat"].data),
+        vec![7.0, 8.0, 9.0, 10.0]
+    );
+    assert_eq!(
+        i64s(&g.ntypes[1].weights.as_ref().unwrap().data),
+        vec![0, 1, 0, 1, 0, 1, 0, 1]
+    );
+    assert_eq!(
+        g.canonical_etype(0),
+        "author:writes:paper",
+        "ends inferred from the edges"
+    );
     let writes = &g.etypes[0];
-    assert_eq!((writes.src.clone(), writes.dst.clone()), (vec![0, 2], vec![0, 3]), "per-type ids, by type edge id");
+    assert_eq!(
+        (writes.src.clone(), writes.dst.clone()),
+        (vec![0, 2], vec![0, 3]),
+        "per-type ids, by type edge id"
+    );
     assert_eq!(f64s(&writes.data["feat"].data), vec![0.75, 0.25]);
     let cites = &g.etypes[1];
     assert_eq!(g.canonical_etype(1), "paper:cites:paper");
-    assert_eq!((cites.src.clone(), cites.dst.clone()), (vec![1, 2, 3], vec![2, 0, 3]));
+    assert_eq!(
+        (cites.src.clone(), cites.dst.clone()),
+        (vec![1, 2, 3], vec![2, 0, 3])
+    );
     assert_eq!(f64s(&cites.data["feat"].data), vec![1.0, 2.0, 3.0]);
 }
 
@@ -104,7 +138,11 @@ fn heterogeneous_with_schema_weights_attributes_and_removed_edges() {
 fn without_schema_counts_come_from_the_files() {
     let f = files(None, true);
     let g = read(&Source::Text(f.text.clone()), 1).unwrap();
-    let names: Vec<_> = g.ntypes.iter().map(|t| (t.name.as_str(), t.count)).collect();
+    let names: Vec<_> = g
+        .ntypes
+        .iter()
+        .map(|t| (t.name.as_str(), t.count))
+        .collect();
     assert_eq!(names, vec![("_N0", 3), ("_N1", 4)]);
     assert_eq!(g.canonical_etype(0), "_N0:_E0:_N1");
     assert_eq!(g.canonical_etype(1), "_N1:_E1:_N1");
@@ -127,7 +165,10 @@ fn homogeneous_text_graph() {
     let g = read(&Source::Text(text), 1).unwrap();
     assert!(g.is_homogeneous());
     assert_eq!(g.canonical_etype(0), "_N:_E:_N");
-    assert_eq!((g.etypes[0].src.clone(), g.etypes[0].dst.clone()), (vec![0, 1, 2], vec![1, 2, 0]));
+    assert_eq!(
+        (g.etypes[0].src.clone(), g.etypes[0].dst.clone()),
+        (vec![0, 1, 2], vec![1, 2, 0])
+    );
     assert!(g.ntypes[0].weights.is_none() && g.ntypes[0].data.is_empty());
 }
 
@@ -135,14 +176,22 @@ fn homogeneous_text_graph() {
 fn shares_split_each_type_evenly() {
     let f = files(Some(schema()), true);
     let whole = read(&Source::Text(f.text.clone()), 1).unwrap();
-    let shares: Vec<_> = (0..2).map(|r| read_share(&Source::Text(f.text.clone()), r, 2, 1).unwrap()).collect();
+    let shares: Vec<_> = (0..2)
+        .map(|r| read_share(&Source::Text(f.text.clone()), r, 2, 1).unwrap())
+        .collect();
     assert_eq!(shares[1].node_first, vec![2, 2]);
     assert_eq!(shares[1].edge_first, vec![1, 2]);
     for e in 0..2 {
-        let src: Vec<u64> = shares.iter().flat_map(|s| s.graph.etypes[e].src.clone()).collect();
+        let src: Vec<u64> = shares
+            .iter()
+            .flat_map(|s| s.graph.etypes[e].src.clone())
+            .collect();
         assert_eq!(src, whole.etypes[e].src);
     }
-    let feat: Vec<u8> = shares.iter().flat_map(|s| s.graph.ntypes[1].data["feat"].data.clone()).collect();
+    let feat: Vec<u8> = shares
+        .iter()
+        .flat_map(|s| s.graph.ntypes[1].data["feat"].data.clone())
+        .collect();
     assert_eq!(feat, whole.ntypes[1].data["feat"].data);
     assert!(shares.iter().all(|s| s.graph.ntypes[1].count == 4));
 }
@@ -157,21 +206,109 @@ fn with(nodes: &str, edges: &str, schema_v: Option<serde_json::Value>) -> Files 
 #[test]
 fn errors_name_file_and_line() {
     let cases: Vec<(String, String, Option<serde_json::Value>, Vec<&str>)> = vec![
-        (NODES.replace("1 0 1 1 8", "1 0 1 2 8"), EDGES.into(), Some(schema()), vec!["mag_nodes.txt", "line 5", "type node id 2; expected 1"]),
-        (NODES.replace("0 1 0 2 4.5", "1 1 0 2 4.5"), EDGES.into(), Some(schema()), vec!["mag_nodes.txt", "line 3", "node 2", "type 1"]),
-        (NODES.replace("1 0 1 3 10", "1 0 1 3 x"), EDGES.into(), Some(schema()), vec!["mag_nodes.txt", "line 7", "F32 attribute", "\"x\""]),
-        (NODES.replace("1 0 1 3 10", "1 0 1 3 10 11"), EDGES.into(), Some(schema()), vec!["mag_nodes.txt", "line 7", "2 attributes", "have 1"]),
-        (NODES.replace("1 0 1 3 10", "1 0"), EDGES.into(), Some(schema()), vec!["mag_nodes.txt", "line 7", "at least 4 columns", "found 2"]),
-        (NODES.into(), EDGES.replace("4 5 0 1 1", "4 9 0 1 1"), Some(schema()), vec!["mag_edges.txt", "line 3", "node id 9", "below 7"]),
-        (NODES.into(), EDGES.replace("4 5 0 1 1", "4 5 1 1 1"), Some(schema()), vec!["mag_edges.txt", "line 4", "type edge id 1", "twice"]),
-        (NODES.into(), EDGES.replace("4 5 0 1 1", "4 5 7 1 1"), Some(schema()), vec!["mag_edges.txt", "line 3", "type edge id 7", "below 3"]),
-        (NODES.into(), EDGES.replace("4 5 0 1 1", "4 0 0 1 1"), Some(schema()), vec!["mag_edges.txt", "line 3", "paper:cites:paper", "joins paper -> author"]),
-        (NODES.into(), EDGES.replace("4 5 0 1 1", "4 5 0 2 1"), Some(schema()), vec!["mag_edges.txt", "line 3", "edge type 2", "lists 2 types"]),
-        (NODES.into(), EDGES.into(), Some(schema()), vec!["mag.json", "eid.paper:cites:paper", "type edge id 2 is in no edges file"]),
-        (NODES.into(), EDGES.into(), Some(json!({"nid": {"author": [0, 3], "paper": [4, 7]}, "eid": {}})), vec!["mag.json", "nid.paper", "starts at 4; expected 3"]),
-        (NODES.into(), EDGES.into(), Some(json!({"nid": {"author": [0, 3], "paper": [3, 8]}, "eid": {"writes": [0, 2], "paper:cites:paper": [2, 4]}})), vec!["mag_nodes.txt", "hold 8 nodes", "7 node lines"]),
-        (NODES.into(), EDGES.into(), Some(json!({"nid": {"author": [0, 3], "paper": [3, 7]}, "eid": {"writes": [0, 2], "paper:cites:venue": [2, 4]}})), vec!["mag.json", "eid.paper:cites:venue", "node type"]),
-        (NODES.into(), EDGES.into(), Some(json!({"nid": {"author": [0, 3], "paper": [3, 7]}})), vec!["mag.json", "eid", "missing"]),
+        (
+            NODES.replace("1 0 1 1 8", "1 0 1 2 8"),
+            EDGES.into(),
+            Some(schema()),
+            vec!["mag_nodes.txt", "line 5", "type node id 2; expected 1"],
+        ),
+        (
+            NODES.replace("0 1 0 2 4.5", "1 1 0 2 4.5"),
+            EDGES.into(),
+            Some(schema()),
+            vec!["mag_nodes.txt", "line 3", "node 2", "type 1"],
+        ),
+        (
+            NODES.replace("1 0 1 3 10", "1 0 1 3 x"),
+            EDGES.into(),
+            Some(schema()),
+            vec!["mag_nodes.txt", "line 7", "F32 attribute", "\"x\""],
+        ),
+        (
+            NODES.replace("1 0 1 3 10", "1 0 1 3 10 11"),
+            EDGES.into(),
+            Some(schema()),
+            vec!["mag_nodes.txt", "line 7", "2 attributes", "have 1"],
+        ),
+        (
+            NODES.replace("1 0 1 3 10", "1 0"),
+            EDGES.into(),
+            Some(schema()),
+            vec!["mag_nodes.txt", "line 7", "at least 4 columns", "found 2"],
+        ),
+        (
+            NODES.into(),
+            EDGES.replace("4 5 0 1 1", "4 9 0 1 1"),
+            Some(schema()),
+            vec!["mag_edges.txt", "line 3", "node id 9", "below 7"],
+        ),
+        (
+            NODES.into(),
+            EDGES.replace("4 5 0 1 1", "4 5 1 1 1"),
+            Some(schema()),
+            vec!["mag_edges.txt", "line 4", "type edge id 1", "twice"],
+        ),
+        (
+            NODES.into(),
+            EDGES.replace("4 5 0 1 1", "4 5 7 1 1"),
+            Some(schema()),
+            vec!["mag_edges.txt", "line 3", "type edge id 7", "below 3"],
+        ),
+        (
+            NODES.into(),
+            EDGES.replace("4 5 0 1 1", "4 0 0 1 1"),
+            Some(schema()),
+            vec![
+                "mag_edges.txt",
+                "line 3",
+                "paper:cites:paper",
+                "joins paper -> author",
+            ],
+        ),
+        (
+            NODES.into(),
+            EDGES.replace("4 5 0 1 1", "4 5 0 2 1"),
+            Some(schema()),
+            vec!["mag_edges.txt", "line 3", "edge type 2", "lists 2 types"],
+        ),
+        (
+            NODES.into(),
+            EDGES.into(),
+            Some(schema()),
+            vec![
+                "mag.json",
+                "eid.paper:cites:paper",
+                "type edge id 2 is in no edges file",
+            ],
+        ),
+        (
+            NODES.into(),
+            EDGES.into(),
+            Some(json!({"nid": {"author": [0, 3], "paper": [4, 7]}, "eid": {}})),
+            vec!["mag.json", "nid.paper", "starts at 4; expected 3"],
+        ),
+        (
+            NODES.into(),
+            EDGES.into(),
+            Some(
+                json!({"nid": {"author": [0, 3], "paper": [3, 8]}, "eid": {"writes": [0, 2], "paper:cites:paper": [2, 4]}}),
+            ),
+            vec!["mag_nodes.txt", "hold 8 nodes", "7 node lines"],
+        ),
+        (
+            NODES.into(),
+            EDGES.into(),
+            Some(
+                json!({"nid": {"author": [0, 3], "paper": [3, 7]}, "eid": {"writes": [0, 2], "paper:cites:venue": [2, 4]}}),
+            ),
+            vec!["mag.json", "eid.paper:cites:venue", "node type"],
+        ),
+        (
+            NODES.into(),
+            EDGES.into(),
+            Some(json!({"nid": {"author": [0, 3], "paper": [3, 7]}})),
+            vec!["mag.json", "eid", "missing"],
+        ),
     ];
     for (nodes, edges, schema_v, pieces) in cases {
         let f = with(&nodes, &edges, schema_v);

@@ -208,40 +208,64 @@ fn read_npy_edges(path: &Path, k: usize, ends: &Ends) -> Result<Pairs> {
         );
         return Err(Error::input(path, format!("header of chunk {k}"), m));
     }
-    let (m, size) = (h.shape[0] as usize, npy::elem_size(&h.descr).unwrap_or(8));
-    let mut bytes = vec![0u8; m * 2 * size];
+    let m = h.shape[0] as usize;
+    let mut bytes = vec![0u8; m * 2 * npy::elem_size(&h.descr).unwrap_or(8)];
     npy::read_rows(path, &h, 0, &mut bytes)?;
-    let signed = code.starts_with('i');
-    let get = |i: usize| -> i128 {
-        let b = &bytes[i * size..(i + 1) * size];
-        match (size, signed) {
-            (4, true) => i128::from(i32::from_le_bytes(b.try_into().unwrap_or_default())),
-            (4, false) => i128::from(u32::from_le_bytes(b.try_into().unwrap_or_default())),
-            (_, true) => i128::from(i64::from_le_bytes(b.try_into().unwrap_or_default())),
-            (_, false) => i128::from(u64::from_le_bytes(b.try_into().unwrap_or_default())),
-        }
-    };
-    // Element index of (row, column) in either order.
-    let at = |row: usize, col: usize| {
-        if h.fortran_order {
-            col * m + row
-        } else {
-            row * 2 + col
-        }
-    };
-    let rows: Result<Vec<(u64, u64)>> = (0..m)
-        .into_par_iter()
-        .map(|row| {
-            let (s, d) = (get(at(row, 0)), get(at(row, 1)));
-            let bad = |msg: String| Error::input(path, format!("row {row} of chunk {k}"), msg);
-            if s < 0 || d < 0 {
-                return Err(bad(format!("expected non-negative ids, found {s} {d}")));
+    let (mut src, mut dst) = (vec![0u64; m], vec![0u64; m]);
+    let f = (h.fortran_order, ends);
+    match code {
+        "i4" => convert(&bytes, f, &mut src, &mut dst, |b| {
+            i64::from(i32::from_le_bytes(b))
+        }),
+        "u4" => convert(&bytes, f, &mut src, &mut dst, |b| {
+            i64::from(u32::from_le_bytes(b))
+        }),
+        "u8" => convert(&bytes, f, &mut src, &mut dst, |b| {
+            i64::try_from(u64::from_le_bytes(b)).unwrap_or(-1)
+        }),
+        _ => convert(&bytes, f, &mut src, &mut dst, i64::from_le_bytes),
+    }
+    .map_err(|(row, s, d)| {
+        let msg = match ends.check(s as u64, d as u64) {
+            Some(m) if s >= 0 && d >= 0 => m,
+            _ => format!("expected non-negative ids below 2^63, found {s} {d}"),
+        };
+        Error::input(path, format!("row {row} of chunk {k}"), msg)
+    })?;
+    Ok((src, dst))
+}
+
+/// Converts `[m, 2]` elements of `N` bytes (C or Fortran order) into
+/// `src`/`dst` in parallel; a negative or out-of-range id stops it with
+/// (row, s, d).
+fn convert<const N: usize>(
+    bytes: &[u8],
+    (fortran, ends): (bool, &Ends),
+    src: &mut [u64],
+    dst: &mut [u64],
+    get: impl Fn([u8; N]) -> i64 + Sync,
+) -> std::result::Result<(), (usize, i64, i64)> {
+    const ROWS: usize = 1 << 16;
+    let m = src.len();
+    let elem = |i: usize| get(bytes[i * N..(i + 1) * N].try_into().unwrap_or([0; N]));
+    src.par_chunks_mut(ROWS)
+        .zip(dst.par_chunks_mut(ROWS))
+        .enumerate()
+        .try_for_each(|(c, (s, d))| {
+            for (j, (s, d)) in s.iter_mut().zip(d.iter_mut()).enumerate() {
+                let row = c * ROWS + j;
+                let (a, b) = if fortran {
+                    (elem(row), elem(m + row))
+                } else {
+                    (elem(2 * row), elem(2 * row + 1))
+                };
+                if a < 0 || b < 0 || ends.check(a as u64, b as u64).is_some() {
+                    return Err((row, a, b));
+                }
+                (*s, *d) = (a as u64, b as u64);
             }
-            let (s, d) = (s as u64, d as u64);
-            ends.check(s, d).map_or(Ok((s, d)), |msg| Err(bad(msg)))
+            Ok(())
         })
-        .collect();
-    Ok(rows?.into_iter().unzip())
 }
 
 /// Rows `rows` of a feature whose files hold `count` rows in all.

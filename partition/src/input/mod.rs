@@ -29,12 +29,23 @@ pub use write::write_chunked;
 pub enum Source {
     /// DGL's chunked graph format: the path of its `metadata.json`.
     Chunked { metadata: PathBuf },
-    /// The seed's text format (see [`text`](self) for our reading of it).
+    /// The seed's text format (see [`TextSource`]).
     Text(TextSource),
 }
 
 /// The seed's text format: one nodes file and one edges file, as DGL 0.8's
-/// `tools/distpartitioning` read them.
+/// `tools/distpartitioning` (and its producer `write_mag.py`) define them.
+///
+/// Our reading: the src/dst ids of the edges file are *homogeneous* ids
+/// over all node types, and line `i` of the nodes file (non-empty lines,
+/// from 0) is homogeneous node `i`; nodes are grouped by type in type order
+/// and `type_node_id` must be `i` minus the type's first id. Type names
+/// come from the schema JSON `{"nid": {ntype: [start, end]}, "eid": {etype:
+/// [start, end]}}` (type ids in the files number the types in order of
+/// `start`); an `eid` key is a relation name (DGL 0.8's `hg.etypes`, end
+/// types taken from the edges) or `src:rel:dst`. Without a schema, types are
+/// `_N`/`_E` (one type) or `_N<id>`/`_E<id>` and counts come from the
+/// files. An edge's per-type id is its `type_edge_id`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TextSource {
     /// `<node_type_id> <weight1..k> <type_node_id> <attributes...>` per line.
@@ -66,7 +77,8 @@ pub enum EdgeFormat {
     Npy,
 }
 
-/// One rank's share of the graph.
+/// One rank's share of the graph. Node weights (text format) are cut to the
+/// share's rows like features.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Share {
     /// Global node counts per type; edges and tensors only of the share.

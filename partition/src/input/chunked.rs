@@ -106,17 +106,19 @@ fn read_edges(meta: &Metadata, e: usize, rank: u32, world: u32) -> Result<(u64, 
         .into_par_iter()
         .map(|k| read_chunk(et, e, k, &ends))
         .collect();
-    let mut src = Vec::new();
-    let mut dst = Vec::new();
-    for part in parts {
-        let (s, d) = part?;
-        if src.is_empty() {
-            (src, dst) = (s, d);
-        } else {
+    let parts: Vec<Pairs> = parts.into_iter().collect::<Result<_>>()?;
+    let (src, dst) = if parts.len() == 1 {
+        parts.into_iter().next().unwrap_or_default()
+    } else {
+        // One allocation of the final size: 100 M edges are 1.6 GB of ids.
+        let total = parts.iter().map(|p| p.0.len()).sum();
+        let (mut src, mut dst) = (Vec::with_capacity(total), Vec::with_capacity(total));
+        for (s, d) in parts {
             src.extend_from_slice(&s);
             dst.extend_from_slice(&d);
         }
-    }
+        (src, dst)
+    };
     let end = first + src.len() as u64;
     let last = rank + 1 == world;
     if end > et.count || (last && end != et.count) {

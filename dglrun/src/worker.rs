@@ -58,7 +58,7 @@ impl Shared {
     fn stop(&self, reason: &str) {
         self.stop_tx.send_if_modified(|s| {
             if s.is_none() {
-                tracing::warn!(reason, "stopping the training");
+                tracing::warn!(reason, "stopping the worker's processes");
                 *s = Some(reason.to_string());
                 true
             } else {

@@ -395,6 +395,11 @@ fn ranks_exchange_across_two_workers() {
     let status = net.wait(m, Duration::from_secs(120));
     let log = net.read("mpirun.log");
     assert!(
+        !log.contains("built without mpi"),
+        "{} was built without MPI: build it with `cargo build -p dgl-partition --features mpi`",
+        bin.display()
+    );
+    assert!(
         status.is_some_and(|s| s.success()),
         "mpirun: {status:?}{}",
         net.logs()

@@ -4,13 +4,18 @@
 #
 #   --target operator  the controller, `dgl-operator`: glibc + the binary,
 #                      runs as 65532 (nonroot), no shell, no package manager.
-#   --target runtime   `dglrun` and `watcher-loop` under /usr/local/bin, to copy
-#                      into training images:
+#   --target runtime   `dglrun`, `watcher-loop` and `dgl-partition` under
+#                      /usr/local/bin, to copy into training images:
 #                        COPY --from=localhost/dgl-operator-runtime:0.1.0 \
 #                             /usr/local/bin/dglrun /usr/local/bin/watcher-loop /usr/local/bin/
 #                      It also runs watcher-loop by itself (the launcher's init
 #                      container, `--watcher-image`). The binaries need glibc >= 2.36
 #                      (Debian 12, Ubuntu 22.04 or newer) in the training image.
+#                      `dgl-partition` (the ranks of partition mode DistParMETIS)
+#                      links OpenMPI: only images for that mode copy it, and they
+#                      install Debian bookworm's `openmpi-bin` (libmpi.so.40,
+#                      mpirun, orted), which it was built against; dglrun itself
+#                      never links MPI.
 #
 # With a registry (Docker/BuildKit or podman, from the repository root):
 #   docker build --target operator -t localhost/dgl-operator:0.1.0 .
@@ -19,7 +24,7 @@
 #
 # Without a registry (this project's development machines), `cargo xtask images`
 # builds the binaries on the (Debian 12) host with cargo and passes them in:
-#   --build-arg BINARIES=prebuilt --build-context prebuilt=<dir with the 3 binaries>
+#   --build-arg BINARIES=prebuilt --build-context prebuilt=<dir with the 4 binaries>
 #   --build-arg DEBIAN_IMAGE=<a bookworm image it made with debootstrap>
 # so no stage pulls anything. Host-built binaries link against the host's glibc,
 # so the host must not be newer than DEBIAN_IMAGE (bookworm, glibc 2.36).
@@ -31,17 +36,23 @@ ARG BINARIES=cargo
 
 # ---- binaries compiled in a container (needs a registry for RUST_IMAGE and crates.io)
 FROM ${RUST_IMAGE} AS bins-cargo
+# dgl-partition's MPI transport: OpenMPI's headers, libclang for bindgen.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libopenmpi-dev libclang-dev \
+ && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked -p dgl-operator -p dglrun -p watcher-loop \
+        -p dgl-partition --features dgl-partition/mpi \
  && mkdir -p /out \
- && cp target/release/dgl-operator target/release/dglrun target/release/watcher-loop /out/
+ && cp target/release/dgl-operator target/release/dglrun target/release/watcher-loop \
+       target/release/dgl-partition /out/
 
 # ---- binaries compiled on the host (`--build-context prebuilt=<dir>`)
 FROM scratch AS bins-prebuilt
-COPY --from=prebuilt dgl-operator dglrun watcher-loop /out/
+COPY --from=prebuilt dgl-operator dglrun watcher-loop dgl-partition /out/
 
 FROM bins-${BINARIES} AS bins
 
@@ -73,8 +84,9 @@ USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/dgl-operator"]
 CMD ["run"]
 
-# ---- dglrun + watcher-loop
+# ---- dglrun + watcher-loop (+ dgl-partition, which needs OpenMPI from the
+# training image to run)
 FROM cc AS runtime
-COPY --from=bins /out/dglrun /out/watcher-loop /usr/local/bin/
+COPY --from=bins /out/dglrun /out/watcher-loop /out/dgl-partition /usr/local/bin/
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/watcher-loop"]

@@ -34,6 +34,10 @@
 //!   `Finished`. A launcher that disconnects counts as `Stop`.
 //! - Launcher → partitioner (after a successful training) or worker (when the
 //!   job is abandoned before `Start`): `Shutdown` → `Ack`, then the process exits.
+//! - `dglrun rsh` (mpirun's remote agent on the launcher) → worker, partition
+//!   mode DistParMETIS only: `Exec` → a stream of `Output`, ending with one
+//!   `Exited` (or `Error` when the worker refuses). The command runs as long
+//!   as the connection stays open: a client that disconnects stops it.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -110,6 +114,9 @@ pub enum Request {
     Stop { reason: String },
     /// Partitioner or idle worker: exit.
     Shutdown { reason: String },
+    /// Worker in partition mode DistParMETIS: run MPI's daemon for `mpirun`
+    /// (what ssh would run for it); only [`EXEC_PROGRAMS`] are accepted.
+    Exec(ExecSpec),
 }
 
 /// Messages from the accepting side.
@@ -266,6 +273,30 @@ pub struct TrainSpec {
     pub master_port: u16,
     /// Arguments appended to the training script's command line.
     pub extra_args: Vec<String>,
+}
+
+/// The programs a worker runs for [`Request::Exec`], by file name: OpenMPI's
+/// daemon (`orted` up to OpenMPI 4, `prted` from 5 on). A worker is never a
+/// general remote shell.
+pub const EXEC_PROGRAMS: &[&str] = &["orted", "prted"];
+
+/// `Exec`'s parameters: an argument vector (never a shell string).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ExecSpec {
+    /// A name found on the worker's PATH, or an absolute path.
+    pub program: String,
+    pub args: Vec<String>,
+    /// Added to the worker's environment.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+impl ExecSpec {
+    /// The program's file name, when it is one of [`EXEC_PROGRAMS`].
+    pub fn allowed_program(&self) -> Option<&'static str> {
+        let name = self.program.rsplit('/').next()?;
+        EXEC_PROGRAMS.iter().copied().find(|p| *p == name)
+    }
 }
 
 /// Which pipe a line came from.
@@ -432,6 +463,29 @@ mod tests {
         ] {
             assert!(!is_safe_relative_path(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn exec_accepts_only_the_mpi_daemons() {
+        let spec = |p: &str| ExecSpec {
+            program: p.into(),
+            args: vec!["-mca".into(), "ess".into(), "env".into()],
+            env: Default::default(),
+        };
+        assert_eq!(spec("orted").allowed_program(), Some("orted"));
+        assert_eq!(spec("/usr/bin/orted").allowed_program(), Some("orted"));
+        assert_eq!(
+            spec("/opt/ompi5/bin/prted").allowed_program(),
+            Some("prted")
+        );
+        for bad in ["sh", "/bin/sh", "orted.sh", "/tmp/orted/sh", "", "orted/"] {
+            assert_eq!(spec(bad).allowed_program(), None, "{bad}");
+        }
+        let frame = encode_frame(&Request::Exec(spec("orted"))).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&frame[4..]).unwrap(),
+            r#"{"type":"exec","program":"orted","args":["-mca","ess","env"]}"#
+        );
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub enum Command {
     /// Readiness check for an exec probe: exit 0 when the local agent answers
     /// an authenticated ping.
     Probe(ProbeArgs),
+    /// mpirun's remote agent (partition mode DistParMETIS, instead of ssh):
+    /// run MPI's daemon on worker HOST through its agent, relay its output,
+    /// exit with its status. Used as `--mca plm_rsh_agent "dglrun rsh"`.
+    Rsh(crate::rsh::RshArgs),
 }
 
 /// All flags; the headings say which role reads them.

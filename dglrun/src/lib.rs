@@ -10,6 +10,8 @@
 //! - [`preflight`]: checks before DGL starts;
 //! - [`training`]: one machine's servers + trainers, supervised;
 //! - [`partition`], [`worker`], [`launcher`]: the three roles;
+//! - [`exec`], [`rsh`]: MPI's daemons on the workers for partition mode
+//!   DistParMETIS, started by `mpirun` through `dglrun rsh` (no ssh);
 //! - [`hosts`]: hostfile / partfile / ip_config;
 //! - [`cli`]: the command line.
 
@@ -17,11 +19,13 @@ pub mod channel;
 pub mod cli;
 pub mod dataset;
 pub mod dglenv;
+pub mod exec;
 pub mod hosts;
 pub mod launcher;
 pub mod partition;
 pub mod preflight;
 pub mod procs;
+pub mod rsh;
 pub mod training;
 pub mod transfer;
 pub mod worker;

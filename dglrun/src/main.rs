@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Some(Command::Launch(o)) => (Role::Launcher, o, None),
         Some(Command::Worker(o)) => (Role::Worker, o, None),
         Some(Command::Probe(p)) => (Role::Probe, p.opts.clone(), Some(p)),
+        Some(Command::Rsh(a)) => return dglrun::rsh::main(a),
         None => {
             let env = std::env::var(names::ENV_PHASE).ok();
             match cli::role_from_env(env.as_deref()) {
@@ -154,7 +155,10 @@ fn retry_policy(opts: &Options) -> RetryPolicy {
 }
 
 async fn run_worker(opts: &Options) -> anyhow::Result<i32> {
-    opts.check_mode().map_err(|e| anyhow!(e))?;
+    // In DistParMETIS a worker runs the MPI ranks (dglrun rsh) before training.
+    if opts.job.partition_mode != PartitionMode::DistParMetis {
+        opts.check_mode().map_err(|e| anyhow!(e))?;
+    }
     let cfg = WorkerConfig {
         listen: opts
             .runtime
@@ -173,6 +177,7 @@ async fn run_worker(opts: &Options) -> anyhow::Result<i32> {
             server_exit_timeout: Duration::from_secs(120),
             omp_threads: opts.worker.num_omp_threads,
         },
+        partition_mode: opts.job.partition_mode,
     };
     std::fs::create_dir_all(&cfg.train.workspace).with_context(|| {
         format!(

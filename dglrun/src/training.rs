@@ -42,7 +42,7 @@ pub struct TrainContext {
 /// A request to stop, with its reason. `None` while none was made.
 pub type StopSignal = watch::Receiver<Option<String>>;
 
-async fn stopped(stop: &mut StopSignal) -> String {
+pub(crate) async fn stopped(stop: &mut StopSignal) -> String {
     loop {
         if let Some(r) = stop.borrow_and_update().clone() {
             return r;

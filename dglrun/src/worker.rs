@@ -1,6 +1,8 @@
 //! The worker's agent: listens on the agent port, answers pings, prepares
 //! the shard when the launcher asks, runs the training on `Start` and
 //! streams its output back. The process exits with the training's status.
+//! In partition mode DistParMETIS it also runs MPI's daemon for `dglrun rsh`
+//! (see [`crate::exec`]), one at a time and never during the training.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -9,7 +11,7 @@ use std::time::Duration;
 use dgl_api::wire::{
     AgentInfo, Request, Response, ShardReport, ShardRequest, ShardSource, TrainResult,
 };
-use dgl_api::ReplicaType;
+use dgl_api::{PartitionMode, ReplicaType};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch, Mutex};
@@ -28,6 +30,9 @@ pub struct WorkerConfig {
     pub token: Token,
     pub retry: RetryPolicy,
     pub train: TrainContext,
+    /// The job's partition mode: only DistParMETIS lets `dglrun rsh` start
+    /// MPI's daemon here.
+    pub partition_mode: PartitionMode,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,19 +50,37 @@ struct Shared {
     stop_tx: watch::Sender<Option<String>>,
     /// The process's exit status, sent once when the worker is done.
     exit_tx: mpsc::UnboundedSender<i32>,
+    /// Whether a command of `dglrun rsh` runs (at most one; see `exec`).
+    exec_busy: watch::Sender<bool>,
 }
 
 impl Shared {
     fn stop(&self, reason: &str) {
         self.stop_tx.send_if_modified(|s| {
             if s.is_none() {
-                tracing::warn!(reason, "stopping the training");
+                tracing::warn!(reason, "stopping the worker's processes");
                 *s = Some(reason.to_string());
                 true
             } else {
                 false
             }
         });
+    }
+
+    /// Stops a running `dglrun rsh` command and waits (bounded) until it ended.
+    async fn stop_exec(&self, reason: &str) {
+        let mut busy = self.exec_busy.subscribe();
+        if !*busy.borrow_and_update() {
+            return;
+        }
+        self.stop(reason);
+        let bound = self.cfg.train.stop_grace + Duration::from_secs(20);
+        if tokio::time::timeout(bound, busy.wait_for(|b| !*b))
+            .await
+            .is_err()
+        {
+            tracing::error!("the command of dglrun rsh did not stop within {bound:?}");
+        }
     }
 }
 
@@ -81,6 +104,7 @@ pub async fn run(cfg: WorkerConfig) -> anyhow::Result<i32> {
         prepare: Mutex::new(()),
         stop_tx,
         exit_tx,
+        exec_busy: watch::channel(false).0,
     });
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -119,6 +143,9 @@ async fn on_signal(
     name: &str,
     grace: Duration,
 ) -> i32 {
+    shared
+        .stop_exec(&format!("{name} received by the worker"))
+        .await;
     let phase = *shared.phase.lock().await;
     if phase == Phase::Training {
         shared.stop(&format!("{name} received by the worker"));
@@ -157,8 +184,14 @@ async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channe
             Request::Start(spec) => {
                 {
                     let mut phase = shared.phase.lock().await;
-                    if *phase != Phase::Idle {
-                        let message = format!("training already {:?} on this worker", *phase);
+                    let message = if *phase != Phase::Idle {
+                        Some(format!("training already {:?} on this worker", *phase))
+                    } else if *shared.exec_busy.borrow() {
+                        Some("MPI's daemon started by dglrun rsh still runs on this worker (the partitioning has not ended)".to_string())
+                    } else {
+                        None
+                    };
+                    if let Some(message) = message {
                         drop(phase);
                         ch.send(&Response::Error { message }).await?;
                         continue;
@@ -172,7 +205,26 @@ async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channe
                 shared.stop(&format!("launcher: {reason}"));
                 ch.send(&Response::Ack).await?
             }
+            Request::Exec(spec) => {
+                if let Some(message) = exec_refusal(&shared, &spec).await {
+                    tracing::warn!(peer = %ch.peer, "refused dglrun rsh: {message}");
+                    ch.send(&Response::Error { message }).await?;
+                    continue;
+                }
+                // The connection now belongs to the command.
+                let result = crate::exec::session(
+                    ch,
+                    spec,
+                    shared.stop_tx.subscribe(),
+                    shared.cfg.train.workspace.clone(),
+                    shared.cfg.train.stop_grace,
+                )
+                .await;
+                shared.exec_busy.send_replace(false);
+                return result.map(|_| ());
+            }
             Request::Shutdown { reason } => {
+                shared.stop_exec(&format!("launcher: {reason}")).await;
                 let mut phase = shared.phase.lock().await;
                 if *phase == Phase::Training {
                     drop(phase);
@@ -196,6 +248,29 @@ async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channe
         }
     }
     Ok(())
+}
+
+/// Why this worker does not run `spec` now; `None` when it does, and then
+/// it counts as busy until the command ended.
+async fn exec_refusal(shared: &Shared, spec: &dgl_api::wire::ExecSpec) -> Option<String> {
+    if let Some(message) = crate::exec::refusal(spec, shared.cfg.partition_mode) {
+        return Some(message);
+    }
+    // Under the phase lock, so that a `Start` cannot slip in between.
+    let phase = shared.phase.lock().await;
+    if *phase != Phase::Idle {
+        return Some(format!(
+            "the worker is past partitioning (training {:?}); it starts no MPI daemon now",
+            *phase
+        ));
+    }
+    if shared.stop_tx.borrow().is_some() {
+        return Some("the worker is stopping".into());
+    }
+    let claimed = shared
+        .exec_busy
+        .send_if_modified(|busy| !std::mem::replace(busy, true));
+    (!claimed).then(|| "another command of dglrun rsh still runs on this worker".to_string())
 }
 
 /// Gets this machine's shard in place (pulled from the partitioner, or

@@ -8,10 +8,13 @@
 //! to its destination's partition), assigns shuffled global ids and
 //! part-local ids by prefix sums and cuts the per-partition arrays, features
 //! following their node or edge; [`output`] writes what DGL 2.1.0's
-//! `load_partition` reads. [`pipeline`] runs them in order.
+//! `load_partition` reads. [`pipeline`] runs them in order. [`dist`] is the
+//! transport of the distributed mode (one rank per worker, MPI or a world
+//! of one).
 
 pub mod assign;
 pub mod csr;
+pub mod dist;
 pub mod error;
 pub mod input;
 pub mod model;

@@ -6,8 +6,9 @@
 //!    slimmed like debian:bookworm-slim, tarred and `podman import`ed as
 //!    `localhost/dgl-operator/debian:bookworm-<recipe hash>` (the tarball is
 //!    cached under `<cache>/images/base/`).
-//! 3. `cargo build --release` of dgl-operator, dglrun and watcher-loop on the
-//!    host (target dir `<cache>/images/cargo-target`); the binaries are
+//! 3. `cargo build --release` of dgl-operator, dglrun, watcher-loop and
+//!    dgl-partition (with MPI) on the host (target dir
+//!    `<cache>/images/cargo-target`); the binaries are
 //!    copied to `<cache>/images/prebuilt/`, the `prebuilt` build context.
 //! 4. `podman build` of `Dockerfile` (targets `operator`, `runtime`) with
 //!    `BINARIES=prebuilt` and of `examples/graphsage/Dockerfile` with the
@@ -50,8 +51,16 @@ const BASE_RECIPE: &str = "slim-v1";
 /// Image label holding the content hash.
 pub const HASH_LABEL: &str = "io.dgl-operator.content-hash";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
-const BINARIES: [&str; 3] = ["dgl-operator", "dglrun", "watcher-loop"];
-const PACKAGES: [&str; 2] = ["podman", "debootstrap"];
+const BINARIES: [&str; 4] = ["dgl-operator", "dglrun", "watcher-loop", "dgl-partition"];
+/// podman and debootstrap build the images; dgl-partition's MPI build needs
+/// OpenMPI's headers and libclang (bindgen) on the host.
+const PACKAGES: [&str; 5] = [
+    "podman",
+    "debootstrap",
+    "openmpi-bin",
+    "libopenmpi-dev",
+    "libclang-dev",
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Which {
@@ -449,7 +458,7 @@ fn slim_rootfs(rootfs: &Path, mirror: &str) -> Result<()> {
 
 // ------------------------------------------------------------------ binaries
 
-/// `cargo build --release` of the three binaries, copied to `<cache>/images/prebuilt/`.
+/// `cargo build --release` of the binaries, copied to `<cache>/images/prebuilt/`.
 fn host_binaries(
     root: &Path,
     cache: &Path,
@@ -467,13 +476,17 @@ fn host_binaries(
             let target = cache.join("images").join("cargo-target");
             cmd.env("CARGO_TARGET_DIR", &target)
                 .args(["build", "--release", "--locked"])
-                .args(BINARIES.iter().flat_map(|b| ["-p", *b]));
+                .args(BINARIES.iter().flat_map(|b| ["-p", *b]))
+                // dgl-partition's ranks talk MPI (links the host's libmpi,
+                // bookworm's OpenMPI as in the training image).
+                .args(["--features", crate::test::WORKSPACE_FEATURES]);
             target.join("release")
         }
         Profile::Dev => {
             // Exactly the build of `cargo test --workspace` (same packages,
             // same features), so right after the tests this is a no-op.
-            cmd.args(["test", "--workspace", "--no-run", "--locked"]);
+            cmd.args(["test", "--workspace", "--no-run", "--locked"])
+                .args(["--features", crate::test::WORKSPACE_FEATURES]);
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| root.join("target"));
@@ -819,7 +832,7 @@ pub fn run(args: Args) -> Result<()> {
                 let bins: &[&str] = if which == Which::Operator {
                     &["dgl-operator"]
                 } else {
-                    &["dglrun", "watcher-loop"]
+                    &["dglrun", "watcher-loop", "dgl-partition"]
                 };
                 for b in bins {
                     h.add(b, bin_hashes[*b].clone());
@@ -963,6 +976,12 @@ fn smoke_containers(which: Which) -> Vec<(&'static str, Vec<&'static str>, Strin
                 "dglrun",
                 vec!["dglrun", "--version"],
                 format!("dglrun {VERSION}"),
+            ),
+            // Starts only if the image's OpenMPI provides what it links.
+            (
+                "dgl-partition",
+                vec!["dgl-partition", "--version"],
+                format!("dgl-partition {VERSION}"),
             ),
         ],
     }

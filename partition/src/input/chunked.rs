@@ -1,0 +1,349 @@
+//! DGL's chunked graph format: a rank's share of the edge chunks (contiguous,
+//! as DGL's `generate_read_list`), of the node rows (whole node chunks when
+//! `num_nodes_per_chunk` is given, else an even split of the rows), and of
+//! the feature rows that go with them, read by row range whatever the
+//! feature files' own chunking. Files are read in parallel.
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::ops::Range;
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use super::csv::{self, Ends, Pairs};
+use super::metadata::{self, DataMeta, EdgeMeta, FileFormat, Metadata};
+use super::{npy, parquet, split_even, Share};
+use crate::model::{EdgeType, InputGraph, NodeType, Tensor};
+use crate::{Error, Result};
+
+pub(crate) fn read_share(path: &Path, rank: u32, world: u32) -> Result<Share> {
+    let meta = metadata::load(path)?;
+    let mut share = Share {
+        graph: InputGraph {
+            name: meta.graph_name.clone(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    for (t, name) in meta.ntypes.iter().enumerate() {
+        let rows = node_rows(&meta, t, rank, world);
+        let what = format!("node type {name:?}");
+        let mut data = BTreeMap::new();
+        for d in &meta.node_data[t] {
+            data.insert(
+                d.name.clone(),
+                read_feature(&meta, d, meta.node_counts[t], &rows, &what)?,
+            );
+        }
+        share.node_first.push(rows.start);
+        let count = meta.node_counts[t];
+        share.graph.ntypes.push(NodeType {
+            name: name.clone(),
+            count,
+            data,
+            weights: None,
+        });
+    }
+    for (e, et) in meta.etypes.iter().enumerate() {
+        let (first, (src, dst)) = read_edges(&meta, e, rank, world)?;
+        let rows = first..first + src.len() as u64;
+        let what = format!("edge type {:?}", et.name);
+        let mut data = BTreeMap::new();
+        for d in &meta.edge_data[e] {
+            data.insert(
+                d.name.clone(),
+                read_feature(&meta, d, et.count, &rows, &what)?,
+            );
+        }
+        share.edge_first.push(first);
+        let (src_type, dst_type, rel) = (et.src, et.dst, et.rel.clone());
+        share.graph.etypes.push(EdgeType {
+            src_type,
+            rel,
+            dst_type,
+            src,
+            dst,
+            data,
+        });
+    }
+    Ok(share)
+}
+
+/// The per-type node rows of rank's share.
+fn node_rows(meta: &Metadata, t: usize, rank: u32, world: u32) -> Range<u64> {
+    match &meta.node_chunks[t] {
+        Some(chunks) => {
+            let r = split_even(chunks.len() as u64, rank, world);
+            let first: u64 = chunks[..r.start as usize].iter().sum();
+            let len: u64 = chunks[r.start as usize..r.end as usize].iter().sum();
+            first..first + len
+        }
+        None => split_even(meta.node_counts[t], rank, world),
+    }
+}
+
+/// The share's edges of type `e` and the per-type id of the first.
+fn read_edges(meta: &Metadata, e: usize, rank: u32, world: u32) -> Result<(u64, Pairs)> {
+    let et = &meta.etypes[e];
+    let r = split_even(et.files.len() as u64, rank, world);
+    let (lo, hi) = (r.start as usize, r.end as usize);
+    let first = match &et.chunks {
+        Some(chunks) => chunks[..lo].iter().sum(),
+        None => {
+            let counts: Result<Vec<u64>> =
+                (0..lo).into_par_iter().map(|k| rows_of(et, k)).collect();
+            counts?.iter().sum()
+        }
+    };
+    let ends = Ends {
+        src_name: &meta.ntypes[et.src],
+        src_count: meta.node_counts[et.src],
+        dst_name: &meta.ntypes[et.dst],
+        dst_count: meta.node_counts[et.dst],
+    };
+    let parts: Vec<Result<Pairs>> = (lo..hi)
+        .into_par_iter()
+        .map(|k| read_chunk(et, e, k, &ends))
+        .collect();
+    let parts: Vec<Pairs> = parts.into_iter().collect::<Result<_>>()?;
+    let (src, dst) = if parts.len() == 1 {
+        parts.into_iter().next().unwrap_or_default()
+    } else {
+        // One allocation of the final size: 100 M edges are 1.6 GB of ids.
+        let total = parts.iter().map(|p| p.0.len()).sum();
+        let (mut src, mut dst) = (Vec::with_capacity(total), Vec::with_capacity(total));
+        for (s, d) in parts {
+            src.extend_from_slice(&s);
+            dst.extend_from_slice(&d);
+        }
+        (src, dst)
+    };
+    let end = first + src.len() as u64;
+    let last = rank + 1 == world;
+    if end > et.count || (last && end != et.count) {
+        let key = format!("num_edges_per_type[{e}]");
+        let found = if last {
+            format!("{end}")
+        } else {
+            format!("at least {end}")
+        };
+        let m = format!(
+            "{:?} has {} edges by metadata.json, but its files hold {found}",
+            et.name, et.count
+        );
+        return Err(Error::input(&meta.path, key, m));
+    }
+    Ok((first, (src, dst)))
+}
+
+fn missing(path: &Path, what: String) -> impl Fn(std::io::Error) -> Error + '_ {
+    move |e| match e.kind() {
+        ErrorKind::NotFound => Error::input(
+            path,
+            "",
+            format!("missing: metadata.json lists it as {what}"),
+        ),
+        _ => Error::io(path, e),
+    }
+}
+
+/// Rows of chunk `k` without parsing it (npy header, parquet footer, lines).
+fn rows_of(et: &EdgeMeta, k: usize) -> Result<u64> {
+    let path = &et.files[k];
+    let what = format!("chunk {k} of edges.{}", et.name);
+    std::fs::metadata(path).map_err(missing(path, what))?;
+    match et.format {
+        FileFormat::Csv { .. } => Ok(csv::count_rows(
+            &std::fs::read(path).map_err(|e| Error::io(path, e))?,
+        )),
+        FileFormat::Parquet => parquet::count_rows(path),
+        FileFormat::Numpy => Ok(npy::read_header(path)?.rows()),
+    }
+}
+
+/// Reads and checks chunk `k` of edge type `e`.
+fn read_chunk(et: &EdgeMeta, e: usize, k: usize, ends: &Ends) -> Result<Pairs> {
+    let path = &et.files[k];
+    let what = format!("chunk {k} of edges.{}", et.name);
+    let pairs = match et.format {
+        FileFormat::Csv { delimiter } => {
+            let bytes = std::fs::read(path).map_err(missing(path, what))?;
+            csv::parse_edges(&bytes, delimiter, path, ends)?
+        }
+        FileFormat::Parquet => {
+            std::fs::metadata(path).map_err(missing(path, what))?;
+            parquet::read_edges(path, k, ends)?
+        }
+        FileFormat::Numpy => {
+            std::fs::metadata(path).map_err(missing(path, what))?;
+            read_npy_edges(path, k, ends)?
+        }
+    };
+    if let Some(expected) = et.chunks.as_ref().map(|c| c[k]) {
+        let rows = pairs.0.len() as u64;
+        if rows != expected {
+            let m = format!(
+                "holds {rows} edges, but metadata.json's num_edges_per_chunk[{e}][{k}] says {expected}"
+            );
+            return Err(Error::input(path, format!("chunk {k}"), m));
+        }
+    }
+    Ok(pairs)
+}
+
+/// An `[m, 2]` integer `.npy` (C or Fortran order).
+fn read_npy_edges(path: &Path, k: usize, ends: &Ends) -> Result<Pairs> {
+    let h = npy::read_header(path)?;
+    let code = h.descr.get(1..).unwrap_or("");
+    if !matches!(code, "i4" | "i8" | "u4" | "u8") || h.descr.starts_with('>') {
+        let m = format!(
+            "unknown dtype {:?} for edges; expected int32/int64/uint32/uint64, little-endian",
+            h.descr
+        );
+        return Err(Error::input(path, format!("header of chunk {k}"), m));
+    }
+    if h.shape.len() != 2 || h.shape[1] != 2 {
+        let m = format!(
+            "expected shape [m, 2] (source, destination), found {:?}",
+            h.shape
+        );
+        return Err(Error::input(path, format!("header of chunk {k}"), m));
+    }
+    let m = h.shape[0] as usize;
+    let mut bytes = vec![0u8; m * 2 * npy::elem_size(&h.descr).unwrap_or(8)];
+    npy::read_rows(path, &h, 0, &mut bytes)?;
+    let (mut src, mut dst) = (vec![0u64; m], vec![0u64; m]);
+    let f = (h.fortran_order, ends);
+    match code {
+        "i4" => convert(&bytes, f, &mut src, &mut dst, |b| {
+            i64::from(i32::from_le_bytes(b))
+        }),
+        "u4" => convert(&bytes, f, &mut src, &mut dst, |b| {
+            i64::from(u32::from_le_bytes(b))
+        }),
+        "u8" => convert(&bytes, f, &mut src, &mut dst, |b| {
+            i64::try_from(u64::from_le_bytes(b)).unwrap_or(-1)
+        }),
+        _ => convert(&bytes, f, &mut src, &mut dst, i64::from_le_bytes),
+    }
+    .map_err(|(row, s, d)| {
+        let msg = match ends.check(s as u64, d as u64) {
+            Some(m) if s >= 0 && d >= 0 => m,
+            _ => format!("expected non-negative ids below 2^63, found {s} {d}"),
+        };
+        Error::input(path, format!("row {row} of chunk {k}"), msg)
+    })?;
+    Ok((src, dst))
+}
+
+/// Converts `[m, 2]` elements of `N` bytes (C or Fortran order) into
+/// `src`/`dst` in parallel; a negative or out-of-range id stops it with
+/// (row, s, d).
+fn convert<const N: usize>(
+    bytes: &[u8],
+    (fortran, ends): (bool, &Ends),
+    src: &mut [u64],
+    dst: &mut [u64],
+    get: impl Fn([u8; N]) -> i64 + Sync,
+) -> std::result::Result<(), (usize, i64, i64)> {
+    const ROWS: usize = 1 << 16;
+    let m = src.len();
+    let elem = |i: usize| get(bytes[i * N..(i + 1) * N].try_into().unwrap_or([0; N]));
+    src.par_chunks_mut(ROWS)
+        .zip(dst.par_chunks_mut(ROWS))
+        .enumerate()
+        .try_for_each(|(c, (s, d))| {
+            for (j, (s, d)) in s.iter_mut().zip(d.iter_mut()).enumerate() {
+                let row = c * ROWS + j;
+                let (a, b) = if fortran {
+                    (elem(row), elem(m + row))
+                } else {
+                    (elem(2 * row), elem(2 * row + 1))
+                };
+                if a < 0 || b < 0 || ends.check(a as u64, b as u64).is_some() {
+                    return Err((row, a, b));
+                }
+                (*s, *d) = (a as u64, b as u64);
+            }
+            Ok(())
+        })
+}
+
+/// Rows `rows` of a feature whose files hold `count` rows in all.
+fn read_feature(
+    meta: &Metadata,
+    d: &DataMeta,
+    count: u64,
+    rows: &Range<u64>,
+    what: &str,
+) -> Result<Tensor> {
+    if d.format != FileFormat::Numpy {
+        return parquet::read_feature(meta, d, count, rows, what);
+    }
+    let headers: Vec<npy::Header> = d
+        .files
+        .par_iter()
+        .enumerate()
+        .map(|(k, path)| {
+            std::fs::metadata(path).map_err(missing(path, format!("chunk {k} of {}", d.key)))?;
+            npy::read_header(path)
+        })
+        .collect::<Result<_>>()?;
+    let first = headers.first().ok_or_else(|| {
+        Error::input(
+            &meta.path,
+            format!("{}.data", d.key),
+            "expected at least one file",
+        )
+    })?;
+    let dtype = first.dtype(&d.files[0])?;
+    for (k, h) in headers.iter().enumerate() {
+        let path = &d.files[k];
+        let at = format!("header of chunk {k}");
+        if h.dtype(path)? != dtype || h.shape.get(1..) != first.shape.get(1..) || h.shape.is_empty()
+        {
+            let m = format!(
+                "holds {} {:?}, but chunk 0 ({}) holds {} {:?}; expected the same dtype and row shape",
+                h.descr, h.shape, d.files[0].display(), first.descr, first.shape
+            );
+            return Err(Error::input(path, at, m));
+        }
+        if h.fortran_order && h.shape.len() > 1 {
+            return Err(Error::input(
+                path,
+                at,
+                "expected C order for a multi-dimensional feature",
+            ));
+        }
+    }
+    let total: u64 = headers.iter().map(npy::Header::rows).sum();
+    if total != count {
+        let m = format!(
+            "its {} files hold {total} rows, but {what} has {count}; expected one row each",
+            d.files.len()
+        );
+        return Err(Error::input(&meta.path, d.key.clone(), m));
+    }
+    let row_bytes = (first.row_elems() as usize) * dtype.size();
+    let mut data = vec![0u8; (rows.end - rows.start) as usize * row_bytes];
+    let mut jobs = Vec::new();
+    let (mut rest, mut file_first) = (data.as_mut_slice(), 0u64);
+    for (k, h) in headers.iter().enumerate() {
+        let (lo, hi) = (
+            rows.start.max(file_first),
+            rows.end.min(file_first + h.rows()),
+        );
+        if lo < hi {
+            let (mine, tail) = rest.split_at_mut((hi - lo) as usize * row_bytes);
+            jobs.push((k, lo - file_first, mine));
+            rest = tail;
+        }
+        file_first += h.rows();
+    }
+    jobs.into_par_iter()
+        .try_for_each(|(k, from, out)| npy::read_rows(&d.files[k], &headers[k], from, out))?;
+    let mut shape = first.shape.clone();
+    shape[0] = rows.end - rows.start;
+    Ok(Tensor { dtype, shape, data })
+}

@@ -1,0 +1,381 @@
+//! `metadata.json` of DGL's chunked graph format, checked and typed. Every
+//! error names metadata.json and the key.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::{Error, Result};
+
+/// How a data file is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FileFormat {
+    Csv { delimiter: u8 },
+    Parquet,
+    Numpy,
+}
+
+/// One edge type's entry.
+#[derive(Clone, Debug)]
+pub(crate) struct EdgeMeta {
+    /// `src:rel:dst`, as in the metadata.
+    pub name: String,
+    pub src: usize,
+    pub rel: String,
+    pub dst: usize,
+    pub format: FileFormat,
+    pub files: Vec<PathBuf>,
+    /// `num_edges_per_chunk[e]`, when given.
+    pub chunks: Option<Vec<u64>>,
+    pub count: u64,
+}
+
+/// One feature (`node_data[ntype][name]` or `edge_data[etype][name]`).
+#[derive(Clone, Debug)]
+pub(crate) struct DataMeta {
+    pub name: String,
+    /// The JSON key, for messages: `node_data.paper.feat`.
+    pub key: String,
+    pub format: FileFormat,
+    pub files: Vec<PathBuf>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Metadata {
+    pub path: PathBuf,
+    pub graph_name: String,
+    pub ntypes: Vec<String>,
+    pub node_counts: Vec<u64>,
+    /// `num_nodes_per_chunk[t]`, when given.
+    pub node_chunks: Vec<Option<Vec<u64>>>,
+    pub etypes: Vec<EdgeMeta>,
+    pub node_data: Vec<Vec<DataMeta>>,
+    pub edge_data: Vec<Vec<DataMeta>>,
+}
+
+/// Reads and checks `path`.
+pub(crate) fn load(path: &Path) -> Result<Metadata> {
+    let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let root: Value = serde_json::from_slice(&text).map_err(|e| {
+        Error::input(
+            path,
+            format!("line {}", e.line()),
+            format!("not valid JSON: {e}"),
+        )
+    })?;
+    let j = Json {
+        path,
+        dir: path.parent().unwrap_or(Path::new(".")),
+    };
+    let root = j.object(&root, "the top level")?;
+    let ntypes = j.strings(j.key(root, "node_type")?, "node_type")?;
+    let ncounts = j.counts(root, &ntypes, "num_nodes_per_chunk", "num_nodes_per_type")?;
+    let enames = j.strings(j.key(root, "edge_type")?, "edge_type")?;
+    let ecounts = j.counts(root, &enames, "num_edges_per_chunk", "num_edges_per_type")?;
+    let edges = j.object(j.key(root, "edges")?, "edges")?;
+    let mut etypes = Vec::with_capacity(enames.len());
+    for (e, (name, (chunks, count))) in enames.iter().zip(ecounts).enumerate() {
+        etypes.push(j.edge_type(edges, name, &ntypes, chunks, count, e)?);
+    }
+    if let Some(extra) = edges.keys().find(|k| !enames.contains(k)) {
+        return Err(j.err(
+            format!("edges.{extra}"),
+            "an edge type that edge_type does not list",
+        ));
+    }
+    let node_data = j.data(root, "node_data", &ntypes, |k| {
+        ntypes.iter().position(|t| t == k)
+    })?;
+    let edge_data = j.data(root, "edge_data", &enames, |k| edge_index(&etypes, k))?;
+    let graph_name = match root.get("graph_name") {
+        Some(v) => j.string(v, "graph_name")?.to_string(),
+        None => String::new(),
+    };
+    Ok(Metadata {
+        path: path.to_path_buf(),
+        graph_name,
+        ntypes,
+        node_counts: ncounts.iter().map(|c| c.1).collect(),
+        node_chunks: ncounts.into_iter().map(|c| c.0).collect(),
+        etypes,
+        node_data,
+        edge_data,
+    })
+}
+
+/// An edge type by its canonical name, or by relation name when unique (as
+/// DGL accepts non-canonical keys in `edge_data`).
+fn edge_index(etypes: &[EdgeMeta], key: &str) -> Option<usize> {
+    if let Some(e) = etypes.iter().position(|t| t.name == key) {
+        return Some(e);
+    }
+    let mut by_rel = etypes.iter().enumerate().filter(|(_, t)| t.rel == key);
+    match (by_rel.next(), by_rel.next()) {
+        (Some((e, _)), None) => Some(e),
+        _ => None,
+    }
+}
+
+/// Typed access to the JSON with messages naming metadata.json and keys.
+struct Json<'a> {
+    path: &'a Path,
+    dir: &'a Path,
+}
+
+impl<'a> Json<'a> {
+    fn err(&self, key: impl Into<String>, message: impl Into<String>) -> Error {
+        Error::input(self.path, key, message)
+    }
+
+    fn key<'v>(&self, obj: &'v Map<String, Value>, key: &str) -> Result<&'v Value> {
+        obj.get(key)
+            .ok_or_else(|| self.err(key, format!("missing key {key:?}")))
+    }
+
+    fn object<'v>(&self, v: &'v Value, key: &str) -> Result<&'v Map<String, Value>> {
+        v.as_object()
+            .ok_or_else(|| self.err(key, format!("expected a JSON object, found {v}")))
+    }
+
+    fn array<'v>(&self, v: &'v Value, key: &str) -> Result<&'v Vec<Value>> {
+        v.as_array()
+            .ok_or_else(|| self.err(key, format!("expected a JSON array, found {v}")))
+    }
+
+    fn string<'v>(&self, v: &'v Value, key: &str) -> Result<&'v str> {
+        v.as_str()
+            .ok_or_else(|| self.err(key, format!("expected a string, found {v}")))
+    }
+
+    fn count(&self, v: &Value, key: &str) -> Result<u64> {
+        v.as_u64()
+            .ok_or_else(|| self.err(key, format!("expected a non-negative integer, found {v}")))
+    }
+
+    fn strings(&self, v: &Value, key: &str) -> Result<Vec<String>> {
+        let items = self.array(v, key)?.iter().enumerate();
+        items
+            .map(|(i, s)| Ok(self.string(s, &format!("{key}[{i}]"))?.to_string()))
+            .collect()
+    }
+
+    /// Per type: the chunk sizes (when `per_chunk` is given) and the count,
+    /// from either key; when both are given they must agree.
+    fn counts(
+        &self,
+        root: &Map<String, Value>,
+        types: &[String],
+        per_chunk: &str,
+        per_type: &str,
+    ) -> Result<Vec<(Option<Vec<u64>>, u64)>> {
+        let chunks = match root.get(per_chunk) {
+            Some(v) => Some(self.per_type_list(v, types, per_chunk, |v, k| {
+                let sizes = self.array(v, k)?.iter().enumerate();
+                sizes
+                    .map(|(c, n)| self.count(n, &format!("{k}[{c}]")))
+                    .collect()
+            })?),
+            None => None,
+        };
+        let totals = match root.get(per_type) {
+            Some(v) => Some(self.per_type_list(v, types, per_type, |v, k| self.count(v, k))?),
+            None => None,
+        };
+        let n = types.len();
+        match (chunks, totals) {
+            (None, None) => Err(self.err(
+                per_chunk,
+                format!("missing: expected {per_chunk} or {per_type} (one entry per type)"),
+            )),
+            (Some(c), None) => Ok(c
+                .into_iter()
+                .map(|c: Vec<u64>| {
+                    let sum = c.iter().sum();
+                    (Some(c), sum)
+                })
+                .collect()),
+            (None, Some(t)) => Ok(t.into_iter().map(|t| (None, t)).collect()),
+            (Some(c), Some(t)) => (0..n)
+                .map(|i| {
+                    let sum: u64 = c[i].iter().sum();
+                    if sum != t[i] {
+                        return Err(self.err(
+                            format!("{per_type}[{i}]"),
+                            format!(
+                                "{:?} has {} by {per_type} but {sum} by {per_chunk}; they must agree",
+                                types[i], t[i]
+                            ),
+                        ));
+                    }
+                    Ok((Some(c[i].clone()), t[i]))
+                })
+                .collect(),
+        }
+    }
+
+    fn per_type_list<T>(
+        &self,
+        v: &Value,
+        types: &[String],
+        key: &str,
+        item: impl Fn(&Value, &str) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let list = self.array(v, key)?;
+        if list.len() != types.len() {
+            return Err(self.err(
+                key,
+                format!(
+                    "expected {} entries (one per type), found {}",
+                    types.len(),
+                    list.len()
+                ),
+            ));
+        }
+        let items = list.iter().enumerate();
+        items
+            .map(|(i, v)| item(v, &format!("{key}[{i}]")))
+            .collect()
+    }
+
+    fn edge_type(
+        &self,
+        edges: &Map<String, Value>,
+        name: &str,
+        ntypes: &[String],
+        chunks: Option<Vec<u64>>,
+        count: u64,
+        e: usize,
+    ) -> Result<EdgeMeta> {
+        let parts: Vec<&str> = name.split(':').collect();
+        let key = format!("edge_type[{e}]");
+        let [src, rel, dst] = parts[..] else {
+            return Err(self.err(key, format!("{name:?} is not of the form src:rel:dst")));
+        };
+        let ntype = |t: &str| {
+            ntypes.iter().position(|n| n == t).ok_or_else(|| {
+                self.err(
+                    &key,
+                    format!("{name:?} names node type {t:?}, which node_type does not list"),
+                )
+            })
+        };
+        let (src, dst) = (ntype(src)?, ntype(dst)?);
+        let entry_key = format!("edges.{name}");
+        let entry = edges
+            .get(name)
+            .ok_or_else(|| self.err(&entry_key, "missing: every edge_type needs its files"))?;
+        let (format, files) = self.files(entry, &entry_key, false)?;
+        if let Some(c) = &chunks {
+            if c.len() != files.len() {
+                return Err(self.err(
+                    format!("num_edges_per_chunk[{e}]"),
+                    format!(
+                        "lists {} chunks but {entry_key}.data has {} files",
+                        c.len(),
+                        files.len()
+                    ),
+                ));
+            }
+        }
+        Ok(EdgeMeta {
+            name: name.to_string(),
+            src,
+            rel: rel.to_string(),
+            dst,
+            format,
+            files,
+            chunks,
+            count,
+        })
+    }
+
+    /// `{format: {name, delimiter?}, data: [paths]}`; paths are relative to
+    /// metadata.json's folder.
+    fn files(&self, v: &Value, key: &str, feature: bool) -> Result<(FileFormat, Vec<PathBuf>)> {
+        let obj = self.object(v, key)?;
+        let fkey = format!("{key}.format");
+        let fmt = self.object(
+            self.key(obj, "format")
+                .map_err(|_| self.err(&fkey, "missing"))?,
+            &fkey,
+        )?;
+        let name = self.string(
+            self.key(fmt, "name")
+                .map_err(|_| self.err(&fkey, "missing name"))?,
+            &fkey,
+        )?;
+        let format = match name {
+            "csv" if !feature => FileFormat::Csv {
+                delimiter: self.delimiter(fmt, &fkey)?,
+            },
+            "parquet" => FileFormat::Parquet,
+            "numpy" => FileFormat::Numpy,
+            other => {
+                let expected = if feature {
+                    "numpy or parquet"
+                } else {
+                    "csv, parquet or numpy"
+                };
+                return Err(self.err(
+                    &fkey,
+                    format!("unknown format {other:?}; expected {expected}"),
+                ));
+            }
+        };
+        let dkey = format!("{key}.data");
+        let data = obj
+            .get("data")
+            .ok_or_else(|| self.err(&dkey, "missing list of files"))?;
+        let files = self.strings(data, &dkey)?;
+        Ok((
+            format,
+            files.into_iter().map(|f| self.dir.join(f)).collect(),
+        ))
+    }
+
+    fn delimiter(&self, fmt: &Map<String, Value>, key: &str) -> Result<u8> {
+        let Some(v) = fmt.get("delimiter") else {
+            return Ok(b' ');
+        };
+        match self.string(v, key)?.as_bytes() {
+            [d] if !matches!(d, b'\n' | b'\r' | b'0'..=b'9') => Ok(*d),
+            _ => Err(self.err(
+                format!("{key}.delimiter"),
+                format!("expected one character, found {v}"),
+            )),
+        }
+    }
+
+    /// `node_data` / `edge_data`: per type index, its features.
+    fn data(
+        &self,
+        root: &Map<String, Value>,
+        key: &str,
+        types: &[String],
+        index: impl Fn(&str) -> Option<usize>,
+    ) -> Result<Vec<Vec<DataMeta>>> {
+        let mut out = vec![Vec::new(); types.len()];
+        let Some(v) = root.get(key) else {
+            return Ok(out);
+        };
+        if v.is_null() {
+            return Ok(out);
+        }
+        for (tname, feats) in self.object(v, key)? {
+            let tkey = format!("{key}.{tname}");
+            let t =
+                index(tname).ok_or_else(|| self.err(&tkey, format!("unknown type {tname:?}")))?;
+            for (fname, entry) in self.object(feats, &tkey)? {
+                let fkey = format!("{tkey}.{fname}");
+                let (format, files) = self.files(entry, &fkey, true)?;
+                out[t].push(DataMeta {
+                    name: fname.clone(),
+                    key: fkey,
+                    format,
+                    files,
+                });
+            }
+        }
+        Ok(out)
+    }
+}

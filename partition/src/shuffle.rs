@@ -1,1 +1,0 @@
-//! Ownership, shuffled ids and per-partition arrays.

@@ -122,7 +122,9 @@ pub enum PartitionMode {
     #[default]
     #[serde(rename = "DGL-API")]
     DglApi,
-    /// One partitioner pod runs DGL's multi-process ParMETIS pipeline (not supported yet).
+    /// One partitioner pod runs the native partition pipeline on all its
+    /// cores (DGL's chunked graph in, DGL partitions out), then ships the
+    /// shards like DGL-API.
     #[serde(rename = "ParMETIS")]
     ParMetis,
     /// The worker pods run DGL's distributed partition pipeline (not supported yet).
@@ -148,10 +150,16 @@ impl PartitionMode {
         matches!(self, PartitionMode::DglApi | PartitionMode::ParMetis)
     }
 
-    /// Whether this build can run the mode. ParMETIS and DistParMETIS are
-    /// refused with a clear message until they are implemented.
+    /// Whether this build can run the mode. DistParMETIS is refused with a
+    /// clear message until it is implemented.
     pub fn is_supported(self) -> bool {
-        matches!(self, PartitionMode::DglApi | PartitionMode::Skip)
+        !matches!(self, PartitionMode::DistParMetis)
+    }
+
+    /// Whether the native pipeline (not a user's partition script) makes the
+    /// partitions.
+    pub fn is_native(self) -> bool {
+        matches!(self, PartitionMode::ParMetis | PartitionMode::DistParMetis)
     }
 }
 

@@ -58,6 +58,11 @@ pub const WORKSPACE: &str = "/dgl_workspace";
 /// partition script): `<workspace>/dataset/<graph>.json` and `part<i>/`. In
 /// partition mode Skip the partitions must already be there.
 pub const DATASET_DIR: &str = "dataset";
+/// The chunked input graph's folder below the workspace in the native modes
+/// (ParMETIS, DistParMETIS): a loader script run as the partition entry point
+/// writes `<workspace>/chunked/metadata.json` (its `--rel_data_path`), the
+/// native pipeline reads it.
+pub const CHUNKED_DIR: &str = "chunked";
 
 /// ConfigMap key: workers, one line each in partition order (`<ip> <port> <pod> slots=<n>`).
 pub const HOSTFILE: &str = "hostfile";

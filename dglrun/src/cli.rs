@@ -64,6 +64,8 @@ pub struct Options {
     #[command(flatten)]
     pub job: JobArgs,
     #[command(flatten)]
+    pub native: NativeArgs,
+    #[command(flatten)]
     pub runtime: RuntimeArgs,
     #[command(flatten)]
     pub launch: LaunchArgs,
@@ -121,13 +123,86 @@ pub struct JobArgs {
     #[arg(long, env = "DGLRUN_NUM_SERVERS", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub num_servers: u32,
     /// How the graph is partitioned: DGL-API (a partitioner runs the
-    /// partition script) or Skip (the partitions already are in each
-    /// worker's workspace). ParMETIS and DistParMETIS are not supported yet.
+    /// partition script), ParMETIS (a partitioner runs the native pipeline
+    /// on all its cores, see "Native partition pipeline") or Skip (the
+    /// partitions already are in each worker's workspace). DistParMETIS is
+    /// not supported yet.
     #[arg(long, env = names::ENV_PARTITION_MODE, value_name = "MODE", default_value = "DGL-API", value_parser = parse_mode)]
     pub partition_mode: PartitionMode,
     /// One extra argument for the partition script (repeat for several).
     #[arg(long = "partition-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub partition_args: Vec<String>,
+}
+
+/// The native partition pipeline (partition mode ParMETIS). Its input is
+/// DGL's chunked graph format or the seed's text format; its output the
+/// partitions DGL 2.1.0 loads, in <workspace>/dataset. In this mode the
+/// partition entry point, if given, is a loader run first as
+/// `<python> <FILE> --graph_name G --workspace W --rel_data_path chunked
+/// --num_parts N [--balance_train] [--balance_edges] [<--partition-arg>...]`
+/// that writes the chunked graph to <workspace>/chunked/metadata.json.
+#[derive(Args, Debug, Clone)]
+#[command(next_help_heading = "Native partition pipeline (partition mode ParMETIS)")]
+pub struct NativeArgs {
+    /// The chunked graph's metadata.json (or its folder)
+    /// [default: <workspace>/chunked/metadata.json].
+    #[arg(
+        long,
+        env = "DGLRUN_PARTITION_INPUT",
+        value_name = "PATH",
+        conflicts_with = "text_nodes"
+    )]
+    pub partition_input: Option<PathBuf>,
+    /// Input in the seed's text format instead: the xxx_nodes.txt file
+    /// (`<node_type> <weights...> <type-wise node id> <attributes...>` per line).
+    #[arg(long, value_name = "FILE", requires = "text_edges")]
+    pub text_nodes: Option<PathBuf>,
+    /// The text format's xxx_edges.txt file
+    /// (`<src id> <dst id> <type-wise edge id> <edge_type> <attributes...>` per line).
+    #[arg(long, value_name = "FILE", requires = "text_nodes")]
+    pub text_edges: Option<PathBuf>,
+    /// The text format's schema JSON naming the node and edge types
+    /// (`{"nid": {ntype: [start, end]}, "eid": {etype: [start, end]}}`).
+    #[arg(long, value_name = "FILE", requires = "text_nodes")]
+    pub text_schema: Option<PathBuf>,
+    /// The text format's removed-edges file (self loops and duplicates set
+    /// aside by the preprocessing; same columns as the edges file).
+    #[arg(long, value_name = "FILE", requires = "text_nodes")]
+    pub text_removed_edges: Option<PathBuf>,
+    /// Weight columns per line of the text format's nodes file.
+    #[arg(long, value_name = "K", default_value_t = 0, requires = "text_nodes")]
+    pub num_node_weights: usize,
+    /// How nodes are assigned to partitions: metis (multilevel k-way with
+    /// the balance constraints of --balance-train / --balance-edges),
+    /// random, or file (a DGL assignment: <ntype>.txt + partition_meta.json
+    /// in --assignment-dir).
+    /// (DGL's `part_method`.)
+    #[arg(long, env = "DGLRUN_PART_METHOD", value_enum, default_value_t = PartitionerKind::Metis)]
+    pub part_method: PartitionerKind,
+    /// Folder of the assignment files for --part-method file.
+    #[arg(long, value_name = "DIR", required_if_eq("part_method", "file"))]
+    pub assignment_dir: Option<PathBuf>,
+    /// Node feature that marks training nodes, balanced by --balance-train.
+    #[arg(long, value_name = "NAME", default_value = "train_mask")]
+    pub train_mask: String,
+    /// Threads of the pipeline [default: the CPUs this process may use,
+    /// honouring the pod's CPU limit].
+    #[arg(long, env = "DGLRUN_PARTITION_THREADS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub partition_threads: Option<u32>,
+    /// Seed of the random choices (random partitioner, METIS).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub partition_seed: u64,
+}
+
+/// The chunked graph's description file (DGL's name).
+const CHUNKED_METADATA: &str = "metadata.json";
+
+/// The partitioners of the native pipeline.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionerKind {
+    Metis,
+    Random,
+    File,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -294,6 +369,61 @@ pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
     }
 }
 
+/// The native pipeline's settings from the options: input (chunked by
+/// default at <workspace>/chunked/metadata.json, or the text format), output
+/// <workspace>/dataset, partitioner, balance, threads.
+pub fn native_config(
+    opts: &Options,
+    graph_name: &str,
+    num_parts: u32,
+) -> dgl_partition::run::Config {
+    use dgl_partition::input::{Source, TextSource};
+    use dgl_partition::model::DType;
+    use dgl_partition::run::Choice;
+    let n = &opts.native;
+    let ws = &opts.runtime.workspace;
+    let source = match (&n.text_nodes, &n.text_edges) {
+        (Some(nodes), Some(edges)) => Source::Text(TextSource {
+            nodes: nodes.clone(),
+            edges: edges.clone(),
+            removed_edges: n.text_removed_edges.clone(),
+            schema: n.text_schema.clone(),
+            num_node_weights: n.num_node_weights,
+            node_attr_dtype: DType::F32,
+            edge_attr_dtype: DType::F32,
+        }),
+        // The default folder may not exist yet: the loader writes it.
+        _ => Source::Chunked {
+            metadata: match &n.partition_input {
+                Some(p) if p.is_dir() => p.join(CHUNKED_METADATA),
+                Some(p) => p.clone(),
+                None => ws.join(names::CHUNKED_DIR).join(CHUNKED_METADATA),
+            },
+        },
+    };
+    let partitioner = match n.part_method {
+        PartitionerKind::Metis => Choice::Metis,
+        PartitionerKind::Random => Choice::Random,
+        PartitionerKind::File => Choice::File(n.assignment_dir.clone().unwrap_or_default()),
+    };
+    let threads = n
+        .partition_threads
+        .map(|t| t as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()));
+    dgl_partition::run::Config {
+        source,
+        out_dir: ws.join(names::DATASET_DIR),
+        graph_name: graph_name.to_string(),
+        num_parts,
+        partitioner,
+        balance_train: opts.job.balance_train.then(|| n.train_mask.clone()),
+        balance_edges: opts.job.balance_edges,
+        threads,
+        seed: n.partition_seed,
+        python: opts.runtime.python.clone(),
+    }
+}
+
 impl Options {
     pub fn stop_grace(&self) -> Duration {
         Duration::from_secs(self.runtime.stop_grace)
@@ -314,7 +444,7 @@ impl Options {
             Ok(())
         } else {
             Err(format!(
-                "partition mode {m} is not supported yet; use DGL-API (a partition script) or Skip (partitions already in the workspace)"
+                "partition mode {m} is not supported yet; use DGL-API (a partition script), ParMETIS (the native pipeline) or Skip (partitions already in the workspace)"
             ))
         }
     }
@@ -379,7 +509,7 @@ mod tests {
             "--index",
             "1",
             "--partition-mode",
-            "ParMETIS",
+            "DistParMETIS",
         ])
         .unwrap();
         let Some(Command::Worker(o)) = cli.command else {
@@ -387,7 +517,7 @@ mod tests {
         };
         assert_eq!(o.worker.index, Some(1));
         let e = o.check_mode().unwrap_err();
-        assert!(e.contains("ParMETIS is not supported yet"), "{e}");
+        assert!(e.contains("DistParMETIS is not supported yet"), "{e}");
         assert!(Cli::try_parse_from(["dglrun", "--partition-mode", "Metis"]).is_err());
     }
 

@@ -112,16 +112,27 @@ async fn run_partitioner(opts: &Options) -> anyhow::Result<()> {
     if opts.job.partition_mode == PartitionMode::Skip {
         bail!("partition mode Skip has no partitioner: the partitions must already be in each worker's workspace");
     }
+    let native = opts.job.partition_mode.is_native();
+    let entry_point = if native {
+        opts.job.partition_entry_point.clone()
+    } else {
+        Some(
+            required(
+                &opts.job.partition_entry_point,
+                "--partition-entry-point",
+                "partitioner",
+            )?
+            .clone(),
+        )
+    };
+    let graph_name = opts.graph_name().map_err(|e| anyhow!(e))?.to_string();
+    let num_parts = *required(&opts.job.num_partitions, "--num-partitions", "partitioner")?;
     let cfg = PartitionConfig {
         python: opts.runtime.python.clone(),
-        entry_point: required(
-            &opts.job.partition_entry_point,
-            "--partition-entry-point",
-            "partitioner",
-        )?
-        .clone(),
-        graph_name: opts.graph_name().map_err(|e| anyhow!(e))?.to_string(),
-        num_parts: *required(&opts.job.num_partitions, "--num-partitions", "partitioner")?,
+        entry_point,
+        native: native.then(|| cli::native_config(opts, &graph_name, num_parts)),
+        graph_name,
+        num_parts,
         balance_train: opts.job.balance_train,
         balance_edges: opts.job.balance_edges,
         workspace: opts.runtime.workspace.clone(),

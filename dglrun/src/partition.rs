@@ -1,13 +1,16 @@
-//! The partitioner (partition mode DGL-API): runs the user's partition
-//! script the way the earlier operator did, checks its output, builds the
-//! manifest and serves the shards until the launcher says the job is done.
+//! The partitioner. DGL-API mode runs the user's partition script the way
+//! the earlier operator did; ParMETIS mode runs the native pipeline
+//! (crate dgl-partition) on all the pod's cores, after an optional loader
+//! script that writes the chunked graph. Either way it then checks the
+//! output, builds the manifest and serves the shards until the launcher
+//! says the job is done.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{bail, Context};
-use dgl_api::names::DATASET_DIR;
+use dgl_api::names::{CHUNKED_DIR, DATASET_DIR};
 use dgl_api::wire::{AgentInfo, Request, Response};
 use dgl_api::ReplicaType;
 use tokio::net::TcpListener;
@@ -23,7 +26,9 @@ use crate::transfer::FileServer;
 #[derive(Debug, Clone)]
 pub struct PartitionConfig {
     pub python: String,
-    pub entry_point: String,
+    /// The partition script (DGL-API) or the loader that writes the chunked
+    /// graph (ParMETIS, optional).
+    pub entry_point: Option<String>,
     pub graph_name: String,
     pub num_parts: u32,
     pub balance_train: bool,
@@ -31,18 +36,27 @@ pub struct PartitionConfig {
     pub workspace: PathBuf,
     pub extra_args: Vec<String>,
     pub stop_grace: std::time::Duration,
+    /// The native pipeline's settings (ParMETIS mode); its output folder is
+    /// set from the workspace.
+    pub native: Option<dgl_partition::run::Config>,
 }
 
-/// The partition script's command line.
-pub fn partition_command(cfg: &PartitionConfig) -> ProcSpec {
+/// The partition script's command line. In the native mode the script is a
+/// loader whose `--rel_data_path` is the chunked graph's folder.
+pub fn partition_command(cfg: &PartitionConfig, entry_point: &str) -> ProcSpec {
+    let rel = if cfg.native.is_some() {
+        CHUNKED_DIR
+    } else {
+        DATASET_DIR
+    };
     let mut args = vec![
-        cfg.entry_point.clone(),
+        entry_point.to_string(),
         "--graph_name".into(),
         cfg.graph_name.clone(),
         "--workspace".into(),
         cfg.workspace.display().to_string(),
         "--rel_data_path".into(),
-        DATASET_DIR.into(),
+        rel.into(),
         "--num_parts".into(),
         cfg.num_parts.to_string(),
     ];
@@ -62,11 +76,61 @@ pub fn partition_command(cfg: &PartitionConfig) -> ProcSpec {
     }
 }
 
-/// Runs the partition script and checks its output; returns the file server
-/// for the result.
+/// Runs the partition script and/or the native pipeline and checks the
+/// output; returns the file server for the result.
 pub async fn partition(cfg: &PartitionConfig) -> anyhow::Result<FileServer> {
     std::fs::create_dir_all(&cfg.workspace)
         .with_context(|| format!("cannot create the workspace {}", cfg.workspace.display()))?;
+    if let Some(entry_point) = &cfg.entry_point {
+        run_script(cfg, entry_point).await?;
+    }
+    if let Some(native) = &cfg.native {
+        run_native(native.clone()).await?;
+    }
+    let layout = Layout::new(&cfg.workspace, &cfg.graph_name);
+    let info = layout
+        .check_all(cfg.num_parts)
+        .context("the partitioning finished but its output is not usable")?;
+    tracing::info!(
+        num_parts = info.num_parts,
+        files = info.referenced.len(),
+        "partition output checked"
+    );
+    let l = layout.clone();
+    let n = cfg.num_parts;
+    let manifest = tokio::task::spawn_blocking(move || l.build_manifest(n)).await??;
+    let bytes: u64 = manifest.files.iter().map(|f| f.size).sum();
+    tracing::info!(files = manifest.files.len(), bytes, "manifest ready");
+    Ok(FileServer::new(layout.dir, manifest))
+}
+
+/// Runs the native pipeline on a blocking thread; SIGTERM ends the wait (the
+/// process then exits, and the pipeline with it).
+async fn run_native(native: dgl_partition::run::Config) -> anyhow::Result<()> {
+    tracing::info!(
+        input = %native.source,
+        out = %native.out_dir.display(),
+        num_parts = native.num_parts,
+        partitioner = %native.partitioner,
+        threads = native.threads,
+        "native partition pipeline"
+    );
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let work = tokio::task::spawn_blocking(move || dgl_partition::run::run(&native));
+    let report = tokio::select! {
+        r = work => r.context("the partition pipeline panicked")??,
+        _ = sigterm.recv() => bail!("interrupted while partitioning"),
+        _ = sigint.recv() => bail!("interrupted while partitioning"),
+    };
+    for line in report.lines() {
+        tracing::info!("{line}");
+    }
+    Ok(())
+}
+
+/// Runs the user's script (partition script or loader) to its end.
+async fn run_script(cfg: &PartitionConfig, entry_point: &str) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::channel::<dgl_api::wire::OutputLine>(1024);
     let printer = tokio::spawn(async move {
         while let Some(l) = rx.recv().await {
@@ -77,7 +141,7 @@ pub async fn partition(cfg: &PartitionConfig) -> anyhow::Result<FileServer> {
     // behind is re-parented to us and killed with the rest.
     crate::procs::become_subreaper();
     let mut sup = Supervisor::new(tx);
-    let spec = partition_command(cfg);
+    let spec = partition_command(cfg, entry_point);
     sup.spawn(&spec)?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -92,27 +156,11 @@ pub async fn partition(cfg: &PartitionConfig) -> anyhow::Result<FileServer> {
     match exit {
         None => bail!("interrupted while partitioning; the partition script was stopped"),
         Some(e) if !e.success() => bail!(
-            "the partition entry point {} exited with {e} (command: {})",
-            cfg.entry_point,
+            "the partition entry point {entry_point} exited with {e} (command: {})",
             spec.display()
         ),
-        Some(_) => {}
+        Some(_) => Ok(()),
     }
-    let layout = Layout::new(&cfg.workspace, &cfg.graph_name);
-    let info = layout
-        .check_all(cfg.num_parts)
-        .context("the partition script exited 0 but its output is not usable")?;
-    tracing::info!(
-        num_parts = info.num_parts,
-        files = info.referenced.len(),
-        "partition output checked"
-    );
-    let l = layout.clone();
-    let n = cfg.num_parts;
-    let manifest = tokio::task::spawn_blocking(move || l.build_manifest(n)).await??;
-    let bytes: u64 = manifest.files.iter().map(|f| f.size).sum();
-    tracing::info!(files = manifest.files.len(), bytes, "manifest ready");
-    Ok(FileServer::new(layout.dir, manifest))
 }
 
 /// Serves the shards until a `Shutdown` arrives (exit 0) or SIGTERM (also
@@ -218,7 +266,7 @@ mod tests {
     fn command_line_matches_the_earlier_operator() {
         let cfg = PartitionConfig {
             python: "python3".into(),
-            entry_point: "code/part.py".into(),
+            entry_point: Some("code/part.py".into()),
             graph_name: "g".into(),
             num_parts: 2,
             balance_train: true,
@@ -226,8 +274,9 @@ mod tests {
             workspace: "/dgl_workspace".into(),
             extra_args: vec!["--num_nodes".into(), "100".into()],
             stop_grace: std::time::Duration::from_secs(1),
+            native: None,
         };
-        let c = partition_command(&cfg);
+        let c = partition_command(&cfg, "code/part.py");
         assert_eq!(c.program, "python3");
         assert_eq!(
             c.args.join(" "),

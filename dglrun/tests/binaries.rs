@@ -274,9 +274,9 @@ fn the_partition_check_names_what_is_missing() {
 }
 
 #[test]
-fn parmetis_modes_are_refused() {
+fn distparmetis_mode_is_refused() {
     let env = Env::new();
-    for mode in ["ParMETIS", "DistParMETIS"] {
+    for mode in ["DistParMETIS"] {
         let o = run(&env.partition("w", &["--partition-mode", mode]));
         assert!(!o.status.success());
         assert!(

@@ -87,6 +87,13 @@ def parse_args(argv=None):
                    help="partitioning algorithm")
     p.add_argument("--num_hops", type=positive_int, default=1,
                    help="number of HALO hops stored with each partition")
+    p.add_argument("--output_format", choices=["partitions", "chunked"], default="partitions",
+                   help="partitions: partition with dgl.distributed.partition_graph (partition "
+                        "mode DGL-API); chunked: only write the graph in DGL's chunked format "
+                        "(metadata.json) for dglrun's native pipeline (partition modes ParMETIS "
+                        "and DistParMETIS)")
+    p.add_argument("--num_chunks", type=positive_int, default=2,
+                   help="chunks per node/edge type with --output_format chunked")
     args = p.parse_args(argv)
 
     if args.train_frac + args.val_frac > 1.0:
@@ -155,6 +162,48 @@ def make_graph(args):
     return g
 
 
+def write_chunked(g, out_path, graph_name, num_chunks):
+    """Write g in DGL's chunked graph format: metadata.json, edges as
+    space-separated text (`src dst` per line), node data as .npy, each split
+    into num_chunks files. Paths in metadata.json are relative to it."""
+    import numpy as np
+
+    n, m = g.num_nodes(), g.num_edges()
+    node_chunks = np.array_split(np.arange(n), num_chunks)
+    edge_chunks = np.array_split(np.arange(m), num_chunks)
+    src, dst = (t.numpy() for t in g.edges())
+    os.makedirs(os.path.join(out_path, "edges"), exist_ok=True)
+    os.makedirs(os.path.join(out_path, "node_data"), exist_ok=True)
+    edge_files = []
+    for i, ids in enumerate(edge_chunks):
+        rel = f"edges/_N:_E:_N-{i}.txt"
+        np.savetxt(os.path.join(out_path, rel), np.stack([src[ids], dst[ids]], axis=1),
+                   fmt="%d", delimiter=" ")
+        edge_files.append(rel)
+    node_data = {}
+    for name, tensor in g.ndata.items():
+        array = tensor.numpy()
+        files = []
+        for i, ids in enumerate(node_chunks):
+            rel = f"node_data/{name}-{i}.npy"
+            np.save(os.path.join(out_path, rel), array[ids])
+            files.append(rel)
+        node_data[name] = {"format": {"name": "numpy"}, "data": files}
+    metadata = {
+        "graph_name": graph_name,
+        "node_type": ["_N"],
+        "num_nodes_per_chunk": [[len(c) for c in node_chunks]],
+        "edge_type": ["_N:_E:_N"],
+        "num_edges_per_chunk": [[len(c) for c in edge_chunks]],
+        "edges": {"_N:_E:_N": {"format": {"name": "csv", "delimiter": " "}, "data": edge_files}},
+        "node_data": {"_N": node_data},
+        "edge_data": {},
+    }
+    with open(os.path.join(out_path, "metadata.json"), "w") as f:
+        json.dump(metadata, f, indent=1)
+    return os.path.join(out_path, "metadata.json")
+
+
 def main(argv=None):
     args = parse_args(argv)
     out_path = os.path.join(args.workspace, args.rel_data_path)
@@ -173,6 +222,11 @@ def main(argv=None):
     print(f"generated graph {args.graph_name}: nodes={g.num_nodes()} edges={g.num_edges()} "
           f"classes={args.num_classes} feat_dim={args.feat_dim} "
           f"train={int(g.ndata['train_mask'].sum())} seconds={t_gen:.2f}", flush=True)
+
+    if args.output_format == "chunked":
+        path = write_chunked(g, out_path, args.graph_name, args.num_chunks)
+        print(f"wrote the chunked graph {path} ({args.num_chunks} chunks per type)", flush=True)
+        return 0
 
     # METIS and DGL's reshuffling draw from DGL's/torch's/numpy's global RNGs;
     # seed them all so equal arguments give byte-identical partitions.

@@ -318,7 +318,7 @@ pub fn plan_gated(
             JobPhase::Failed,
             "UnsupportedPartitionMode",
             &format!(
-                "spec.partitionMode: {} is not supported yet; use DGL-API or Skip",
+                "spec.partitionMode: {} is not supported yet; use DGL-API, ParMETIS or Skip",
                 spec.partition_mode
             ),
         );
@@ -1004,7 +1004,7 @@ mod tests {
 
     #[test]
     fn unsupported_modes_fail_with_the_field_named() {
-        for mode in [PartitionMode::ParMetis, PartitionMode::DistParMetis] {
+        for mode in [PartitionMode::DistParMetis] {
             let mut j = job();
             j.spec.partition_mode = mode;
             let p = step(&mut j, &[], t(0));

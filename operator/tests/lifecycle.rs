@@ -543,13 +543,13 @@ async fn deleting_the_job_collects_every_child() {
 async fn unsupported_partition_mode_is_refused_clearly() {
     let env = Env::new("op-mode").await;
     env.create_job("pm", |j| {
-        j.spec.partition_mode = PartitionMode::ParMetis;
+        j.spec.partition_mode = PartitionMode::DistParMetis;
     })
     .await;
     let job = env.wait_phase("pm", JobPhase::Failed).await;
     let c = Env::condition(&job, JobPhase::Failed).unwrap();
     assert_eq!(c.reason, "UnsupportedPartitionMode");
-    assert!(c.message.contains("ParMETIS is not supported yet"));
+    assert!(c.message.contains("DistParMETIS is not supported yet"));
     assert!(env.pod_names().await.is_empty());
     let _ = ReplicaType::Worker;
 }

@@ -21,6 +21,7 @@ pub mod model;
 pub mod output;
 pub mod pipeline;
 pub mod rmat;
+pub mod run;
 pub mod shuffle;
 
 pub use error::{Error, Result};

@@ -56,7 +56,10 @@ const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
     long_about = "Benchmarks on a local control plane with kwok fake nodes.\n\n\
     `scale` creates N DGLJobs of W workers and measures how fast the operator creates \
     their pods and finishes them, its CPU and memory, and the API requests it makes. \
-    Needs the cached Kubernetes and kwok binaries (`cargo xtask cluster build`)."
+    Needs the cached Kubernetes and kwok binaries (`cargo xtask cluster build`).\n\n\
+    `partition` runs dglrun's native partition pipeline and DGL's partition_graph on the \
+    same R-MAT graph (default 1 M nodes / 10 M raw edges, 64 features, 4 parts) and \
+    prints wall time, peak memory, edge cut and balance side by side."
 )]
 pub struct Args {
     #[command(subcommand)]
@@ -67,6 +70,9 @@ pub struct Args {
 enum Cmd {
     /// N jobs x W workers; prints one markdown table row (and details).
     Scale(ScaleArgs),
+    /// dglrun's native partition pipeline vs dgl.distributed.partition_graph
+    /// on the same R-MAT graph: wall time, peak memory, edge cut, balance.
+    Partition(crate::bench_partition::PartitionArgs),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -135,6 +141,7 @@ struct ScaleArgs {
 pub fn run(args: Args) -> Result<()> {
     match args.cmd {
         Cmd::Scale(a) => scale(a),
+        Cmd::Partition(a) => crate::bench_partition::run(a),
     }
 }
 

@@ -18,6 +18,12 @@
 //!      It must reach Failed with a message naming the pod and exit code, an
 //!      Event saying so, and cleanPodPolicy Running must leave no running
 //!      pod. Then the job is deleted and every child must go.
+//!    - `parmetis`: `examples/parmetis/dgljob.yaml` as written: the loader
+//!      writes DGL's chunked format, the partitioner pod runs the native
+//!      pipeline (METIS, balanced train nodes and edges) and ships the
+//!      shards; the job must reach Succeeded with every worker's loss
+//!      falling, and the partitioner's log must report the pipeline's stages
+//!      and edge cut. Then the job is deleted and every child must go.
 //!
 //! On a failure, the job's status, its pods, Events and the operator's and
 //! pods' logs are printed before the cluster is stopped.
@@ -48,8 +54,10 @@ pub const OPERATOR_NAMESPACE: &str = "dgl-operator-system";
 pub const DEFAULT_CLUSTER: &str = "e2e";
 /// Field manager of what this tool applies.
 const MANAGER: &str = "xtask-e2e";
-/// The example every scenario runs.
+/// The example the train and fail scenarios run.
 pub const EXAMPLE: &str = "examples/graphsage/dgljob.yaml";
+/// The example of partition mode ParMETIS.
+pub const EXAMPLE_PARMETIS: &str = "examples/parmetis/dgljob.yaml";
 /// How long one GraphSAGE job may take from apply to a final phase.
 const JOB_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -59,6 +67,8 @@ pub enum Scenario {
     Train,
     /// A trainer exits 3: Failed naming the pod, cleanPodPolicy applied; then delete it.
     Fail,
+    /// The ParMETIS example (native pipeline in the partitioner pod) trains to Succeeded; then delete it.
+    Parmetis,
 }
 
 #[derive(clap::Args)]
@@ -120,7 +130,7 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let scenarios = if args.only.is_empty() {
-        vec![Scenario::Train, Scenario::Fail]
+        vec![Scenario::Train, Scenario::Fail, Scenario::Parmetis]
     } else {
         let mut s = args.only.clone();
         s.sort();
@@ -135,6 +145,7 @@ pub fn run(args: Args) -> Result<()> {
             match s {
                 Scenario::Train => train(&stack.client).await,
                 Scenario::Fail => fail(&stack.client).await,
+                Scenario::Parmetis => parmetis(&stack.client).await,
             }
         });
         done(t);
@@ -307,9 +318,14 @@ async fn wait_operator_ready(client: &Client, timeout: Duration) -> Result<Strin
     }
 }
 
-/// The example job, named `name`, in `ns`.
+/// The example job, named `name`.
 pub fn example_job(name: &str) -> Result<DGLJob> {
-    let path = repo_root().join(EXAMPLE);
+    example_job_at(EXAMPLE, name)
+}
+
+/// The job of the example file `example` (relative to the repository), named `name`.
+pub fn example_job_at(example: &str, name: &str) -> Result<DGLJob> {
+    let path = repo_root().join(example);
     let yaml =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
     let mut job: DGLJob =
@@ -672,6 +688,67 @@ async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
         total.as_secs_f64(),
         operator_gap.as_secs_f64(),
         pods_then,
+        deleted_in.as_secs_f64()
+    ))
+}
+
+/// The ParMETIS example: the native pipeline partitions, the job trains to
+/// Succeeded with falling losses, the partitioner's log has the pipeline's
+/// report, and deleting the job removes every child.
+async fn parmetis(client: &Client) -> Result<String> {
+    let job = "graphsage-parmetis";
+    in_namespace(client, "e2e-parmetis", job, |ns| async move {
+        parmetis_in(client, &ns, job).await
+    })
+    .await
+}
+
+async fn parmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
+    let job = example_job_at(EXAMPLE_PARMETIS, name)?;
+    println!("    kubectl apply -f {EXAMPLE_PARMETIS} -n {ns}   (through kube-rs)");
+    let applied = Instant::now();
+    apply_job(client, ns, &job).await?;
+    let done = follow(
+        client,
+        ns,
+        name,
+        JOB_TIMEOUT,
+        |p| p.is_some_and(JobPhase::is_terminal),
+        |_, _, _| {},
+    )
+    .await?;
+    let total = applied.elapsed();
+    if phase(&done) != Some(JobPhase::Succeeded) {
+        bail!(
+            "DGLJob {ns}/{name} ended {:?}: {:?}",
+            phase(&done),
+            condition_message(&done, JobPhase::Failed)
+        );
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pname = dgl_api::names::partitioner_name(name);
+    let plog = pods
+        .logs(&pname, &LogParams::default())
+        .await
+        .with_context(|| format!("reading the log of pod {ns}/{pname}"))?;
+    let cut = plog
+        .lines()
+        .find(|l| l.contains("edge cut"))
+        .with_context(|| format!("the partitioner's log has no edge cut line:\n{plog}"))?;
+    ensure!(
+        plog.contains("native partition pipeline") && plog.contains("stage assign"),
+        "the partitioner did not run the native pipeline:\n{plog}"
+    );
+    let losses = losses_by_worker(&launcher_log(client, ns, name).await?);
+    check_losses_fall(&losses, 2)?;
+    for (w, l) in &losses {
+        println!("    {w}: loss by epoch {l:?}");
+    }
+    let deleted_in = delete_and_check_children(client, ns, name).await?;
+    Ok(format!(
+        "Succeeded {:.0}s after apply; partitioner: {}; children deleted in {:.1}s",
+        total.as_secs_f64(),
+        cut.trim(),
         deleted_in.as_secs_f64()
     ))
 }

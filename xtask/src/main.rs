@@ -2,6 +2,7 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod bench_partition;
 mod bench_shards;
 mod cluster;
 mod demo;

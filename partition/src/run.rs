@@ -1,0 +1,183 @@
+//! The whole pipeline from files to partitions, as `dglrun` runs it in
+//! partition mode ParMETIS: read → symmetric adjacency → assignment (also
+//! written in DGL's own format) → ownership, ids and per-partition arrays →
+//! DGL partitions. Each stage is timed for the report.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::assign::{self, Assignment, Partitioner, Request};
+use crate::input::{self, Source};
+use crate::{csr, pipeline, Error, Result};
+
+/// Folder below the output that holds the assignment in DGL's format
+/// (`<ntype>.txt` + `partition_meta.json`), so DGL's tools can reuse it.
+pub const ASSIGNMENT_DIR: &str = "partition_assignment";
+
+/// Which partitioner assigns the nodes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    Metis,
+    Random,
+    /// A user's assignment in DGL's format, in this folder.
+    File(PathBuf),
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Choice::Metis => f.write_str("metis"),
+            Choice::Random => f.write_str("random"),
+            Choice::File(dir) => write!(f, "file {}", dir.display()),
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Chunked { metadata } => write!(f, "chunked {}", metadata.display()),
+            Source::Text(t) => {
+                write!(f, "text {} + {}", t.nodes.display(), t.edges.display())
+            }
+        }
+    }
+}
+
+/// Everything the pipeline needs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub source: Source,
+    /// Where `<graph>.json` and `part<i>/` go.
+    pub out_dir: PathBuf,
+    pub graph_name: String,
+    pub num_parts: u32,
+    pub partitioner: Choice,
+    /// The node feature marking training nodes, when they are balanced.
+    pub balance_train: Option<String>,
+    pub balance_edges: bool,
+    pub threads: usize,
+    pub seed: u64,
+    /// The Python with DGL that writes graph.dgl.
+    pub python: String,
+}
+
+/// What happened, for the log and the benchmark.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub stages: Vec<(&'static str, Duration)>,
+    pub num_nodes: u64,
+    pub num_edges: u64,
+    pub quality: Option<assign::Quality>,
+    pub summary: Option<pipeline::Summary>,
+}
+
+impl Report {
+    fn timed<T>(&mut self, stage: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let t = Instant::now();
+        let out = f()?;
+        self.stages.push((stage, t.elapsed()));
+        Ok(out)
+    }
+
+    /// One line per stage, then the totals and the partition quality.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .stages
+            .iter()
+            .map(|(s, d)| format!("stage {s}: {:.2}s", d.as_secs_f64()))
+            .collect();
+        let total: Duration = self.stages.iter().map(|(_, d)| *d).sum();
+        out.push(format!(
+            "{} nodes, {} edges partitioned in {:.2}s",
+            self.num_nodes,
+            self.num_edges,
+            total.as_secs_f64()
+        ));
+        if let Some(q) = &self.quality {
+            out.push(format!("{q}"));
+        }
+        if let Some(s) = &self.summary {
+            for p in &s.parts {
+                out.push(format!(
+                    "part {}: {} inner nodes, {} halo nodes, {} edges, {} bytes",
+                    p.part, p.inner_nodes, p.halo_nodes, p.edges, p.bytes
+                ));
+            }
+            out.push(format!(
+                "wrote {} ({} bytes)",
+                s.json.display(),
+                s.bytes_written
+            ));
+        }
+        out
+    }
+}
+
+/// Runs every stage on `cfg.threads` threads.
+pub fn run(cfg: &Config) -> Result<Report> {
+    if cfg.num_parts == 0 {
+        return Err(Error::Config("num_parts must be at least 1".into()));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(cfg.threads.max(1))
+        .build()
+        .map_err(|e| Error::Stage {
+            stage: "threads",
+            message: e.to_string(),
+        })?;
+    pool.install(|| run_stages(cfg))
+}
+
+fn run_stages(cfg: &Config) -> Result<Report> {
+    let mut report = Report::default();
+    let graph = report.timed("read", || input::read(&cfg.source, cfg.threads))?;
+    report.num_nodes = graph.num_nodes();
+    report.num_edges = graph.num_edges();
+    let adjacency = report.timed("adjacency", || Ok(csr::symmetric(&graph, cfg.threads)))?;
+    let req = Request {
+        graph: &graph,
+        csr: &adjacency,
+        num_parts: cfg.num_parts,
+        balance_train: cfg.balance_train.as_deref(),
+        balance_edges: cfg.balance_edges,
+        threads: cfg.threads,
+        seed: cfg.seed,
+    };
+    let assignment = report.timed("assign", || partitioner(&cfg.partitioner).assign(&req))?;
+    report.quality = Some(req.quality(&assignment)?);
+    drop(adjacency);
+    report.timed("write assignment", || {
+        write_assignment(cfg, &graph, &assignment)
+    })?;
+    let out = pipeline::OutputConfig {
+        out_dir: cfg.out_dir.clone(),
+        graph_name: cfg.graph_name.clone(),
+        python: cfg.python.clone().into(),
+        threads: cfg.threads,
+        save_orig_ids: true,
+    };
+    let summary = report.timed("shuffle and write", || {
+        pipeline::write_partitions(&graph, &assignment, &out)
+    })?;
+    report.summary = Some(summary);
+    Ok(report)
+}
+
+fn partitioner(choice: &Choice) -> Box<dyn Partitioner> {
+    match choice {
+        Choice::Metis => Box::new(assign::Metis::default()),
+        Choice::Random => Box::new(assign::Random),
+        Choice::File(dir) => Box::new(assign::FromFiles::new(dir.clone())),
+    }
+}
+
+fn write_assignment(
+    cfg: &Config,
+    graph: &crate::model::InputGraph,
+    assignment: &Assignment,
+) -> Result<()> {
+    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| Error::io(&cfg.out_dir, e))?;
+    assign::write_files(assignment, graph, &cfg.out_dir.join(ASSIGNMENT_DIR))
+}

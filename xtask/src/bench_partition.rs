@@ -1,0 +1,424 @@
+//! `cargo xtask bench partition`: dglrun's native partition pipeline against
+//! `dgl.distributed.partition_graph`, on the same R-MAT graph, in one run.
+//!
+//! The graph (R-MAT, made undirected with `dgl.to_bidirected`, float32
+//! features, a 60 % train mask) is generated once per size by
+//! `bench/partition_bench.py` in the DGL venv and cached: as `graph.dgl` for
+//! DGL and in DGL's chunked format for the pipeline. Then, one after the
+//! other on the same machine:
+//! - DGL: `partition_graph(METIS, balance_ntypes=train_mask,
+//!   balance_edges=True)`, timed around that call (loading graph.dgl is not
+//!   counted);
+//! - dglrun, partition mode ParMETIS (`dglrun partition --no-serve`, release
+//!   build, every core): reading the chunked files, adjacency, METIS with the
+//!   same constraints, shuffle, features and graph.dgl, all counted.
+//! Each is a process tree whose resident memory is sampled every 20 ms
+//! (peak of the sum over the tree). The edge cut and balance of both outputs
+//! are then counted by the same script from the written partitions.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use crate::test::{repo_root, run_cmd};
+
+const SCRIPT: &str = include_str!("bench/partition_bench.py");
+
+#[derive(clap::Args, Clone)]
+pub struct PartitionArgs {
+    /// Nodes of the R-MAT graph.
+    #[arg(long, default_value_t = 1_000_000)]
+    nodes: u64,
+    /// Raw R-MAT edges before making the graph undirected.
+    #[arg(long, default_value_t = 10_000_000)]
+    edges: u64,
+    /// float32 features per node.
+    #[arg(long, default_value_t = 64)]
+    feat: u32,
+    /// Partitions.
+    #[arg(long, default_value_t = 4)]
+    parts: u32,
+    /// Skip DGL's partition_graph (e.g. where its memory is the wall).
+    #[arg(long)]
+    skip_dgl: bool,
+    /// Give up on a tool after this many seconds (reported as such).
+    #[arg(long, default_value_t = 3600)]
+    timeout: u64,
+    /// Where the graph and the outputs go [default: <cache>/bench-partition].
+    #[arg(long)]
+    work_dir: Option<PathBuf>,
+    /// Append the figures as one JSON line to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// One tool's run.
+struct Measured {
+    tool: &'static str,
+    wall: Duration,
+    peak_rss: u64,
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+pub fn run(args: PartitionArgs) -> Result<()> {
+    let python = crate::pyenv::ensure_venv(&repo_root())?;
+    let dglrun = build_dglrun()?;
+    let work = match &args.work_dir {
+        Some(w) => w.clone(),
+        None => localkube::cache_dir()?.join("bench-partition"),
+    };
+    let graph_dir = work.join(format!("rmat-{}-{}-{}", args.nodes, args.edges, args.feat));
+    let script = work.join("partition_bench.py");
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    std::fs::write(&script, SCRIPT).with_context(|| format!("writing {}", script.display()))?;
+    ensure_graph(&python, &script, &graph_dir, &args)?;
+    let mut rows = Vec::new();
+    if !args.skip_dgl {
+        rows.push(run_dgl(&python, &script, &graph_dir, &work, &args)?);
+    }
+    rows.push(run_native(
+        &dglrun, &python, &script, &graph_dir, &work, &args,
+    )?);
+    print_table(&args, &rows);
+    if let Some(path) = &args.json {
+        append_json(path, &args, &rows)?;
+    }
+    Ok(())
+}
+
+fn build_dglrun() -> Result<PathBuf> {
+    eprintln!("==> building dglrun (release)");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    run_cmd(Command::new(&cargo).args(["build", "--release", "-q", "-p", "dglrun"]))?;
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    Ok(target.join("release/dglrun"))
+}
+
+/// Generates the graph once per size (a stamp marks a complete one).
+fn ensure_graph(python: &Path, script: &Path, dir: &Path, args: &PartitionArgs) -> Result<()> {
+    let stamp = dir.join("complete");
+    if stamp.is_file() {
+        eprintln!("==> reusing the graph in {}", dir.display());
+        return Ok(());
+    }
+    eprintln!("==> generating the R-MAT graph in {}", dir.display());
+    let _ = std::fs::remove_dir_all(dir);
+    run_cmd(Command::new(python).arg(script).args([
+        "gen",
+        "--nodes",
+        &args.nodes.to_string(),
+        "--edges",
+        &args.edges.to_string(),
+        "--feat",
+        &args.feat.to_string(),
+        "--out",
+        &dir.display().to_string(),
+    ]))?;
+    std::fs::write(&stamp, b"").with_context(|| format!("writing {}", stamp.display()))
+}
+
+fn run_dgl(
+    python: &Path,
+    script: &Path,
+    graph: &Path,
+    work: &Path,
+    args: &PartitionArgs,
+) -> Result<Row> {
+    let out = work.join("out-dgl");
+    let _ = std::fs::remove_dir_all(&out);
+    eprintln!("==> DGL partition_graph (METIS, balance train nodes + edges)");
+    let mut cmd = Command::new(python);
+    cmd.arg(script)
+        .args(["dgl", "--parts", &args.parts.to_string()]);
+    cmd.arg("--graph")
+        .arg(graph.join("graph.dgl"))
+        .arg("--out")
+        .arg(&out);
+    let m = measure("dgl.distributed.partition_graph", &mut cmd, args.timeout)?;
+    let call = last_json(&m.stdout).and_then(|v| v["seconds"].as_f64());
+    let quality =
+        m.ok.then(|| evaluate(python, script, &out.join("rmat.json"), graph))
+            .transpose()?;
+    Ok(Row {
+        m,
+        inner_seconds: call,
+        quality,
+        stages: Vec::new(),
+    })
+}
+
+fn run_native(
+    dglrun: &Path,
+    python: &Path,
+    script: &Path,
+    graph: &Path,
+    work: &Path,
+    args: &PartitionArgs,
+) -> Result<Row> {
+    let ws = work.join("ws-native");
+    let _ = std::fs::remove_dir_all(&ws);
+    eprintln!("==> dglrun partition --partition-mode ParMETIS (native pipeline)");
+    let mut cmd = Command::new(dglrun);
+    cmd.args([
+        "partition",
+        "--partition-mode",
+        "ParMETIS",
+        "--no-serve",
+        "--graph-name",
+        "rmat",
+    ])
+    .args([
+        "--num-partitions",
+        &args.parts.to_string(),
+        "--balance-train",
+        "--balance-edges",
+    ])
+    .arg("--partition-input")
+    .arg(graph.join("chunked/metadata.json"))
+    .arg("--workspace")
+    .arg(&ws)
+    .arg("--python")
+    .arg(python)
+    .env("RUST_LOG", "info");
+    let m = measure("dglrun ParMETIS (native)", &mut cmd, args.timeout)?;
+    let config = ws.join("dataset/rmat.json");
+    let quality =
+        m.ok.then(|| evaluate(python, script, &config, graph))
+            .transpose()?;
+    let stages = m
+        .stderr
+        .lines()
+        .filter_map(|l| l.split_once("stage ").map(|(_, s)| s.trim().to_string()))
+        .collect();
+    Ok(Row {
+        m,
+        inner_seconds: None,
+        quality,
+        stages,
+    })
+}
+
+struct Row {
+    m: Measured,
+    /// DGL: the partition_graph call alone.
+    inner_seconds: Option<f64>,
+    quality: Option<Value>,
+    stages: Vec<String>,
+}
+
+fn evaluate(python: &Path, script: &Path, config: &Path, graph: &Path) -> Result<Value> {
+    let out = Command::new(python)
+        .arg(script)
+        .arg("eval")
+        .arg("--config")
+        .arg(config)
+        .arg("--graph")
+        .arg(graph.join("graph.dgl"))
+        .stderr(Stdio::inherit())
+        .output()
+        .context("running the evaluation script")?;
+    if !out.status.success() {
+        bail!("evaluating {} failed ({})", config.display(), out.status);
+    }
+    last_json(&String::from_utf8_lossy(&out.stdout))
+        .with_context(|| format!("no JSON from the evaluation of {}", config.display()))
+}
+
+fn last_json(text: &str) -> Option<Value> {
+    text.lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+}
+
+/// Runs `cmd` to its end (or the timeout), sampling the resident memory of
+/// its whole process tree.
+fn measure(tool: &'static str, cmd: &mut Command, timeout: u64) -> Result<Measured> {
+    let started = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {tool}"))?;
+    let pid = child.id();
+    let peak = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (peak, stop) = (peak.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                peak.fetch_max(tree_rss(pid), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let mut stdout = child.stdout.take().context("stdout")?;
+    let mut stderr = child.stderr.take().context("stderr")?;
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break Some(s);
+        }
+        if started.elapsed() > Duration::from_secs(timeout) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let wall = started.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let _ = sampler.join();
+    let stdout = out_reader.join().unwrap_or_default();
+    let stderr = err_reader.join().unwrap_or_default();
+    let ok = status.is_some_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "{tool} did not finish ({status:?}); its stderr ends:\n{}",
+            tail(&stderr, 30)
+        );
+    }
+    Ok(Measured {
+        tool,
+        wall,
+        peak_rss: peak.load(Ordering::Relaxed),
+        ok,
+        stdout,
+        stderr,
+    })
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Sum of VmRSS (bytes) of `root` and every descendant.
+fn tree_rss(root: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut parent = std::collections::HashMap::new();
+    let mut rss = std::collections::HashMap::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
+            continue;
+        };
+        for line in status.lines() {
+            if let Some(v) = line.strip_prefix("PPid:") {
+                parent.insert(pid, v.trim().parse::<u32>().unwrap_or(0));
+            } else if let Some(v) = line.strip_prefix("VmRSS:") {
+                let kb = v
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap_or(0);
+                rss.insert(pid, kb * 1024);
+            }
+        }
+    }
+    let in_tree = |mut p: u32| {
+        for _ in 0..64 {
+            if p == root {
+                return true;
+            }
+            match parent.get(&p) {
+                Some(&q) if q != 0 => p = q,
+                _ => return false,
+            }
+        }
+        false
+    };
+    rss.iter()
+        .filter(|(p, _)| in_tree(**p))
+        .map(|(_, r)| r)
+        .sum()
+}
+
+fn print_table(args: &PartitionArgs, rows: &[Row]) {
+    println!(
+        "\nR-MAT {} nodes, {} raw edges, {} float32 features, {} parts; {} CPUs, load {}",
+        args.nodes,
+        args.edges,
+        args.feat,
+        args.parts,
+        std::thread::available_parallelism().map_or(1, |p| p.get()),
+        load_average()
+    );
+    println!("| tool | wall s | peak RSS (tree) | edge cut | balance nodes / train / edges |");
+    println!("|---|---|---|---|---|");
+    for r in rows {
+        let q = r.quality.as_ref();
+        let f = |k: &str| {
+            q.and_then(|q| q.get(k))
+                .map_or("-".into(), |v| v.to_string())
+        };
+        let wall = if r.m.ok {
+            format!("{:.1}", r.m.wall.as_secs_f64())
+        } else {
+            format!("did not finish ({:.0} s)", r.m.wall.as_secs_f64())
+        };
+        let inner = r
+            .inner_seconds
+            .map_or(String::new(), |s| format!(" (call {s:.1})"));
+        println!(
+            "| {} | {wall}{inner} | {:.2} GiB | {} | {} / {} / {} |",
+            r.m.tool,
+            r.m.peak_rss as f64 / (1u64 << 30) as f64,
+            f("edge_cut"),
+            f("balance_nodes"),
+            f("balance_train"),
+            f("balance_edges")
+        );
+        for s in &r.stages {
+            println!("|   stage {s} | | | | |");
+        }
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn append_json(path: &Path, args: &PartitionArgs, rows: &[Row]) -> Result<()> {
+    use std::io::Write;
+    let line = serde_json::json!({
+        "nodes": args.nodes, "edges": args.edges, "feat": args.feat, "parts": args.parts,
+        "load": load_average(),
+        "rows": rows.iter().map(|r| serde_json::json!({
+            "tool": r.m.tool, "ok": r.m.ok, "wall_s": r.m.wall.as_secs_f64(),
+            "call_s": r.inner_seconds, "peak_rss": r.m.peak_rss, "quality": r.quality,
+            "stages": r.stages,
+        })).collect::<Vec<_>>(),
+    });
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    writeln!(f, "{line}").with_context(|| format!("writing {}", path.display()))
+}

@@ -29,7 +29,7 @@ fn main() -> ExitCode {
         Some(Command::Worker(o)) => (Role::Worker, o, None),
         Some(Command::Probe(p)) => (Role::Probe, p.opts.clone(), Some(p)),
         None => {
-            let env = std::env::var(names::ENV_PHASE).ok();
+            let env = std::env::var(names::ENV_ROLE).ok();
             match cli::role_from_env(env.as_deref()) {
                 Ok(r) => (r, cli.opts, None),
                 Err(e) => {

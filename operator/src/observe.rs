@@ -31,8 +31,9 @@ pub struct ObservedPod {
     pub name: String,
     pub role: ReplicaType,
     pub index: i32,
-    /// Which run of the job created it (see `DGLJobStatus::restart_count`).
-    pub run: i32,
+    /// The restart epoch of the run that created it: `status.restartCount`
+    /// when it was created, from its `dgloperator.io/run` label.
+    pub epoch: i32,
     pub state: PodState,
     pub ip: Option<String>,
 }
@@ -47,7 +48,7 @@ impl ObservedPod {
             .get(LABEL_REPLICA_INDEX)
             .and_then(|i| i.parse().ok())
             .unwrap_or(0);
-        let run = labels
+        let epoch = labels
             .get(LABEL_RUN)
             .and_then(|i| i.parse().ok())
             .unwrap_or(0);
@@ -59,7 +60,7 @@ impl ObservedPod {
             name: pod.name_any(),
             role,
             index,
-            run,
+            epoch,
             state: pod_state(pod),
             ip,
         })
@@ -190,7 +191,7 @@ mod tests {
         let p = ObservedPod::from_pod(&base(json!({"phase": "Running", "podIP": "10.0.0.5",
             "conditions": [{"type": "Ready", "status": "True"}]})))
         .unwrap();
-        assert_eq!((p.role, p.index, p.run), (ReplicaType::Worker, 1, 2));
+        assert_eq!((p.role, p.index, p.epoch), (ReplicaType::Worker, 1, 2));
         assert!(p.is_ready());
         assert_eq!(p.ip.as_deref(), Some("10.0.0.5"));
 

@@ -12,9 +12,10 @@ use crate::Error;
 /// What the watched pods must reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
-    /// Every pod has the `Ready` condition `True` (the proposal's workers).
+    /// Every pod has the `Ready` condition `True` (the launcher waits so for
+    /// the workers; docs/runtime-design.md).
     Ready,
-    /// Every pod is in phase `Succeeded` (the proposal's partitioner).
+    /// Every pod is in phase `Succeeded` (a partitioner that exits when done).
     Finished,
 }
 

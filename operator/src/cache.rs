@@ -28,7 +28,7 @@ use dgl_api::names::LABEL_JOB_NAME;
 use dgl_api::DGLJob;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, PartialObjectMeta};
@@ -99,13 +99,52 @@ impl Readiness {
 }
 
 /// A Pod as the operator reads it: metadata without managed fields or
-/// annotations, and the status. The spec is never decoded.
+/// annotations, the status, and of the spec only the names of native
+/// sidecars (which tell a failed container from a restarting sidecar:
+/// `dgl_api::pods::failed_container`).
 #[derive(Clone, Debug, Deserialize)]
 pub struct SlimPod {
     #[serde(deserialize_with = "slim_meta")]
     pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "slim_spec")]
+    pub spec: Option<PodSpec>,
     #[serde(default)]
     pub status: Option<PodStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimSpec {
+    #[serde(default)]
+    init_containers: Vec<SlimContainer>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimContainer {
+    name: String,
+    restart_policy: Option<String>,
+}
+
+/// Keeps the sidecars (init containers with `restartPolicy: Always`) only.
+fn slim_spec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PodSpec>, D::Error> {
+    let Some(spec) = Option::<SlimSpec>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let sidecars: Vec<Container> = spec
+        .init_containers
+        .into_iter()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .map(|c| Container {
+            name: c.name,
+            restart_policy: c.restart_policy,
+            ..Default::default()
+        })
+        .collect();
+    Ok((!sidecars.is_empty()).then(|| PodSpec {
+        init_containers: Some(sidecars),
+        ..Default::default()
+    }))
 }
 
 #[derive(Deserialize)]
@@ -180,7 +219,7 @@ impl CachedPod {
             .map(|r| r.uid.clone());
         let pod = Pod {
             metadata: p.metadata,
-            spec: None,
+            spec: p.spec,
             status: p.status,
         };
         let observed = ObservedPod::from_pod(&pod)?;

@@ -19,12 +19,15 @@ use std::time::{Duration, Instant};
 /// one that never comes (the object was changed again, or removed, first).
 pub const EXPECTATION_TTL: Duration = Duration::from_secs(60);
 
+/// One group's expectations: each value with when it was written.
+type Group<K, V> = HashMap<K, (Instant, V)>;
+
 /// What this operator wrote and has not seen back yet: `value`s by `group`
 /// (e.g. a job) and `key` (e.g. a pod of it), each with when it was written.
 /// Stores with one value per group use `()` as the key.
 #[derive(Debug)]
 pub struct Expectations<G, K, V> {
-    groups: Mutex<HashMap<G, HashMap<K, (Instant, V)>>>,
+    groups: Mutex<HashMap<G, Group<K, V>>>,
 }
 
 impl<G, K, V> Default for Expectations<G, K, V> {

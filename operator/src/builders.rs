@@ -588,7 +588,7 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
         env: Some(vec![
             env_value(ENV_WATCHER_FILE, format!("{CONFIG_DIR}/{HOSTFILE}")),
             env_value(ENV_WATCHER_MODE, "ready"),
-            env_field("NAMESPACE", "metadata.namespace"),
+            env_field(ENV_WATCHER_NAMESPACE, "metadata.namespace"),
         ]),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([

@@ -308,17 +308,20 @@ impl PodCache {
         self.expected.expect(key, pod.to_string(), Expect::Deleted);
     }
 
+    #[cfg(test)]
     /// Pods this operator wrote and has not seen back yet (all jobs).
     pub fn pending_expectations(&self) -> usize {
         self.expected.len()
     }
 
+    #[cfg(test)]
     /// Number of cached pods.
     pub fn len(&self) -> usize {
         let index = self.index.read().expect("pod cache lock");
         index.values().map(BTreeMap::len).sum()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -499,15 +502,18 @@ impl ChildCache {
         self.written.expect(&Self::key(kind, ns, name), (), hash);
     }
 
+    #[cfg(test)]
     /// Cached children (seen by the watches).
     pub fn len(&self) -> usize {
         self.seen.read().expect("child cache lock").len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[cfg(test)]
     /// Applied writes not seen back yet.
     pub fn pending_writes(&self) -> usize {
         self.written.len()

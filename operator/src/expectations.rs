@@ -105,11 +105,13 @@ impl<G: Eq + Hash + Clone, K: Eq + Hash, V> Expectations<G, K, V> {
     }
 
     /// Writes not seen back yet, over all groups.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         let groups = self.groups.lock().expect("expectations lock");
         groups.values().map(HashMap::len).sum()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

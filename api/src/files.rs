@@ -23,6 +23,53 @@ pub struct FileFormatError {
     pub message: String,
 }
 
+/// One meaningful line of a file: its number (from 1) and its fields.
+#[derive(Debug, Clone)]
+pub struct Line<'a> {
+    file: &'a str,
+    pub number: usize,
+    pub text: &'a str,
+    pub fields: Vec<&'a str>,
+}
+
+impl Line<'_> {
+    /// An error about this line.
+    pub fn error(&self, message: String) -> FileFormatError {
+        FileFormatError {
+            file: self.file.to_string(),
+            line: self.number,
+            message,
+        }
+    }
+}
+
+/// Whether `#` starts a comment line (DGL's ip_config has no comments).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Comments {
+    Skipped,
+    None,
+}
+
+/// The lines of `content` that say something: trimmed, blank lines (and,
+/// with [`Comments::Skipped`], `#` lines) left out, split on white space.
+/// Every parser of these files reads them so.
+pub fn lines<'a>(
+    file: &'a str,
+    content: &'a str,
+    comments: Comments,
+) -> impl Iterator<Item = Line<'a>> + 'a {
+    content.lines().enumerate().filter_map(move |(i, raw)| {
+        let text = raw.trim();
+        let comment = comments == Comments::Skipped && text.starts_with('#');
+        (!text.is_empty() && !comment).then(|| Line {
+            file,
+            number: i + 1,
+            text,
+            fields: text.split_whitespace().collect(),
+        })
+    })
+}
+
 /// One pod in a hostfile, partfile or leadfile.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostLine {
@@ -50,78 +97,59 @@ pub fn render_hosts(lines: &[HostLine]) -> String {
 
 /// Parses hostfile / partfile / leadfile content; `file` names it in errors.
 pub fn parse_hosts(file: &str, content: &str) -> Result<Vec<HostLine>, FileFormatError> {
-    let mut out = Vec::new();
-    for (i, raw) in content.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let err = |message: String| FileFormatError {
-            file: file.to_string(),
-            line: i + 1,
-            message,
-        };
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 3 || fields.len() > 4 {
-            return Err(err(format!(
-                "expected `<ip> <port> <pod> [slots=<n>]`, found {} field(s): {line:?}",
-                fields.len()
-            )));
-        }
-        let ip = match fields[0] {
-            "-" => None,
-            s => Some(
-                s.parse::<IpAddr>()
-                    .map_err(|_| err(format!("expected an IP address or `-`, found {s:?}")))?,
-            ),
-        };
-        let port = fields[1]
-            .parse::<u16>()
-            .map_err(|_| err(format!("expected a port number, found {:?}", fields[1])))?;
-        let slots = match fields.get(3) {
-            None => None,
-            Some(f) => Some(
-                f.strip_prefix("slots=")
-                    .and_then(|n| n.parse::<u32>().ok())
-                    .ok_or_else(|| err(format!("expected `slots=<n>`, found {f:?}")))?,
-            ),
-        };
-        out.push(HostLine {
-            ip,
-            port,
-            pod: fields[2].to_string(),
-            slots,
-        });
+    lines(file, content, Comments::Skipped)
+        .map(|l| parse_host_line(&l))
+        .collect()
+}
+
+fn parse_host_line(l: &Line<'_>) -> Result<HostLine, FileFormatError> {
+    let err = |message: String| l.error(message);
+    let fields = &l.fields;
+    if fields.len() < 3 || fields.len() > 4 {
+        return Err(err(format!(
+            "expected `<ip> <port> <pod> [slots=<n>]`, found {} field(s): {:?}",
+            fields.len(),
+            l.text
+        )));
     }
-    Ok(out)
+    let ip = match fields[0] {
+        "-" => None,
+        s => Some(
+            s.parse::<IpAddr>()
+                .map_err(|_| err(format!("expected an IP address or `-`, found {s:?}")))?,
+        ),
+    };
+    let port = fields[1]
+        .parse::<u16>()
+        .map_err(|_| err(format!("expected a port number, found {:?}", fields[1])))?;
+    let slots = match fields.get(3) {
+        None => None,
+        Some(f) => Some(
+            f.strip_prefix("slots=")
+                .and_then(|n| n.parse::<u32>().ok())
+                .ok_or_else(|| err(format!("expected `slots=<n>`, found {f:?}")))?,
+        ),
+    };
+    Ok(HostLine {
+        ip,
+        port,
+        pod: fields[2].to_string(),
+        slots,
+    })
 }
 
 /// Pod names listed in a file: the third field of a hostfile-style line, or
 /// the only field of a line that holds just a name (what `watcher-loop` reads).
 pub fn pod_names(file: &str, content: &str) -> Result<Vec<String>, FileFormatError> {
-    let mut out = Vec::new();
-    for (i, raw) in content.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let name = match fields.len() {
-            1 => fields[0],
-            3 | 4 => fields[2],
-            n => {
-                return Err(FileFormatError {
-                    file: file.to_string(),
-                    line: i + 1,
-                    message: format!(
-                        "expected a pod name or `<ip> <port> <pod> [slots=<n>]`, found {n} fields"
-                    ),
-                })
-            }
-        };
-        out.push(name.to_string());
-    }
-    Ok(out)
+    lines(file, content, Comments::Skipped)
+        .map(|l| match l.fields.len() {
+            1 => Ok(l.fields[0].to_string()),
+            3 | 4 => Ok(l.fields[2].to_string()),
+            n => Err(l.error(format!(
+                "expected a pod name or `<ip> <port> <pod> [slots=<n>]`, found {n} fields"
+            ))),
+        })
+        .collect()
 }
 
 /// Renders DGL's ip_config: `<ip> <port>` per machine, in partition order.
@@ -135,39 +163,32 @@ pub fn render_ip_config(machines: &[(IpAddr, u16)]) -> String {
 /// Parses DGL's ip_config with DGL's own rule: `<ip>` or `<ip> <port>`
 /// (default port 30050), literal IP addresses only.
 pub fn parse_ip_config(file: &str, content: &str) -> Result<Vec<(IpAddr, u16)>, FileFormatError> {
-    let mut out = Vec::new();
-    for (i, raw) in content.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let err = |message: String| FileFormatError {
-            file: file.to_string(),
-            line: i + 1,
-            message,
-        };
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() > 2 {
-            return Err(err(format!(
-                "expected `<ip>` or `<ip> <port>` (DGL accepts 1 or 2 columns), found {} fields",
-                fields.len()
-            )));
-        }
-        let ip = fields[0].parse::<IpAddr>().map_err(|_| {
-            err(format!(
-                "expected a literal IP address (DGL matches it against local interfaces), found {:?}",
-                fields[0]
-            ))
-        })?;
-        let port = match fields.get(1) {
-            None => crate::names::DGL_SERVER_PORT,
-            Some(p) => p
-                .parse::<u16>()
-                .map_err(|_| err(format!("expected a port number, found {p:?}")))?,
-        };
-        out.push((ip, port));
+    lines(file, content, Comments::None)
+        .map(|l| parse_ip_config_line(&l))
+        .collect()
+}
+
+fn parse_ip_config_line(l: &Line<'_>) -> Result<(IpAddr, u16), FileFormatError> {
+    let fields = &l.fields;
+    if fields.len() > 2 {
+        return Err(l.error(format!(
+            "expected `<ip>` or `<ip> <port>` (DGL accepts 1 or 2 columns), found {} fields",
+            fields.len()
+        )));
     }
-    Ok(out)
+    let ip = fields[0].parse::<IpAddr>().map_err(|_| {
+        l.error(format!(
+            "expected a literal IP address (DGL matches it against local interfaces), found {:?}",
+            fields[0]
+        ))
+    })?;
+    let port = match fields.get(1) {
+        None => crate::names::DGL_SERVER_PORT,
+        Some(p) => p
+            .parse::<u16>()
+            .map_err(|_| l.error(format!("expected a port number, found {p:?}")))?,
+    };
+    Ok((ip, port))
 }
 
 #[cfg(test)]

@@ -361,6 +361,23 @@ pub enum JobPhase {
 }
 
 impl JobPhase {
+    /// Every phase, in the order a job first reaches them.
+    pub const ALL: [JobPhase; 8] = [
+        JobPhase::Created,
+        JobPhase::Partitioning,
+        JobPhase::Partitioned,
+        JobPhase::Running,
+        JobPhase::Restarting,
+        JobPhase::Succeeded,
+        JobPhase::Failed,
+        JobPhase::Suspended,
+    ];
+
+    /// The phase (or condition type) spelled `name`, as [`JobPhase::as_str`] writes it.
+    pub fn from_name(name: &str) -> Option<JobPhase> {
+        JobPhase::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             JobPhase::Created => "Created",

@@ -4,7 +4,10 @@
 
 pub mod files;
 mod job;
+#[cfg(feature = "logging")]
+pub mod logging;
 pub mod names;
+pub mod pods;
 pub mod wire;
 
 pub use job::*;

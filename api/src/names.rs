@@ -21,8 +21,11 @@ pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`].
 pub const MANAGED_BY: &str = "dgl-operator";
 
-/// Env: the role of the pod, as in the proposal (`Partitioner`, `Launcher`, `Worker`).
-pub const ENV_PHASE: &str = "DGL_OPERATOR_PHASE_ENV";
+/// Env: the role of the pod (`Partitioner`, `Launcher`, `Worker`). The
+/// variable keeps the name of the original DGL operator design (see
+/// docs/runtime-design.md); it holds the pod's role, not the job's phase
+/// ([`crate::JobPhase`]).
+pub const ENV_ROLE: &str = "DGL_OPERATOR_PHASE_ENV";
 /// Env: the job's name.
 pub const ENV_JOB_NAME: &str = "DGL_OPERATOR_JOB_NAME";
 /// Env: the job's namespace.
@@ -45,6 +48,10 @@ pub const ENV_TOKEN_FILE: &str = "DGL_OPERATOR_TOKEN_FILE";
 pub const ENV_WATCHER_FILE: &str = "WATCHERFILE";
 /// Env: `watcher-loop`'s mode (`ready` or `finished`).
 pub const ENV_WATCHER_MODE: &str = "WATCHERMODE";
+/// Env: `watcher-loop`'s namespace of the pods.
+pub const ENV_WATCHER_NAMESPACE: &str = "NAMESPACE";
+/// Env: `watcher-loop`'s timeout (e.g. `10m`).
+pub const ENV_WATCHER_TIMEOUT: &str = "WATCHERTIMEOUT";
 
 /// Where the ConfigMap is mounted.
 pub const CONFIG_DIR: &str = "/etc/dgl";
@@ -52,12 +59,27 @@ pub const CONFIG_DIR: &str = "/etc/dgl";
 pub const SECRET_DIR: &str = "/etc/dgl-secret";
 /// Key of the token in the job's Secret.
 pub const SECRET_TOKEN_KEY: &str = "token";
+// The paths below are spelled once, here, and composed with `concat!`.
+macro_rules! workspace {
+    () => {
+        "/dgl_workspace"
+    };
+}
+macro_rules! dataset_dir {
+    () => {
+        "dataset"
+    };
+}
+
 /// The default workspace inside the pods.
-pub const WORKSPACE: &str = "/dgl_workspace";
+pub const WORKSPACE: &str = workspace!();
 /// The partitions' folder below the workspace (`--rel_data_path` of the
 /// partition script): `<workspace>/dataset/<graph>.json` and `part<i>/`. In
 /// partition mode Skip the partitions must already be there.
-pub const DATASET_DIR: &str = "dataset";
+pub const DATASET_DIR: &str = dataset_dir!();
+/// `<WORKSPACE>/<DATASET_DIR>`: where the operator mounts an empty volume for
+/// the partitions when the pod template mounts nothing there or at the workspace.
+pub const DATASET_PATH: &str = concat!(workspace!(), "/", dataset_dir!());
 /// The chunked input graph's folder below the workspace in the native modes
 /// (ParMETIS, DistParMETIS): a loader script run as the partition entry point
 /// writes `<workspace>/chunked/metadata.json` (its `--rel_data_path`), the

@@ -352,7 +352,7 @@ pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
     let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
         return Err(format!(
             "no role: give a subcommand (partition, launch, worker, probe) or set {}",
-            names::ENV_PHASE
+            names::ENV_ROLE
         ));
     };
     match ReplicaType::ALL
@@ -364,7 +364,7 @@ pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
         Some(ReplicaType::Worker) => Ok(Role::Worker),
         None => Err(format!(
             "{}={v:?} is not a role; expected Partitioner, Launcher or Worker",
-            names::ENV_PHASE
+            names::ENV_ROLE
         )),
     }
 }
@@ -528,6 +528,6 @@ mod tests {
         assert!(role_from_env(Some("Trainer"))
             .unwrap_err()
             .contains("not a role"));
-        assert!(role_from_env(None).unwrap_err().contains(names::ENV_PHASE));
+        assert!(role_from_env(None).unwrap_err().contains(names::ENV_ROLE));
     }
 }

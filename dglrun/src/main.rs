@@ -30,7 +30,7 @@ fn main() -> ExitCode {
         Some(Command::Probe(p)) => (Role::Probe, p.opts.clone(), Some(p)),
         Some(Command::Rsh(a)) => return dglrun::rsh::main(a),
         None => {
-            let env = std::env::var(names::ENV_PHASE).ok();
+            let env = std::env::var(names::ENV_ROLE).ok();
             match cli::role_from_env(env.as_deref()) {
                 Ok(r) => (r, cli.opts, None),
                 Err(e) => {

@@ -16,7 +16,6 @@ use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
 use kube::api::Api;
 use kube::Client;
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::binaries::{self, Binaries, BuildOptions};
 use crate::error::{Error, Result};
@@ -871,20 +870,10 @@ async fn default_sa_exists(client: &Client) -> bool {
 /// etcd's `/health` over plain HTTP/1.0 on loopback; a raw request keeps the
 /// HTTP client (TLS-only kube client) out of it.
 async fn etcd_healthy(port: u16) -> bool {
-    let probe = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
-        s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
-            .await
-            .ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).await.ok()?;
-        Some(body.contains(r#""health":"true""#))
-    };
+    let probe = crate::util::http_get(port, "/health");
     matches!(
         tokio::time::timeout(Duration::from_secs(3), probe).await,
-        Ok(Some(true))
+        Ok(Ok((_, body))) if body.contains(r#""health":"true""#)
     )
 }
 

@@ -8,7 +8,6 @@
 //! keeps podman/buildah out of the node's critical path. Every timestamp is
 //! zero and every owner root, so the same files always give the same digests:
 //! the image reference can carry a content hash and be reused across runs.
-use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 
@@ -48,13 +47,9 @@ pub struct OciArchive {
     pub config_digest: String,
 }
 
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .fold(String::new(), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+/// The SHA-256 of `bytes`, hex-encoded (image digests, cache keys).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// Minimal ustar writer: regular files and directories, root-owned, mtime 0.

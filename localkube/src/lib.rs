@@ -50,7 +50,7 @@ pub use testing::{
     TEST_CLUSTER_ENV, TEST_KUBECONFIG_ENV, TEST_NAMESPACE_LABEL,
 };
 pub use tools::{ensure_tool, GoTool};
-pub use util::{cache_dir, CACHE_ENV};
+pub use util::{cache_dir, http_get, CACHE_ENV};
 
 #[cfg(test)]
 mod tests {

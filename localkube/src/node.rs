@@ -41,7 +41,6 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::Client;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::binaries::{self, Binaries};
 use crate::cluster::{blocking, LocalCluster, Ports};
@@ -1551,20 +1550,10 @@ async fn kubernetes_endpoint_is(client: &Client, ip: &str) -> bool {
 
 /// Plain-HTTP GET on 127.0.0.1 (kubelet/kube-proxy health ports); true on a 200.
 async fn http_ok(port: u16, path: &str) -> bool {
-    let probe = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .ok()?;
-        s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-            .await
-            .ok()?;
-        let mut body = String::new();
-        s.read_to_string(&mut body).await.ok()?;
-        Some(body.starts_with("HTTP/1.0 200") || body.starts_with("HTTP/1.1 200"))
-    };
+    let probe = crate::util::http_get(port, path);
     matches!(
         tokio::time::timeout(Duration::from_secs(3), probe).await,
-        Ok(Some(true))
+        Ok(Ok((200, _)))
     )
 }
 

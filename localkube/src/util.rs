@@ -193,6 +193,26 @@ pub(crate) fn human(d: std::time::Duration) -> String {
     }
 }
 
+/// A plain HTTP/1.0 GET to 127.0.0.1:`port` (etcd, kubelet and kube-proxy
+/// health ports, the operator's metrics; the kube client speaks TLS only):
+/// the status code (0 if the answer has none) and the body.
+pub async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Ok((code, body.to_string()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,6 +19,8 @@ use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::ByteString;
+use kube::api::ApiResource;
+use kube::core::GroupVersionKind;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
@@ -33,8 +35,6 @@ pub const CONFIG_VOLUME: &str = "dgl-config";
 pub const TOKEN_VOLUME: &str = "dgl-token";
 pub const SHM_VOLUME: &str = "dgl-shm";
 pub const DATASET_VOLUME: &str = "dgl-dataset";
-/// Where partitions live inside the pods.
-pub const DATASET_DIR: &str = "/dgl_workspace/dataset";
 
 /// Operator-wide settings that shape the children.
 #[derive(Debug, Clone, Default)]
@@ -53,6 +53,35 @@ pub enum GangScheduler {
     Volcano,
     /// `podgroups.scheduling.x-k8s.io` (kubernetes-sigs/scheduler-plugins)
     SchedulerPlugins,
+}
+
+impl GangScheduler {
+    /// The API group of its PodGroup.
+    pub fn group(self) -> &'static str {
+        match self {
+            GangScheduler::Volcano => "scheduling.volcano.sh",
+            GangScheduler::SchedulerPlugins => "scheduling.x-k8s.io",
+        }
+    }
+
+    /// The version of its PodGroup this operator writes.
+    pub fn version(self) -> &'static str {
+        match self {
+            GangScheduler::Volcano => "v1beta1",
+            GangScheduler::SchedulerPlugins => "v1alpha1",
+        }
+    }
+
+    /// The name of its PodGroup CRD, which tells whether it is installed.
+    pub fn crd_name(self) -> String {
+        format!("podgroups.{}", self.group())
+    }
+
+    /// Its PodGroup resource, for an untyped API.
+    pub fn pod_group_resource(self) -> ApiResource {
+        let gvk = GroupVersionKind::gvk(self.group(), self.version(), "PodGroup");
+        ApiResource::from_gvk_with_plural(&gvk, "podgroups")
+    }
 }
 
 /// The controller ownerReference every child carries.
@@ -82,14 +111,10 @@ fn meta(job: &DGLJob, name: String, labels: BTreeMap<String, String>) -> ObjectM
 /// Stamps the hash of an object's content into its annotations.
 pub fn with_hash<T: serde::Serialize + Resource>(mut obj: T) -> T {
     let json = serde_json::to_vec(&obj).expect("k8s objects serialize");
-    let hash = hex(&Sha256::digest(&json)[..12]);
+    let hash = hex::encode(&Sha256::digest(&json)[..12]);
     obj.annotations_mut()
         .insert(HASH_ANNOTATION.to_string(), hash);
     obj
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `<job>-config`: hostfile, partfile, leadfile and, once every worker has
@@ -297,8 +322,8 @@ fn add_port(c: &mut Container, name: &str, port: u16) {
     }
 }
 
-/// Size of the worker's /dev/shm: half the main container's memory limit, as
-/// in the proposal (DGL servers and trainers share the partition there; the
+/// Size of the worker's /dev/shm: half the main container's memory limit
+/// (docs/user-guide.md; DGL servers and trainers share the partition there; the
 /// container default of 64 MiB fails later as a SIGBUS).
 pub fn shm_size_limit(resources: Option<&ResourceRequirements>) -> Option<Quantity> {
     let limit = resources?.limits.as_ref()?.get("memory")?;
@@ -347,7 +372,7 @@ fn base_pod(
     job: &DGLJob,
     role: ReplicaType,
     index: i32,
-    run: i32,
+    epoch: i32,
     template_role: ReplicaType,
     cfg: &BuildConfig,
 ) -> Pod {
@@ -365,7 +390,7 @@ fn base_pod(
     labels.extend(job_labels(job));
     labels.insert(LABEL_REPLICA_TYPE.into(), role.label_value().into());
     labels.insert(LABEL_REPLICA_INDEX.into(), index.to_string());
-    labels.insert(LABEL_RUN.into(), run.to_string());
+    labels.insert(LABEL_RUN.into(), epoch.to_string());
     let mut annotations = template
         .metadata
         .as_ref()
@@ -380,7 +405,7 @@ fn base_pod(
                 spec.scheduler_name.get_or_insert_with(|| "volcano".into());
             }
             GangScheduler::SchedulerPlugins => {
-                labels.insert("scheduling.x-k8s.io/pod-group".into(), job_name.clone());
+                labels.insert(format!("{}/pod-group", gang.group()), job_name.clone());
             }
         }
     }
@@ -410,7 +435,7 @@ fn base_pod(
     let phase = role.as_str();
     if let Some(c) = spec.containers.first_mut() {
         let mut env = vec![
-            env_value(ENV_PHASE, phase),
+            env_value(ENV_ROLE, phase),
             env_value(ENV_JOB_NAME, job_name.clone()),
             env_field(ENV_NAMESPACE, "metadata.namespace"),
             env_field(ENV_POD_NAME, "metadata.name"),
@@ -458,9 +483,9 @@ fn add_data_plane(spec: &mut PodSpec) {
     if c.readiness_probe.is_none() {
         c.readiness_probe = Some(readiness_probe());
     }
-    let need_dataset = !mounts_at(c, DATASET_DIR) && !mounts_at(c, WORKSPACE);
+    let need_dataset = !mounts_at(c, DATASET_PATH) && !mounts_at(c, WORKSPACE);
     if need_dataset {
-        add_mount(c, DATASET_VOLUME, DATASET_DIR, false);
+        add_mount(c, DATASET_VOLUME, DATASET_PATH, false);
     }
     // These pods never call the API server.
     spec.automount_service_account_token.get_or_insert(false);
@@ -478,15 +503,15 @@ fn add_data_plane(spec: &mut PodSpec) {
 
 /// `<job>-partitioner`: from the Partitioner template if given, else the
 /// Worker template (the training image and the workers' resources) running
-/// the Launcher's command and arguments, as the proposal describes.
-pub fn partitioner_pod(job: &DGLJob, run: i32, cfg: &BuildConfig) -> Pod {
+/// the Launcher's command and arguments (docs/user-guide.md).
+pub fn partitioner_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
     let own_template = job.spec.replica_spec(ReplicaType::Partitioner).is_some();
     let template_role = if own_template {
         ReplicaType::Partitioner
     } else {
         ReplicaType::Worker
     };
-    let mut pod = base_pod(job, ReplicaType::Partitioner, 0, run, template_role, cfg);
+    let mut pod = base_pod(job, ReplicaType::Partitioner, 0, epoch, template_role, cfg);
     let spec = pod.spec.as_mut().expect("base_pod sets a spec");
     if !own_template {
         let launcher_main = job
@@ -505,12 +530,12 @@ pub fn partitioner_pod(job: &DGLJob, run: i32, cfg: &BuildConfig) -> Pod {
 }
 
 /// `<job>-worker-<i>`: holds the DGL servers and trainers under dglrun.
-pub fn worker_pod(job: &DGLJob, index: i32, run: i32, cfg: &BuildConfig) -> Pod {
+pub fn worker_pod(job: &DGLJob, index: i32, epoch: i32, cfg: &BuildConfig) -> Pod {
     let mut pod = base_pod(
         job,
         ReplicaType::Worker,
         index,
-        run,
+        epoch,
         ReplicaType::Worker,
         cfg,
     );
@@ -539,13 +564,13 @@ pub fn worker_pod(job: &DGLJob, index: i32, run: i32, cfg: &BuildConfig) -> Pod 
 
 /// `<job>-launcher`: waits for the workers (watcher-loop init container),
 /// then runs dglrun, which drives the whole job and exits with its outcome.
-pub fn launcher_pod(job: &DGLJob, run: i32, cfg: &BuildConfig) -> Pod {
+pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
     let job_name = job.name_any();
     let mut pod = base_pod(
         job,
         ReplicaType::Launcher,
         0,
-        run,
+        epoch,
         ReplicaType::Launcher,
         cfg,
     );
@@ -563,7 +588,7 @@ pub fn launcher_pod(job: &DGLJob, run: i32, cfg: &BuildConfig) -> Pod {
         env: Some(vec![
             env_value(ENV_WATCHER_FILE, format!("{CONFIG_DIR}/{HOSTFILE}")),
             env_value(ENV_WATCHER_MODE, "ready"),
-            env_field("NAMESPACE", "metadata.namespace"),
+            env_field(ENV_WATCHER_NAMESPACE, "metadata.namespace"),
         ]),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
@@ -591,31 +616,25 @@ pub fn pod_group(job: &DGLJob, gang: GangScheduler) -> kube::api::DynamicObject 
     let total = job.spec.num_workers() + 1 + i32::from(job.spec.has_partitioner());
     let policy = job.spec.run_policy().scheduling_policy.unwrap_or_default();
     let min = policy.min_available.unwrap_or(total);
-    let (api_version, spec) = match gang {
-        GangScheduler::Volcano => (
-            "scheduling.volcano.sh/v1beta1",
-            serde_json::json!({
-                "minMember": min,
-                "queue": policy.queue,
-                "priorityClassName": policy.priority_class,
-            }),
-        ),
-        GangScheduler::SchedulerPlugins => (
-            "scheduling.x-k8s.io/v1alpha1",
-            serde_json::json!({
-                "minMember": min,
-                "scheduleTimeoutSeconds": policy.schedule_timeout_seconds,
-            }),
-        ),
+    let mut spec = match gang {
+        GangScheduler::Volcano => serde_json::json!({
+            "minMember": min,
+            "queue": policy.queue,
+            "priorityClassName": policy.priority_class,
+        }),
+        GangScheduler::SchedulerPlugins => serde_json::json!({
+            "minMember": min,
+            "scheduleTimeoutSeconds": policy.schedule_timeout_seconds,
+        }),
     };
-    let mut spec = spec;
     if let Some(obj) = spec.as_object_mut() {
         obj.retain(|_, v| !v.is_null());
     }
+    let resource = gang.pod_group_resource();
     let mut obj = kube::api::DynamicObject {
         types: Some(kube::api::TypeMeta {
-            api_version: api_version.into(),
-            kind: "PodGroup".into(),
+            api_version: resource.api_version,
+            kind: resource.kind,
         }),
         metadata: meta(job, job.name_any(), job_labels(job)),
         data: serde_json::json!({ "spec": spec }),
@@ -678,7 +697,7 @@ mod tests {
         assert_eq!(c.image.as_deref(), Some("dgloperator/graphsage:v0.1.0"));
         assert_eq!(c.command.as_deref(), Some(&["dglrun".to_string()][..]));
         assert_eq!(env(c, "USER_VAR").unwrap().value.as_deref(), Some("kept"));
-        assert_eq!(env(c, ENV_PHASE).unwrap().value.as_deref(), Some("Worker"));
+        assert_eq!(env(c, ENV_ROLE).unwrap().value.as_deref(), Some("Worker"));
         assert_eq!(
             env(c, ENV_WORKER_INDEX).unwrap().value.as_deref(),
             Some("1")
@@ -694,7 +713,7 @@ mod tests {
         assert_eq!(ed.medium.as_deref(), Some("Memory"));
         assert_eq!(ed.size_limit.as_ref().unwrap().0, "2147483648");
         assert!(mounts_at(c, "/dev/shm"));
-        assert!(mounts_at(c, CONFIG_DIR) && mounts_at(c, SECRET_DIR) && mounts_at(c, DATASET_DIR));
+        assert!(mounts_at(c, CONFIG_DIR) && mounts_at(c, SECRET_DIR) && mounts_at(c, DATASET_PATH));
         assert!(c.readiness_probe.is_some());
     }
 
@@ -736,7 +755,7 @@ mod tests {
         assert_eq!(c.command.as_deref(), Some(&["dglrun".to_string()][..]));
         assert_eq!(c.args.as_ref().unwrap()[1], "graphsage");
         assert_eq!(
-            env(c, ENV_PHASE).unwrap().value.as_deref(),
+            env(c, ENV_ROLE).unwrap().value.as_deref(),
             Some("Partitioner")
         );
     }
@@ -779,7 +798,7 @@ mod tests {
             name: worker_name("dgl-graphsage", i),
             role: ReplicaType::Worker,
             index: i,
-            run: 0,
+            epoch: 0,
             state: PodState::Running { ready: true },
             ip: ip.map(String::from),
         };

@@ -16,22 +16,19 @@
 //! Each watch handles a relist (Init … InitDone) by replacing its part of the
 //! cache, and reports when its first list is in ([`Readiness`]).
 //!
-//! Expectations and written hashes are an optimisation only: they save
-//! writes that a lagging cache would otherwise repeat (all of them are
-//! idempotent). They expire after [`EXPECTATION_TTL`]; a restarted operator
-//! starts without them and gets the same result from the cluster.
+//! Both keep their expectations (writes not seen back yet) in the one store
+//! of [`crate::expectations`].
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock};
 
 use dgl_api::names::LABEL_JOB_NAME;
 use dgl_api::DGLJob;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, PartialObjectMeta};
@@ -45,18 +42,32 @@ use tokio::sync::watch;
 use tracing::warn;
 
 use crate::builders::HASH_ANNOTATION;
+use crate::expectations::Expectations;
 use crate::observe::{ObservedPod, PodState};
 
-/// What reconciles are keyed by.
-pub type JobRef = ObjectRef<DeserializeGuard<DGLJob>>;
+/// A job to reconcile, as the controller's trigger streams name it.
+pub type JobToReconcile = ObjectRef<DeserializeGuard<DGLJob>>;
 
-/// (namespace, job name).
-pub type JobKey = (String, String);
+/// A job as the caches index its children: by namespace and name (a job
+/// deleted and created again under the same name shares its key).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JobKey {
+    pub namespace: String,
+    pub name: String,
+}
 
-/// How long a write of this operator counts as done without its watch event.
-/// The event normally arrives within a second; this bounds the effect of
-/// one that never comes (the object was changed again, or removed, first).
-pub const EXPECTATION_TTL: Duration = Duration::from_secs(60);
+impl JobKey {
+    pub fn new(namespace: &str, name: &str) -> Self {
+        JobKey {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    fn to_reconcile(&self) -> JobToReconcile {
+        ObjectRef::new(&self.name).within(&self.namespace)
+    }
+}
 
 /// Watches whose first list must be in before a reconcile may plan.
 #[derive(Debug)]
@@ -88,13 +99,52 @@ impl Readiness {
 }
 
 /// A Pod as the operator reads it: metadata without managed fields or
-/// annotations, and the status. The spec is never decoded.
+/// annotations, the status, and of the spec only the names of native
+/// sidecars (which tell a failed container from a restarting sidecar:
+/// `dgl_api::pods::failed_container`).
 #[derive(Clone, Debug, Deserialize)]
 pub struct SlimPod {
     #[serde(deserialize_with = "slim_meta")]
     pub metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "slim_spec")]
+    pub spec: Option<PodSpec>,
     #[serde(default)]
     pub status: Option<PodStatus>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimSpec {
+    #[serde(default)]
+    init_containers: Vec<SlimContainer>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SlimContainer {
+    name: String,
+    restart_policy: Option<String>,
+}
+
+/// Keeps the sidecars (init containers with `restartPolicy: Always`) only.
+fn slim_spec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PodSpec>, D::Error> {
+    let Some(spec) = Option::<SlimSpec>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let sidecars: Vec<Container> = spec
+        .init_containers
+        .into_iter()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
+        .map(|c| Container {
+            name: c.name,
+            restart_policy: c.restart_policy,
+            ..Default::default()
+        })
+        .collect();
+    Ok((!sidecars.is_empty()).then(|| PodSpec {
+        init_containers: Some(sidecars),
+        ..Default::default()
+    }))
 }
 
 #[derive(Deserialize)]
@@ -169,12 +219,15 @@ impl CachedPod {
             .map(|r| r.uid.clone());
         let pod = Pod {
             metadata: p.metadata,
-            spec: None,
+            spec: p.spec,
             status: p.status,
         };
         let observed = ObservedPod::from_pod(&pod)?;
         Some((
-            (ns, job),
+            JobKey {
+                namespace: ns,
+                name: job,
+            },
             CachedPod {
                 observed,
                 owner_uid,
@@ -193,14 +246,12 @@ enum Expect {
     Deleted,
 }
 
-type Expectations = HashMap<JobKey, HashMap<String, (Instant, Expect)>>;
-
 /// The pods of every job, indexed by job, and the pods this operator
-/// created or deleted that the watch has not shown yet.
+/// created or deleted that the watch has not shown yet (by job and pod name).
 #[derive(Default)]
 pub struct PodCache {
     index: RwLock<PodIndex>,
-    expected: Mutex<Expectations>,
+    expected: Expectations<JobKey, String, Expect>,
 }
 
 impl PodCache {
@@ -210,7 +261,7 @@ impl PodCache {
     /// same name (an earlier one, being garbage-collected) are Terminating
     /// too: they block their names but say nothing about this job.
     pub fn job_pods(&self, ns: &str, job: &str, uid: Option<&str>) -> Vec<ObservedPod> {
-        let key = (ns.to_string(), job.to_string());
+        let key = JobKey::new(ns, job);
         let mut pods: Vec<ObservedPod> = {
             let index = self.index.read().expect("pod cache lock");
             index
@@ -228,64 +279,49 @@ impl PodCache {
                 })
                 .unwrap_or_default()
         };
-        let mut expected = self.expected.lock().expect("expectations lock");
-        if let Some(e) = expected.get_mut(&key) {
-            e.retain(|name, (at, what)| {
-                if at.elapsed() > EXPECTATION_TTL {
-                    return false;
+        self.expected.retain(&key, |name, what| {
+            let seen = pods.iter_mut().find(|p| &p.name == name);
+            match (what, seen) {
+                (Expect::Created(_), Some(_)) => false,
+                (Expect::Created(o), None) => {
+                    pods.push(o.clone());
+                    true
                 }
-                let seen = pods.iter_mut().find(|p| &p.name == name);
-                match (what, seen) {
-                    (Expect::Created(_), Some(_)) => false,
-                    (Expect::Created(o), None) => {
-                        pods.push(o.clone());
-                        true
-                    }
-                    (Expect::Deleted, None) => false,
-                    (Expect::Deleted, Some(p)) => {
-                        p.state = PodState::Terminating;
-                        true
-                    }
+                (Expect::Deleted, None) => false,
+                (Expect::Deleted, Some(p)) => {
+                    p.state = PodState::Terminating;
+                    true
                 }
-            });
-            if e.is_empty() {
-                expected.remove(&key);
             }
-        }
+        });
         pods
     }
 
     /// Records a pod this operator just created (as `observed`).
     pub fn expect_created(&self, key: &JobKey, observed: ObservedPod) {
         let name = observed.name.clone();
-        self.expect(key, name, Expect::Created(observed));
+        self.expected.expect(key, name, Expect::Created(observed));
     }
 
     /// Records a pod this operator just deleted.
     pub fn expect_deleted(&self, key: &JobKey, pod: &str) {
-        self.expect(key, pod.to_string(), Expect::Deleted);
+        self.expected.expect(key, pod.to_string(), Expect::Deleted);
     }
 
-    fn expect(&self, key: &JobKey, pod: String, what: Expect) {
-        let mut expected = self.expected.lock().expect("expectations lock");
-        expected
-            .entry(key.clone())
-            .or_default()
-            .insert(pod, (Instant::now(), what));
-    }
-
+    #[cfg(test)]
     /// Pods this operator wrote and has not seen back yet (all jobs).
     pub fn pending_expectations(&self) -> usize {
-        let expected = self.expected.lock().expect("expectations lock");
-        expected.values().map(HashMap::len).sum()
+        self.expected.len()
     }
 
+    #[cfg(test)]
     /// Number of cached pods.
     pub fn len(&self) -> usize {
         let index = self.index.read().expect("pod cache lock");
         index.values().map(BTreeMap::len).sum()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -295,34 +331,22 @@ impl PodCache {
     /// this observation (a created pod, first seen as it was built), so the
     /// event needs no reconcile of its own.
     fn satisfy(&self, key: &JobKey, name: &str, seen: Option<&CachedPod>) -> bool {
-        let mut expected = self.expected.lock().expect("expectations lock");
-        let Some(e) = expected.get_mut(key) else {
-            return false;
-        };
-        let foreseen = match (e.get(name), seen) {
-            (Some((_, Expect::Created(o))), Some(c)) => {
-                let same = *o == c.observed;
-                e.remove(name);
-                same
-            }
-            (Some((_, Expect::Deleted)), None) => {
-                e.remove(name);
-                false
-            }
-            (Some((_, Expect::Deleted)), Some(c)) if c.observed.state == PodState::Terminating => {
-                e.remove(name);
-                false
-            }
-            _ => false,
-        };
-        if e.is_empty() {
-            expected.remove(key);
-        }
-        foreseen
+        // Whatever its age: an old expectation the event satisfies goes too.
+        let satisfied = self
+            .expected
+            .remove_if(key, &name.to_string(), |what, _expired| {
+                match (what, seen) {
+                    (Expect::Created(_), Some(_)) => true,
+                    (Expect::Deleted, None) => true,
+                    (Expect::Deleted, Some(c)) => c.observed.state == PodState::Terminating,
+                    (Expect::Created(_), None) => false,
+                }
+            });
+        matches!((satisfied, seen), (Some(Expect::Created(o)), Some(c)) if o == c.observed)
     }
 
     /// Upserts a pod; Some(job) when the job should be reconciled.
-    fn apply(&self, pod: SlimPod) -> Option<JobRef> {
+    fn apply(&self, pod: SlimPod) -> Option<JobToReconcile> {
         let name = pod.metadata.name.clone()?;
         let (key, cached) = CachedPod::from_slim(pod)?;
         let changed = {
@@ -335,14 +359,17 @@ impl PodCache {
             changed
         };
         let foreseen = self.satisfy(&key, &name, Some(&cached));
-        (changed && !foreseen).then(|| job_ref(&key))
+        (changed && !foreseen).then(|| key.to_reconcile())
     }
 
-    fn delete(&self, pod: &SlimPod) -> Option<JobRef> {
+    fn delete(&self, pod: &SlimPod) -> Option<JobToReconcile> {
         let name = pod.metadata.name.as_ref()?;
         let ns = pod.metadata.namespace.clone()?;
         let job = pod.metadata.labels.as_ref()?.get(LABEL_JOB_NAME)?.clone();
-        let key = (ns, job);
+        let key = JobKey {
+            namespace: ns,
+            name: job,
+        };
         {
             let mut index = self.index.write().expect("pod cache lock");
             let pods = index.get_mut(&key)?;
@@ -352,39 +379,35 @@ impl PodCache {
             }
         }
         self.satisfy(&key, name, None);
-        Some(job_ref(&key))
+        Some(key.to_reconcile())
     }
 
     /// Replaces everything with a fresh list; returns the jobs whose pods changed.
-    fn replace(&self, fresh: PodIndex) -> Vec<JobRef> {
+    fn replace(&self, fresh: PodIndex) -> Vec<JobToReconcile> {
         let mut index = self.index.write().expect("pod cache lock");
-        let mut changed: Vec<JobRef> = fresh
+        let mut changed: Vec<JobToReconcile> = fresh
             .iter()
             .filter(|(k, v)| index.get(*k) != Some(*v))
-            .map(|(k, _)| job_ref(k))
+            .map(|(k, _)| k.to_reconcile())
             .collect();
         changed.extend(
             index
                 .keys()
                 .filter(|k| !fresh.contains_key(*k))
-                .map(job_ref),
+                .map(JobKey::to_reconcile),
         );
         *index = fresh;
         changed
     }
 }
 
-fn job_ref((ns, name): &JobKey) -> JobRef {
-    ObjectRef::new(name).within(ns)
-}
-
 /// The controlling DGLJob of a child, from its ownerReferences.
-fn owner_job(meta: &ObjectMeta) -> Option<JobRef> {
+fn owner_job(meta: &ObjectMeta) -> Option<JobToReconcile> {
     let ns = meta.namespace.as_deref()?;
     meta.owner_references
         .iter()
         .flatten()
-        .find(|r| r.controller == Some(true) && r.kind == "DGLJob")
+        .find(|r| r.controller == Some(true) && r.kind == DGLJob::kind(&()))
         .map(|r| ObjectRef::new(&r.name).within(ns))
 }
 
@@ -394,11 +417,11 @@ pub fn pod_triggers(
     config: watcher::Config,
     cache: Arc<PodCache>,
     ready: Arc<Readiness>,
-) -> impl Stream<Item = JobRef> + Send + 'static {
+) -> impl Stream<Item = JobToReconcile> + Send + 'static {
     let mut fresh: Option<PodIndex> = None;
     let mut listed = false;
     watcher(api, config).default_backoff().flat_map(move |ev| {
-        let out: Vec<JobRef> = match ev {
+        let out: Vec<JobToReconcile> = match ev {
             Ok(watcher::Event::Apply(p)) => cache.apply(p).into_iter().collect(),
             Ok(watcher::Event::Delete(p)) => cache.delete(&p).into_iter().collect(),
             Ok(watcher::Event::Init) => {
@@ -433,13 +456,22 @@ pub fn pod_triggers(
 /// Kind, namespace, name of a child.
 type ChildKey = (&'static str, String, String);
 
+/// What the operator knows of one child.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildState {
+    /// It does not exist (or the operator has not seen it yet).
+    Absent,
+    /// It exists, carrying this applied-hash annotation (None: without one).
+    Present(Option<String>),
+}
+
 /// Applied-hash annotations of the operator's children, by kind/ns/name:
 /// as the watches last showed them, and as this operator last applied them
 /// (until the watch shows that write).
 #[derive(Default)]
 pub struct ChildCache {
     seen: RwLock<HashMap<ChildKey, Option<String>>>,
-    written: Mutex<HashMap<ChildKey, (Instant, Option<String>)>>,
+    written: Expectations<ChildKey, (), Option<String>>,
 }
 
 impl ChildCache {
@@ -447,65 +479,56 @@ impl ChildCache {
         (kind, ns.to_string(), name.to_string())
     }
 
-    /// The child's hash as far as this operator knows (its own last write
-    /// first): None when it does not exist, Some(hash) otherwise.
-    pub fn hash(&self, kind: &'static str, ns: &str, name: &str) -> Option<Option<String>> {
-        let key = Self::key(kind, ns, name);
-        {
-            let written = self.written.lock().expect("child cache lock");
-            if let Some((at, h)) = written.get(&key) {
-                if at.elapsed() <= EXPECTATION_TTL {
-                    return Some(h.clone());
-                }
-            }
+    /// The child as far as this operator knows (its own last write first).
+    pub fn hash(&self, kind: &'static str, ns: &str, name: &str) -> ChildState {
+        match self.written.get(&Self::key(kind, ns, name), &()) {
+            Some(h) => ChildState::Present(h),
+            None => self.seen_hash(kind, ns, name),
         }
-        self.seen_hash(kind, ns, name)
     }
 
-    /// The child's hash as the watch last showed it (what the API server
-    /// serves to other clients, e.g. a kubelet mounting a ConfigMap).
-    pub fn seen_hash(&self, kind: &'static str, ns: &str, name: &str) -> Option<Option<String>> {
+    /// The child as the watch last showed it (what the API server serves to
+    /// other clients, e.g. a kubelet mounting a ConfigMap).
+    pub fn seen_hash(&self, kind: &'static str, ns: &str, name: &str) -> ChildState {
         let seen = self.seen.read().expect("child cache lock");
-        seen.get(&Self::key(kind, ns, name)).cloned()
+        match seen.get(&Self::key(kind, ns, name)) {
+            Some(h) => ChildState::Present(h.clone()),
+            None => ChildState::Absent,
+        }
     }
 
     /// Records what the operator just applied (the watch event follows later).
     pub fn record(&self, kind: &'static str, ns: &str, name: &str, hash: Option<String>) {
-        let mut written = self.written.lock().expect("child cache lock");
-        written.insert(Self::key(kind, ns, name), (Instant::now(), hash));
+        self.written.expect(&Self::key(kind, ns, name), (), hash);
     }
 
+    #[cfg(test)]
     /// Cached children (seen by the watches).
     pub fn len(&self) -> usize {
         self.seen.read().expect("child cache lock").len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
+    #[cfg(test)]
     /// Applied writes not seen back yet.
     pub fn pending_writes(&self) -> usize {
-        self.written.lock().expect("child cache lock").len()
+        self.written.len()
     }
 
     /// A watch showed the child with `hash`: true when that hash is new.
     fn saw(&self, key: ChildKey, hash: Option<String>) -> bool {
-        {
-            let mut written = self.written.lock().expect("child cache lock");
-            if written
-                .get(&key)
-                .is_some_and(|(at, h)| *h == hash || at.elapsed() > EXPECTATION_TTL)
-            {
-                written.remove(&key);
-            }
-        }
+        self.written
+            .remove_if(&key, &(), |h, expired| *h == hash || expired);
         let mut seen = self.seen.write().expect("child cache lock");
         seen.insert(key, hash.clone()) != Some(hash)
     }
 
     fn gone(&self, key: &ChildKey) {
-        self.written.lock().expect("child cache lock").remove(key);
+        self.written.forget(key, &());
         self.seen.write().expect("child cache lock").remove(key);
     }
 
@@ -530,15 +553,15 @@ impl ChildCache {
 /// the owning job of each deleted child, and for ConfigMaps also of each
 /// one whose hash changed (the launcher waits for its complete ConfigMap).
 pub fn child_triggers<K>(
-    kind: &'static str,
     client: &Client,
     ns: &Option<String>,
     config: &watcher::Config,
     cache: &Arc<ChildCache>,
     ready: &Arc<Readiness>,
-) -> BoxStream<'static, JobRef>
+) -> BoxStream<'static, JobToReconcile>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
         + Clone
         + DeserializeOwned
         + std::fmt::Debug
@@ -546,11 +569,12 @@ where
         + Sync
         + 'static,
 {
+    let kind = <K as k8s_openapi::Resource>::KIND;
     let api: Api<PartialObjectMeta<K>> = match ns {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let trigger_on_change = kind == "ConfigMap";
+    let trigger_on_change = kind == <ConfigMap as k8s_openapi::Resource>::KIND;
     let (cache, ready) = (cache.clone(), ready.clone());
     let mut fresh: Option<HashMap<ChildKey, Option<String>>> = None;
     let mut listed = false;
@@ -605,8 +629,10 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::expectations::EXPECTATION_TTL;
     use dgl_api::ReplicaType;
     use serde_json::json;
+    use std::time::{Duration, Instant};
 
     fn slim(v: serde_json::Value) -> SlimPod {
         serde_json::from_value(v).unwrap()
@@ -629,7 +655,7 @@ mod tests {
     }
 
     fn key() -> JobKey {
-        ("ns".into(), "j".into())
+        JobKey::new("ns", "j")
     }
 
     fn observed(name: &str, state: PodState) -> ObservedPod {
@@ -637,7 +663,7 @@ mod tests {
             name: name.into(),
             role: ReplicaType::Worker,
             index: 0,
-            run: 0,
+            epoch: 0,
             state,
             ip: None,
         }
@@ -655,7 +681,7 @@ mod tests {
     #[test]
     fn pod_events_trigger_only_when_the_observed_state_changes() {
         let cache = PodCache::default();
-        let job = Some(job_ref(&key()));
+        let job = Some(key().to_reconcile());
         assert_eq!(cache.apply(pod("j-worker-0", "Pending", None)), job);
         // Bound to a node: nothing the state machine reads changed.
         assert_eq!(cache.apply(pod("j-worker-0", "Pending", Some("n1"))), None);
@@ -731,19 +757,12 @@ mod tests {
         let old = Instant::now()
             .checked_sub(EXPECTATION_TTL + Duration::from_secs(1))
             .unwrap();
-        cache
-            .expected
-            .lock()
-            .unwrap()
-            .entry(key())
-            .or_default()
-            .insert(
-                "j-worker-0".into(),
-                (
-                    old,
-                    Expect::Created(observed("j-worker-0", PodState::Pending)),
-                ),
-            );
+        cache.expected.expect_at(
+            &key(),
+            "j-worker-0".into(),
+            Expect::Created(observed("j-worker-0", PodState::Pending)),
+            old,
+        );
         assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
         assert_eq!(cache.pending_expectations(), 0);
     }
@@ -751,18 +770,18 @@ mod tests {
     #[test]
     fn child_hashes_prefer_the_own_write_until_the_watch_shows_it() {
         let c = ChildCache::default();
-        assert_eq!(c.hash("ConfigMap", "ns", "j-config"), None);
+        assert_eq!(c.hash("ConfigMap", "ns", "j-config"), ChildState::Absent);
         let k = ChildCache::key("ConfigMap", "ns", "j-config");
         assert!(c.saw(k.clone(), Some("a".into())), "new child");
         assert!(!c.saw(k.clone(), Some("a".into())), "same hash again");
         c.record("ConfigMap", "ns", "j-config", Some("b".into()));
         assert_eq!(
             c.hash("ConfigMap", "ns", "j-config"),
-            Some(Some("b".into()))
+            ChildState::Present(Some("b".into()))
         );
         assert_eq!(
             c.seen_hash("ConfigMap", "ns", "j-config"),
-            Some(Some("a".into()))
+            ChildState::Present(Some("a".into()))
         );
         // An older version shown again keeps the write pending.
         c.saw(k.clone(), Some("a".into()));
@@ -771,10 +790,10 @@ mod tests {
         assert_eq!(c.pending_writes(), 0);
         assert_eq!(
             c.seen_hash("ConfigMap", "ns", "j-config"),
-            Some(Some("b".into()))
+            ChildState::Present(Some("b".into()))
         );
         c.gone(&k);
-        assert_eq!(c.hash("ConfigMap", "ns", "j-config"), None);
+        assert_eq!(c.hash("ConfigMap", "ns", "j-config"), ChildState::Absent);
         assert!(c.is_empty());
     }
 }

@@ -5,7 +5,8 @@
 //! - [`builders`]: desired objects (pure);
 //! - [`plan`]: the state machine (pure);
 //! - [`cache`]: the watch caches, compact and indexed by job;
-//! - [`controller`]: watches, apply, status, Events;
+//! - [`expectations`]: writes made but not yet seen by the watches;
+//! - [`controller`]: the reconcile pipeline (apply, status, pod steps, Events);
 //! - [`client`]: the API client (request counting, client-side rate limit);
 //! - [`leader`], [`metrics`], [`server`]: operations.
 
@@ -13,6 +14,7 @@ pub mod builders;
 pub mod cache;
 pub mod client;
 pub mod controller;
+pub mod expectations;
 pub mod leader;
 pub mod metrics;
 pub mod observe;

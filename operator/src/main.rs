@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+use dgl_api::logging::{self, LogFormat, Output};
 use dgl_operator::builders::{BuildConfig, GangScheduler};
 use dgl_operator::client::RateLimit;
 use dgl_operator::controller::{self, Settings};
@@ -37,12 +38,6 @@ enum Command {
     Run(RunArgs),
     /// Print the DGLJob CustomResourceDefinition as YAML (what crds/dgljobs.yaml holds).
     Crd,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -123,33 +118,20 @@ struct RunArgs {
     log_format: LogFormat,
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
-}
-
 async fn detect_gang(client: &Client, wanted: Gang) -> anyhow::Result<Option<GangScheduler>> {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let installed = |name: &'static str| {
+    let installed = |gang: GangScheduler| {
         let crds = crds.clone();
-        async move { crds.get_opt(name).await.map(|c| c.is_some()) }
+        async move { crds.get_opt(&gang.crd_name()).await.map(|c| c.is_some()) }
     };
     Ok(match wanted {
         Gang::None => None,
         Gang::Volcano => Some(GangScheduler::Volcano),
         Gang::SchedulerPlugins => Some(GangScheduler::SchedulerPlugins),
         Gang::Auto => {
-            if installed("podgroups.scheduling.volcano.sh")
-                .await
-                .unwrap_or(false)
-            {
+            if installed(GangScheduler::Volcano).await.unwrap_or(false) {
                 Some(GangScheduler::Volcano)
-            } else if installed("podgroups.scheduling.x-k8s.io")
+            } else if installed(GangScheduler::SchedulerPlugins)
                 .await
                 .unwrap_or(false)
             {
@@ -177,7 +159,8 @@ async fn shutdown_signal() {
 }
 
 async fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_tracing(args.log_format);
+    // stdout, as before; no colour codes in the pod's log.
+    logging::init(args.log_format, "info,kube=warn", Output::Stdout);
     let metrics = Arc::new(Metrics::default());
     let config = kube::Config::infer().await.context(
         "no Kubernetes client configuration (in-cluster service account or $KUBECONFIG)",
@@ -280,11 +263,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A random number that tells this process from an earlier one of the same
+/// pod in the leader Lease; 0 (the pid alone) if the kernel gives none.
 fn rand_u32() -> u32 {
-    use std::io::Read;
-    let mut b = [0u8; 4];
-    let _ = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b));
-    u32::from_le_bytes(b)
+    getrandom::u32().unwrap_or(0)
 }
 
 #[tokio::main]

@@ -1,6 +1,7 @@
 //! What exists: a job's pods, classified (pure functions over `Pod`).
 
 use dgl_api::names::{LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE, LABEL_RUN};
+use dgl_api::pods::{self, ContainerExit};
 use dgl_api::ReplicaType;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -31,8 +32,9 @@ pub struct ObservedPod {
     pub name: String,
     pub role: ReplicaType,
     pub index: i32,
-    /// Which run of the job created it (see `DGLJobStatus::restart_count`).
-    pub run: i32,
+    /// The restart epoch of the run that created it: `status.restartCount`
+    /// when it was created, from its `dgloperator.io/run` label.
+    pub epoch: i32,
     pub state: PodState,
     pub ip: Option<String>,
 }
@@ -47,7 +49,7 @@ impl ObservedPod {
             .get(LABEL_REPLICA_INDEX)
             .and_then(|i| i.parse().ok())
             .unwrap_or(0);
-        let run = labels
+        let epoch = labels
             .get(LABEL_RUN)
             .and_then(|i| i.parse().ok())
             .unwrap_or(0);
@@ -59,7 +61,7 @@ impl ObservedPod {
             name: pod.name_any(),
             role,
             index,
-            run,
+            epoch,
             state: pod_state(pod),
             ip,
         })
@@ -90,60 +92,39 @@ fn pod_state(pod: &Pod) -> PodState {
         Some("Running") => {
             // A container of a `restartPolicy: Never` pod that exited non-zero
             // fails the pod's work even while a sidecar keeps the phase Running.
-            if let Some((container, code, reason)) = terminated_non_zero(pod) {
+            if let Some(c) = pods::failed_container(pod) {
                 return PodState::Failed {
                     reason: "ContainerFailed".into(),
-                    message: format!(
-                        "pod {}: container {container} exited with code {code}{}",
-                        pod.name_any(),
-                        reason.map(|r| format!(" ({r})")).unwrap_or_default()
-                    ),
+                    message: container_failed(&pod.name_any(), &c),
                 };
             }
-            let ready = status
-                .conditions
-                .as_ref()
-                .map(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                .unwrap_or(false);
-            PodState::Running { ready }
+            PodState::Running {
+                ready: pods::condition_true(pod, "Ready"),
+            }
         }
         _ => PodState::Pending,
     }
 }
 
-fn terminated_non_zero(pod: &Pod) -> Option<(String, i32, Option<String>)> {
-    let status = pod.status.as_ref()?;
-    let all = status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(status.container_statuses.iter().flatten());
-    for cs in all {
-        let term = cs.state.as_ref().and_then(|s| s.terminated.as_ref());
-        if let Some(t) = term {
-            if t.exit_code != 0 {
-                return Some((cs.name.clone(), t.exit_code, t.reason.clone()));
-            }
-        }
-    }
-    None
+/// `pod <pod>: container <c> exited with code <n> (<reason>)`.
+fn container_failed(pod: &str, c: &ContainerExit<'_>) -> String {
+    format!(
+        "pod {pod}: container {} exited with code {}{}",
+        c.name,
+        c.exit_code,
+        c.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+    )
 }
 
-/// Reason and message of a Failed pod: eviction, or the first container that
-/// exited non-zero.
+/// Reason and message of a Failed pod: the first container that exited
+/// non-zero, or the pod's own reason (eviction).
 fn failure_of(pod: &Pod) -> (String, String) {
     let name = pod.name_any();
     let status = pod.status.as_ref();
     let pod_reason = status.and_then(|s| s.reason.clone());
     let pod_message = status.and_then(|s| s.message.clone());
-    if let Some((container, code, reason)) = terminated_non_zero(pod) {
-        return (
-            "ContainerFailed".into(),
-            format!(
-                "pod {name}: container {container} exited with code {code}{}",
-                reason.map(|r| format!(" ({r})")).unwrap_or_default()
-            ),
-        );
+    if let Some(c) = pods::failed_container(pod) {
+        return ("ContainerFailed".into(), container_failed(&name, &c));
     }
     match pod_reason {
         Some(r) => (
@@ -190,7 +171,7 @@ mod tests {
         let p = ObservedPod::from_pod(&base(json!({"phase": "Running", "podIP": "10.0.0.5",
             "conditions": [{"type": "Ready", "status": "True"}]})))
         .unwrap();
-        assert_eq!((p.role, p.index, p.run), (ReplicaType::Worker, 1, 2));
+        assert_eq!((p.role, p.index, p.epoch), (ReplicaType::Worker, 1, 2));
         assert!(p.is_ready());
         assert_eq!(p.ip.as_deref(), Some("10.0.0.5"));
 

@@ -9,10 +9,18 @@
 //!     └─ suspend ─► Suspended ─ resume ─► Created path again
 //! ```
 //! Failed comes from a failed pod with no restarts left, the deadline, or an
-//! unsupported mode. cleanPodPolicy is applied on every terminal path.
+//! unsupported mode. cleanPodPolicy is applied on every terminal path. The
+//! same diagram, with the triggers, is in docs/architecture.md.
+//!
+//! [`plan`] reads like that diagram: one function per situation (finished,
+//! unsupported, suspended, deadline exceeded, a failed run, succeeded, moving
+//! forward), each ending in the one way a [`Plan`] is built
+//! ([`Planner::done`]).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use dgl_api::names::{launcher_name, partitioner_name, worker_name};
 use dgl_api::{CleanPodPolicy, DGLJob, DGLJobStatus, JobPhase, ReplicaStatus, ReplicaType};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -45,6 +53,19 @@ pub struct Plan {
     pub ensure_children: bool,
 }
 
+/// Whether the job's ConfigMap, as the API server serves it to other
+/// clients (the watch shows it), is the one this plan's pods would produce:
+/// complete, listing every worker with its IP. The launcher reads it when it
+/// starts, so it is created only then; the ConfigMap's watch event brings
+/// the job back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigMapState {
+    /// Served as it should be: the launcher may start.
+    Current,
+    /// Not yet served as it should be: the launcher waits.
+    Behind,
+}
+
 /// A condition that became True in this plan, for Events and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Transition {
@@ -60,14 +81,16 @@ pub fn transitions(old: Option<&DGLJobStatus>, new: &DGLJobStatus) -> Vec<Transi
         .filter(|c| c.status == "True")
         .filter(|c| {
             let before = old.and_then(|o| o.conditions.iter().find(|x| x.type_ == c.type_));
-            // A new True, or a True whose reason changed (another restart).
+            // A new True, or a True that turned True again since `old` (its
+            // lastTransitionTime moved: another restart). A new reason or
+            // message alone is no transition.
             before.is_none_or(|b| {
                 b.status != "True" || b.last_transition_time != c.last_transition_time
             })
         })
         .filter_map(|c| {
             Some(Transition {
-                type_: phase_of(&c.type_)?,
+                type_: JobPhase::from_name(&c.type_)?,
                 reason: c.reason.clone(),
                 message: c.message.clone(),
             })
@@ -75,21 +98,430 @@ pub fn transitions(old: Option<&DGLJobStatus>, new: &DGLJobStatus) -> Vec<Transi
         .collect()
 }
 
-fn phase_of(s: &str) -> Option<JobPhase> {
-    use JobPhase::*;
-    [
-        Created,
-        Partitioning,
-        Partitioned,
-        Running,
-        Restarting,
-        Succeeded,
-        Failed,
-        Suspended,
-    ]
-    .into_iter()
-    .find(|p| p.as_str() == s)
+/// Plans one reconcile of `job`. Depends on nothing but its arguments: the
+/// job (spec and last status), its observed pods, the time, the operator's
+/// build settings and whether the job's ConfigMap is served complete.
+pub fn plan(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    now: Timestamp,
+    cfg: &BuildConfig,
+    config_map: ConfigMapState,
+) -> Plan {
+    let mut p = Planner::new(job, pods, now);
+    if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
+        return p.finished();
+    }
+    if !job.spec.partition_mode.is_supported() {
+        return p.unsupported();
+    }
+    if job.spec.suspended() {
+        return p.suspended();
+    }
+    p.resume();
+    let current = p.retire_earlier_runs();
+    if p.deadline_passed() {
+        return p.deadline_exceeded(&current);
+    }
+    let launcher_succeeded =
+        find(&current, &p.launcher).is_some_and(|l| l.state == PodState::Succeeded);
+    match p.failure(&current) {
+        Some(failure) if !launcher_succeeded => p.failed_run(&current, failure),
+        _ if launcher_succeeded => p.succeeded(&current),
+        _ => p.forward(&current, cfg, config_map),
+    }
 }
+
+/// The pod named `name` among `pods`.
+fn find<'p>(pods: &[&'p ObservedPod], name: &str) -> Option<&'p ObservedPod> {
+    pods.iter().find(|p| p.name == name).copied()
+}
+
+/// A pod failure that ends the current run.
+struct Failure {
+    role: ReplicaType,
+    reason: String,
+    message: String,
+}
+
+/// How a plan sets `status.replicaStatuses`.
+enum Replicas<'p> {
+    /// As the last status had them.
+    Unchanged,
+    /// None: no pods are wanted.
+    Cleared,
+    /// Counted over these pods, as they will be once the plan's steps ran.
+    After(&'p [&'p ObservedPod]),
+}
+
+/// One plan in the making: the status so far, the steps, the wake-up.
+struct Planner<'a> {
+    job: &'a DGLJob,
+    name: String,
+    launcher: String,
+    pods: &'a [ObservedPod],
+    now: Timestamp,
+    sb: StatusBuilder,
+    steps: Vec<Step>,
+    requeue: Option<Duration>,
+    /// The restart epoch: `status.restartCount`, the run label of the pods
+    /// the current run creates.
+    epoch: i32,
+}
+
+impl<'a> Planner<'a> {
+    /// Starts from the job's last status, marked Created.
+    fn new(job: &'a DGLJob, pods: &'a [ObservedPod], now: Timestamp) -> Self {
+        let mut sb = StatusBuilder {
+            status: job.status.clone().unwrap_or_default(),
+            now: Time(now),
+            generation: job.metadata.generation,
+        };
+        sb.status.observed_generation = job.metadata.generation;
+        let name = job.name_any();
+        if !sb.is_true(JobPhase::Created) {
+            sb.set(
+                JobPhase::Created,
+                true,
+                "JobCreated",
+                &format!("DGLJob {name} is created."),
+            );
+        }
+        let epoch = sb.status.restart_count.unwrap_or(0);
+        Planner {
+            job,
+            launcher: launcher_name(&name),
+            name,
+            pods,
+            now,
+            sb,
+            steps: Vec::new(),
+            requeue: None,
+            epoch,
+        }
+    }
+
+    /// The one way a plan ends: replica counts, the phase, and the plan.
+    fn done(mut self, replicas: Replicas<'_>, ensure_children: bool) -> Plan {
+        match replicas {
+            Replicas::Unchanged => {}
+            Replicas::Cleared => self.sb.status.replica_statuses = Default::default(),
+            Replicas::After(pods) => {
+                self.sb.status.replica_statuses = counts_after(pods, &self.steps)
+            }
+        }
+        self.sb.derive_phase();
+        Plan {
+            status: self.sb.status,
+            steps: self.steps,
+            requeue_after: self.requeue,
+            ensure_children,
+        }
+    }
+
+    /// Wakes up in `secs` (at least 1) unless something earlier is due.
+    fn wake(&mut self, secs: i64) {
+        let d = Duration::from_secs(secs.max(1) as u64);
+        self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
+    }
+
+    /// Wakes up at ttlSecondsAfterFinished from now, or never.
+    fn wake_for_ttl(&mut self) {
+        self.requeue = self
+            .job
+            .spec
+            .run_policy()
+            .ttl_seconds_after_finished
+            .map(|t| Duration::from_secs(t.max(1) as u64));
+    }
+
+    fn clean_pods(&mut self, policy: CleanPodPolicy) {
+        self.steps.extend(clean_pods(policy, self.pods));
+    }
+
+    /// Finished jobs: keep applying cleanPodPolicy, then the TTL.
+    fn finished(mut self) -> Plan {
+        self.clean_pods(self.job.spec.clean_pod_policy);
+        let ttl = self.job.spec.run_policy().ttl_seconds_after_finished;
+        if let (Some(ttl), Some(done)) = (ttl, self.sb.status.completion_time.clone()) {
+            let left = i64::from(ttl) - secs_between(&done, self.now);
+            if left <= 0 {
+                self.steps.push(Step::DeleteJob);
+            } else {
+                self.wake(left);
+            }
+        }
+        let epoch = self.epoch;
+        let pods = self.pods;
+        let current: Vec<&ObservedPod> = pods.iter().filter(|p| p.epoch == epoch).collect();
+        self.done(Replicas::After(&current), false)
+    }
+
+    /// Modes this build cannot run fail at once, with the field named.
+    fn unsupported(mut self) -> Plan {
+        let message = format!(
+            "spec.partitionMode: {} is not supported yet; use DGL-API, ParMETIS or Skip",
+            self.job.spec.partition_mode
+        );
+        self.sb
+            .finish(JobPhase::Failed, "UnsupportedPartitionMode", &message);
+        self.done(Replicas::Unchanged, false)
+    }
+
+    /// Suspend: no pods, job kept; resume starts again (deadline from resume).
+    fn suspended(mut self) -> Plan {
+        self.clean_pods(CleanPodPolicy::All);
+        let message = format!("DGLJob {} is suspended.", self.name);
+        for t in IN_PROGRESS {
+            self.sb.clear(t, "JobSuspended", &message);
+        }
+        self.sb
+            .set(JobPhase::Suspended, true, "JobSuspended", &message);
+        self.sb.status.start_time = None;
+        self.done(Replicas::Cleared, true)
+    }
+
+    /// A suspended job that is no longer asked to be: Suspended turns False.
+    fn resume(&mut self) {
+        if self.sb.is_true(JobPhase::Suspended) {
+            let message = format!("DGLJob {} is resumed.", self.name);
+            self.sb
+                .set(JobPhase::Suspended, false, "JobResumed", &message);
+        }
+    }
+
+    /// Deletes the pods of earlier runs (the partitioner is shared by all
+    /// runs) and returns the current run's.
+    fn retire_earlier_runs(&mut self) -> Vec<&'a ObservedPod> {
+        let epoch = self.epoch;
+        let (current, stale): (Vec<&ObservedPod>, Vec<&ObservedPod>) = self
+            .pods
+            .iter()
+            .partition(|p| p.epoch == epoch || p.role == ReplicaType::Partitioner);
+        for p in stale {
+            if p.state != PodState::Terminating {
+                self.steps.push(Step::DeletePod(p.name.clone()));
+            }
+        }
+        current
+    }
+
+    /// Starts the clock if it is not running; true once activeDeadlineSeconds
+    /// has passed, else a wake-up for when it will (timer-driven).
+    fn deadline_passed(&mut self) -> bool {
+        if self.sb.status.start_time.is_none() {
+            self.sb.status.start_time = Some(Time(self.now));
+        }
+        let deadline = self.job.spec.run_policy().active_deadline_seconds;
+        let (Some(deadline), Some(start)) = (deadline, self.sb.status.start_time.clone()) else {
+            return false;
+        };
+        let left = deadline - secs_between(&start, self.now);
+        if left > 0 {
+            self.wake(left);
+        }
+        left <= 0
+    }
+
+    fn deadline_exceeded(mut self, current: &[&ObservedPod]) -> Plan {
+        let deadline = self
+            .job
+            .spec
+            .run_policy()
+            .active_deadline_seconds
+            .unwrap_or_default();
+        let message = format!(
+            "DGLJob {} was active longer than activeDeadlineSeconds ({deadline}s).",
+            self.name
+        );
+        self.sb
+            .finish(JobPhase::Failed, "DeadlineExceeded", &message);
+        self.clean_pods(self.job.spec.clean_pod_policy);
+        self.wake_for_ttl();
+        self.done(Replicas::After(current), false)
+    }
+
+    /// A failure in the current run: a failed pod of this run, or (once
+    /// training started) a worker or the launcher gone or being deleted by
+    /// someone else.
+    fn failure(&self, current: &[&ObservedPod]) -> Option<Failure> {
+        // Only pods created by this run count: a failed pod of an earlier run
+        // that the cache still shows must not trigger a second restart.
+        let failed = current
+            .iter()
+            .filter(|p| p.epoch == self.epoch)
+            .find_map(|p| match &p.state {
+                PodState::Failed { reason, message } => Some(Failure {
+                    role: p.role,
+                    reason: reason.clone(),
+                    message: message.clone(),
+                }),
+                _ => None,
+            });
+        let running = self.sb.is_true(JobPhase::Running);
+        let training_started = find(current, &self.launcher).is_some() || running;
+        if failed.is_some() || !training_started {
+            return failed;
+        }
+        let expected = (0..self.job.spec.num_workers())
+            .map(|i| (ReplicaType::Worker, worker_name(&self.name, i)))
+            .chain(running.then(|| (ReplicaType::Launcher, self.launcher.clone())));
+        expected.into_iter().find_map(|(role, pod)| {
+            let message = match find(current, &pod) {
+                None => format!("pod {pod} was deleted while the job was running"),
+                Some(p) if p.state == PodState::Terminating => {
+                    format!("pod {pod} is being deleted while the job was running")
+                }
+                Some(_) => return None,
+            };
+            Some(Failure {
+                role,
+                reason: "PodDeleted".into(),
+                message,
+            })
+        })
+    }
+
+    /// Restarts the run (reusing the partitions) while backoffLimit allows,
+    /// else fails the job.
+    fn failed_run(mut self, current: &[&ObservedPod], failure: Failure) -> Plan {
+        let limit = self.job.spec.run_policy().backoff_limit.unwrap_or(0);
+        let Failure {
+            role,
+            reason,
+            message,
+        } = failure;
+        let reason = if reason == "PodDeleted" || reason == "Evicted" {
+            reason
+        } else {
+            format!("{role}Failed")
+        };
+        if self.epoch < limit {
+            let next = self.epoch + 1;
+            let msg = format!("{message}; restarting (restart {next} of {limit})");
+            self.sb.clear(JobPhase::Running, &reason, &msg);
+            self.sb.set(JobPhase::Restarting, true, &reason, &msg);
+            self.sb.status.restart_count = Some(next);
+            // Keep a partitioner that finished its work: the next run reuses it.
+            for p in current {
+                let keep = p.role == ReplicaType::Partitioner
+                    && matches!(
+                        p.state,
+                        PodState::Succeeded | PodState::Running { ready: true }
+                    );
+                if !keep && p.state != PodState::Terminating {
+                    self.steps.push(Step::DeletePod(p.name.clone()));
+                }
+            }
+        } else {
+            let msg = if limit > 0 {
+                format!("{message}; backoffLimit ({limit}) reached")
+            } else {
+                message
+            };
+            self.sb.finish(JobPhase::Failed, &reason, &msg);
+            self.clean_pods(self.job.spec.clean_pod_policy);
+        }
+        let ensure_children = !self.sb.is_true(JobPhase::Failed);
+        self.done(Replicas::After(current), ensure_children)
+    }
+
+    /// The launcher exited 0: the job succeeded.
+    fn succeeded(mut self, current: &[&ObservedPod]) -> Plan {
+        let message = format!("DGLJob {} successfully completed.", self.name);
+        self.sb
+            .finish(JobPhase::Succeeded, "JobSucceeded", &message);
+        self.clean_pods(self.job.spec.clean_pod_policy);
+        self.wake_for_ttl();
+        self.done(Replicas::After(current), false)
+    }
+
+    /// Forward: partitioner, then workers, then the launcher, each once the
+    /// one before is ready.
+    fn forward(
+        mut self,
+        current: &[&ObservedPod],
+        cfg: &BuildConfig,
+        config_map: ConfigMapState,
+    ) -> Plan {
+        let partitioned = self.partition(current, cfg);
+        let workers_ready = partitioned && self.workers(current, cfg);
+        match find(current, &self.launcher) {
+            None if workers_ready && config_map == ConfigMapState::Current => {
+                self.create(builders::launcher_pod(self.job, self.epoch, cfg))
+            }
+            Some(p) if matches!(p.state, PodState::Running { .. }) => {
+                let message = format!("DGLJob {} is running.", self.name);
+                self.sb.clear(JobPhase::Restarting, "JobRunning", &message);
+                self.sb.set(JobPhase::Running, true, "JobRunning", &message);
+            }
+            _ => {}
+        }
+        self.done(Replicas::After(current), true)
+    }
+
+    /// Creates the partitioner if missing; true once it serves the shards
+    /// (Ready) or finished, and always in a mode without one.
+    fn partition(&mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> bool {
+        if !self.job.spec.has_partitioner() {
+            return true;
+        }
+        let partitioned = match find(current, &partitioner_name(&self.name)) {
+            Some(p) => p.is_ready() || p.state == PodState::Succeeded,
+            None => {
+                self.create(builders::partitioner_pod(self.job, self.epoch, cfg));
+                false
+            }
+        };
+        if partitioned {
+            let message = "The graph is partitioned.";
+            self.sb
+                .clear(JobPhase::Partitioning, "JobPartitioned", message);
+            self.sb
+                .set(JobPhase::Partitioned, true, "JobPartitioned", message);
+        } else if !self.sb.is_true(JobPhase::Partitioned) {
+            let message = format!(
+                "The partitioner pod of DGLJob {} is partitioning the graph.",
+                self.name
+            );
+            self.sb
+                .set(JobPhase::Partitioning, true, "JobPartitioning", &message);
+        }
+        partitioned
+    }
+
+    /// Creates missing workers; true when every worker is Ready with an IP.
+    fn workers(&mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> bool {
+        let mut ready = true;
+        for i in 0..self.job.spec.num_workers() {
+            match find(current, &worker_name(&self.name, i)) {
+                Some(p) => ready &= p.is_ready() && p.ip.is_some(),
+                None => {
+                    self.create(builders::worker_pod(self.job, i, self.epoch, cfg));
+                    ready = false;
+                }
+            }
+        }
+        ready
+    }
+
+    /// Creates `pod` unless a pod of that name still exists: one being
+    /// deleted (an earlier run) blocks the new one, and its deletion event
+    /// brings the job back.
+    fn create(&mut self, pod: Pod) {
+        let name = pod.name_any();
+        if !self.pods.iter().any(|p| p.name == name) {
+            self.steps.push(Step::CreatePod(Box::new(pod)));
+        }
+    }
+}
+
+/// The conditions of a job on its way; cleared when it stops.
+const IN_PROGRESS: [JobPhase; 3] = [
+    JobPhase::Partitioning,
+    JobPhase::Running,
+    JobPhase::Restarting,
+];
 
 struct StatusBuilder {
     status: DGLJobStatus,
@@ -149,11 +581,7 @@ impl StatusBuilder {
 
     /// Clears the in-progress conditions when the job reaches `terminal`.
     fn finish(&mut self, terminal: JobPhase, reason: &str, message: &str) {
-        for t in [
-            JobPhase::Partitioning,
-            JobPhase::Running,
-            JobPhase::Restarting,
-        ] {
+        for t in IN_PROGRESS {
             self.clear(t, reason, message);
         }
         self.set(terminal, true, reason, message);
@@ -162,9 +590,11 @@ impl StatusBuilder {
         }
     }
 
+    /// The phase shown is the most decisive True condition: this is a
+    /// priority order, not the list of phases ([`JobPhase::ALL`]).
     fn derive_phase(&mut self) {
         use JobPhase::*;
-        let order = [
+        let priority = [
             Failed,
             Succeeded,
             Suspended,
@@ -174,12 +604,12 @@ impl StatusBuilder {
             Partitioning,
             Created,
         ];
-        self.status.phase = order.into_iter().find(|p| self.is_true(*p));
+        self.status.phase = priority.into_iter().find(|p| self.is_true(*p));
     }
 }
 
-fn counts(pods: &[&ObservedPod]) -> std::collections::BTreeMap<ReplicaType, ReplicaStatus> {
-    let mut out = std::collections::BTreeMap::new();
+fn counts(pods: &[&ObservedPod]) -> BTreeMap<ReplicaType, ReplicaStatus> {
+    let mut out = BTreeMap::new();
     for p in pods {
         // A pod on its way out is not counted, nor does it keep its role listed.
         if p.state == PodState::Terminating {
@@ -200,10 +630,7 @@ fn counts(pods: &[&ObservedPod]) -> std::collections::BTreeMap<ReplicaType, Repl
 /// deletes no longer counts, a pod it creates counts as active. The status
 /// is written before the steps run, so counting them now saves a second
 /// status write when their watch events arrive.
-fn counts_after(
-    pods: &[&ObservedPod],
-    steps: &[Step],
-) -> std::collections::BTreeMap<ReplicaType, ReplicaStatus> {
+fn counts_after(pods: &[&ObservedPod], steps: &[Step]) -> BTreeMap<ReplicaType, ReplicaStatus> {
     let deleting: Vec<&str> = steps
         .iter()
         .filter_map(|s| match s {
@@ -244,366 +671,6 @@ fn secs_between(from: &Time, to: Timestamp) -> i64 {
     to.as_second() - from.0.as_second()
 }
 
-/// Plans one reconcile of `job` given its observed pods.
-pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfig) -> Plan {
-    plan_gated(job, pods, now, cfg, true)
-}
-
-/// [`plan`], with `config_ready`: whether the job's ConfigMap, as other
-/// clients read it, already lists every worker. The launcher reads it when
-/// it starts, so it is created only then; the ConfigMap's watch event
-/// brings the job back.
-pub fn plan_gated(
-    job: &DGLJob,
-    pods: &[ObservedPod],
-    now: Timestamp,
-    cfg: &BuildConfig,
-    config_ready: bool,
-) -> Plan {
-    let old = job.status.clone().unwrap_or_default();
-    let mut sb = StatusBuilder {
-        status: old.clone(),
-        now: Time(now),
-        generation: job.metadata.generation,
-    };
-    sb.status.observed_generation = job.metadata.generation;
-    let name = job.name_any();
-    let spec = &job.spec;
-    let policy = spec.run_policy();
-    let mut steps = Vec::new();
-    let mut requeue: Option<Duration> = None;
-    let mut wake = |d: i64| {
-        let d = Duration::from_secs(d.max(1) as u64);
-        requeue = Some(requeue.map_or(d, |r: Duration| r.min(d)));
-    };
-
-    if !sb.is_true(JobPhase::Created) {
-        sb.set(
-            JobPhase::Created,
-            true,
-            "JobCreated",
-            &format!("DGLJob {name} is created."),
-        );
-    }
-    let run = sb.status.restart_count.unwrap_or(0);
-
-    // Finished jobs: keep applying cleanPodPolicy, then the TTL.
-    if sb.is_true(JobPhase::Succeeded) || sb.is_true(JobPhase::Failed) {
-        steps.extend(clean_pods(spec.clean_pod_policy, pods));
-        if let (Some(ttl), Some(done)) = (
-            policy.ttl_seconds_after_finished,
-            sb.status.completion_time.clone(),
-        ) {
-            let left = i64::from(ttl) - secs_between(&done, now);
-            if left <= 0 {
-                steps.push(Step::DeleteJob);
-            } else {
-                wake(left);
-            }
-        }
-        let current: Vec<&ObservedPod> = pods.iter().filter(|p| p.run == run).collect();
-        sb.status.replica_statuses = counts_after(&current, &steps);
-        sb.derive_phase();
-        return Plan {
-            status: sb.status,
-            steps,
-            requeue_after: requeue,
-            ensure_children: false,
-        };
-    }
-
-    // Modes this build cannot run fail at once, with the field named.
-    if !spec.partition_mode.is_supported() {
-        sb.finish(
-            JobPhase::Failed,
-            "UnsupportedPartitionMode",
-            &format!(
-                "spec.partitionMode: {} is not supported yet; use DGL-API, ParMETIS or Skip",
-                spec.partition_mode
-            ),
-        );
-        sb.derive_phase();
-        return Plan {
-            status: sb.status,
-            steps,
-            requeue_after: None,
-            ensure_children: false,
-        };
-    }
-
-    // Suspend: no pods, job kept; resume starts again (deadline from resume).
-    if spec.suspended() {
-        steps.extend(clean_pods(CleanPodPolicy::All, pods));
-        for t in [
-            JobPhase::Partitioning,
-            JobPhase::Running,
-            JobPhase::Restarting,
-        ] {
-            sb.clear(t, "JobSuspended", &format!("DGLJob {name} is suspended."));
-        }
-        sb.set(
-            JobPhase::Suspended,
-            true,
-            "JobSuspended",
-            &format!("DGLJob {name} is suspended."),
-        );
-        sb.status.start_time = None;
-        sb.status.replica_statuses = Default::default();
-        sb.derive_phase();
-        return Plan {
-            status: sb.status,
-            steps,
-            requeue_after: None,
-            ensure_children: true,
-        };
-    }
-    if sb.is_true(JobPhase::Suspended) {
-        sb.set(
-            JobPhase::Suspended,
-            false,
-            "JobResumed",
-            &format!("DGLJob {name} is resumed."),
-        );
-    }
-
-    // Pods of earlier runs go away; the partitioner is shared by all runs.
-    let (current, stale): (Vec<&ObservedPod>, Vec<&ObservedPod>) = pods
-        .iter()
-        .partition(|p| p.run == run || p.role == ReplicaType::Partitioner);
-    for p in &stale {
-        if p.state != PodState::Terminating {
-            steps.push(Step::DeletePod(p.name.clone()));
-        }
-    }
-    let find = |n: &str| current.iter().find(|p| p.name == n).copied();
-    let exists = |n: &str| pods.iter().any(|p| p.name == n);
-
-    if sb.status.start_time.is_none() {
-        sb.status.start_time = Some(Time(now));
-    }
-
-    // Deadline (timer-driven: the requeue wakes us when it passes).
-    if let (Some(deadline), Some(start)) =
-        (policy.active_deadline_seconds, sb.status.start_time.clone())
-    {
-        let left = deadline - secs_between(&start, now);
-        if left <= 0 {
-            sb.finish(
-                JobPhase::Failed,
-                "DeadlineExceeded",
-                &format!(
-                    "DGLJob {name} was active longer than activeDeadlineSeconds ({deadline}s)."
-                ),
-            );
-            steps.extend(clean_pods(spec.clean_pod_policy, pods));
-            sb.status.replica_statuses = counts_after(&current, &steps);
-            sb.derive_phase();
-            return Plan {
-                status: sb.status,
-                steps,
-                requeue_after: policy
-                    .ttl_seconds_after_finished
-                    .map(|t| Duration::from_secs(t.max(1) as u64)),
-                ensure_children: false,
-            };
-        }
-        wake(left);
-    }
-
-    // A failure in the current run: restart (reusing partitions) or fail.
-    let launcher_name = dgl_api::names::launcher_name(&name);
-    let training_started = find(&launcher_name).is_some() || sb.is_true(JobPhase::Running);
-    // Only pods created by this run count: a failed pod of an earlier run
-    // that the cache still shows must not trigger a second restart.
-    let mut failure: Option<(ReplicaType, String, String)> = current
-        .iter()
-        .filter(|p| p.run == run)
-        .find_map(|p| match &p.state {
-            PodState::Failed { reason, message } => Some((p.role, reason.clone(), message.clone())),
-            _ => None,
-        });
-    if failure.is_none() && training_started {
-        // A pod of the running job that vanished or is being deleted by
-        // someone else: the run cannot finish.
-        let expected = (0..spec.num_workers())
-            .map(|i| (ReplicaType::Worker, dgl_api::names::worker_name(&name, i)))
-            .chain(
-                sb.is_true(JobPhase::Running)
-                    .then(|| (ReplicaType::Launcher, launcher_name.clone())),
-            );
-        for (role, pod) in expected {
-            match find(&pod) {
-                None => {
-                    failure = Some((
-                        role,
-                        "PodDeleted".into(),
-                        format!("pod {pod} was deleted while the job was running"),
-                    ))
-                }
-                Some(p) if p.state == PodState::Terminating => {
-                    failure = Some((
-                        role,
-                        "PodDeleted".into(),
-                        format!("pod {pod} is being deleted while the job was running"),
-                    ))
-                }
-                _ => continue,
-            }
-            break;
-        }
-    }
-    let launcher_succeeded = find(&launcher_name).is_some_and(|p| p.state == PodState::Succeeded);
-    if let Some((role, reason, message)) = failure.filter(|_| !launcher_succeeded) {
-        let limit = policy.backoff_limit.unwrap_or(0);
-        let reason = if reason == "PodDeleted" || reason == "Evicted" {
-            reason
-        } else {
-            format!("{role}Failed")
-        };
-        if run < limit {
-            let msg = format!("{message}; restarting (restart {} of {limit})", run + 1);
-            sb.clear(JobPhase::Running, &reason, &msg);
-            sb.set(JobPhase::Restarting, true, &reason, &msg);
-            sb.status.restart_count = Some(run + 1);
-            // Keep a partitioner that finished its work: the next run reuses it.
-            for p in &current {
-                let keep = p.role == ReplicaType::Partitioner
-                    && matches!(
-                        p.state,
-                        PodState::Succeeded | PodState::Running { ready: true }
-                    );
-                if !keep && p.state != PodState::Terminating {
-                    steps.push(Step::DeletePod(p.name.clone()));
-                }
-            }
-        } else {
-            let msg = if limit > 0 {
-                format!("{message}; backoffLimit ({limit}) reached")
-            } else {
-                message
-            };
-            sb.finish(JobPhase::Failed, &reason, &msg);
-            steps.extend(clean_pods(spec.clean_pod_policy, pods));
-        }
-        sb.status.replica_statuses = counts_after(&current, &steps);
-        sb.derive_phase();
-        let ensure_children = !sb.is_true(JobPhase::Failed);
-        return Plan {
-            status: sb.status,
-            steps,
-            requeue_after: requeue,
-            ensure_children,
-        };
-    }
-
-    if launcher_succeeded {
-        sb.finish(
-            JobPhase::Succeeded,
-            "JobSucceeded",
-            &format!("DGLJob {name} successfully completed."),
-        );
-        steps.extend(clean_pods(spec.clean_pod_policy, pods));
-        sb.status.replica_statuses = counts_after(&current, &steps);
-        sb.derive_phase();
-        if let Some(ttl) = policy.ttl_seconds_after_finished {
-            requeue = Some(Duration::from_secs(ttl.max(1) as u64));
-        } else {
-            requeue = None;
-        }
-        return Plan {
-            status: sb.status,
-            steps,
-            requeue_after: requeue,
-            ensure_children: false,
-        };
-    }
-
-    // Forward: partitioner, then workers, then the launcher.
-    let create = |pod: Pod, steps: &mut Vec<Step>| {
-        let n = pod.name_any();
-        // A pod of that name still being deleted (an earlier run) blocks the
-        // new one; its deletion event brings us back.
-        if !exists(&n) {
-            steps.push(Step::CreatePod(Box::new(pod)));
-        }
-    };
-    let partitioned = if spec.has_partitioner() {
-        let pname = dgl_api::names::partitioner_name(&name);
-        match find(&pname) {
-            Some(p) if p.is_ready() || p.state == PodState::Succeeded => true,
-            Some(_) => false,
-            None => {
-                create(builders::partitioner_pod(job, run, cfg), &mut steps);
-                false
-            }
-        }
-    } else {
-        true
-    };
-    if spec.has_partitioner() {
-        if partitioned {
-            sb.clear(
-                JobPhase::Partitioning,
-                "JobPartitioned",
-                "The graph is partitioned.",
-            );
-            sb.set(
-                JobPhase::Partitioned,
-                true,
-                "JobPartitioned",
-                "The graph is partitioned.",
-            );
-        } else if !sb.is_true(JobPhase::Partitioned) {
-            sb.set(
-                JobPhase::Partitioning,
-                true,
-                "JobPartitioning",
-                &format!("The partitioner pod of DGLJob {name} is partitioning the graph."),
-            );
-        }
-    }
-    let mut workers_ready = partitioned;
-    if partitioned {
-        for i in 0..spec.num_workers() {
-            let wname = dgl_api::names::worker_name(&name, i);
-            match find(&wname) {
-                Some(p) => workers_ready &= p.is_ready() && p.ip.is_some(),
-                None => {
-                    create(builders::worker_pod(job, i, run, cfg), &mut steps);
-                    workers_ready = false;
-                }
-            }
-        }
-    }
-    match find(&launcher_name) {
-        None if workers_ready && config_ready => {
-            create(builders::launcher_pod(job, run, cfg), &mut steps)
-        }
-        Some(p) if matches!(p.state, PodState::Running { .. }) => {
-            sb.clear(
-                JobPhase::Restarting,
-                "JobRunning",
-                &format!("DGLJob {name} is running."),
-            );
-            sb.set(
-                JobPhase::Running,
-                true,
-                "JobRunning",
-                &format!("DGLJob {name} is running."),
-            );
-        }
-        _ => {}
-    }
-    sb.status.replica_statuses = counts_after(&current, &steps);
-    sb.derive_phase();
-    Plan {
-        status: sb.status,
-        steps,
-        requeue_after: requeue,
-        ensure_children: true,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -624,7 +691,7 @@ mod tests {
         Timestamp::from_second(1_800_000_000 + s).unwrap()
     }
 
-    fn pod(role: ReplicaType, index: i32, run: i32, state: PodState) -> ObservedPod {
+    fn pod(role: ReplicaType, index: i32, epoch: i32, state: PodState) -> ObservedPod {
         let name = match role {
             ReplicaType::Launcher => launcher_name(JOB),
             ReplicaType::Partitioner => partitioner_name(JOB),
@@ -634,7 +701,7 @@ mod tests {
             name,
             role,
             index,
-            run,
+            epoch,
             state,
             ip: Some(format!("10.0.0.{}", 10 + index)),
         }
@@ -653,7 +720,13 @@ mod tests {
 
     /// Runs plan and feeds its status back into the job, as the API would.
     fn step(job: &mut DGLJob, pods: &[ObservedPod], now: Timestamp) -> Plan {
-        let p = plan(job, pods, now, &BuildConfig::default());
+        let p = plan(
+            job,
+            pods,
+            now,
+            &BuildConfig::default(),
+            ConfigMapState::Current,
+        );
         job.status = Some(p.status.clone());
         p
     }
@@ -819,13 +892,25 @@ mod tests {
         step(&mut j, &pods, t(0));
         pods.push(pod(ReplicaType::Worker, 0, 0, ready()));
         pods.push(pod(ReplicaType::Worker, 1, 0, ready()));
-        let p = plan_gated(&j, &pods, t(1), &BuildConfig::default(), false);
+        let p = plan(
+            &j,
+            &pods,
+            t(1),
+            &BuildConfig::default(),
+            ConfigMapState::Behind,
+        );
         assert!(created(&p).is_empty(), "ConfigMap not current yet");
         assert!(!p
             .status
             .replica_statuses
             .contains_key(&ReplicaType::Launcher));
-        let p = plan_gated(&j, &pods, t(2), &BuildConfig::default(), true);
+        let p = plan(
+            &j,
+            &pods,
+            t(2),
+            &BuildConfig::default(),
+            ConfigMapState::Current,
+        );
         assert_eq!(created(&p), vec![launcher_name(JOB)]);
     }
 
@@ -1031,14 +1116,26 @@ mod tests {
     #[test]
     fn transitions_report_each_new_true_condition_once() {
         let mut j = job();
-        let p1 = plan(&j, &[], t(0), &BuildConfig::default());
+        let p1 = plan(
+            &j,
+            &[],
+            t(0),
+            &BuildConfig::default(),
+            ConfigMapState::Current,
+        );
         let tr = transitions(None, &p1.status);
         assert_eq!(
             tr.iter().map(|t| t.type_).collect::<Vec<_>>(),
             vec![JobPhase::Created, JobPhase::Partitioning]
         );
         j.status = Some(p1.status.clone());
-        let p2 = plan(&j, &[], t(5), &BuildConfig::default());
+        let p2 = plan(
+            &j,
+            &[],
+            t(5),
+            &BuildConfig::default(),
+            ConfigMapState::Current,
+        );
         assert!(transitions(Some(&p1.status), &p2.status).is_empty());
     }
 }

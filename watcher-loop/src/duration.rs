@@ -4,7 +4,8 @@ use std::time::Duration;
 
 /// Parses a duration made of one or more `<integer><unit>` parts, units
 /// `ms`, `s`, `m`, `h`, `d` (Go's `time.ParseDuration` style, as in kubectl's
-/// `--timeout`). A bare integer is seconds. `0` means zero.
+/// `--timeout`; humantime's longer spellings such as `min` are accepted
+/// too). A bare integer is seconds. `0` means zero.
 pub fn parse_duration(input: &str) -> Result<Duration, String> {
     let s = input.trim();
     if s.is_empty() {
@@ -16,42 +17,35 @@ pub fn parse_duration(input: &str) -> Result<Duration, String> {
             .map(Duration::from_secs)
             .map_err(|e| format!("invalid duration {input:?}: {e}"));
     }
-    let mut total = Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(|b| b.is_ascii_digit()).count();
-        if digits == 0 {
-            return Err(format!(
-                "invalid duration {input:?}: expected a number at {rest:?} (e.g. `90s`, `10m`, `1h30m`)"
-            ));
-        }
-        let value: u64 = rest[..digits]
-            .parse()
-            .map_err(|e| format!("invalid duration {input:?}: {e}"))?;
-        rest = &rest[digits..];
-        let unit_len = rest.bytes().take_while(|b| b.is_ascii_alphabetic()).count();
-        let unit = &rest[..unit_len];
-        rest = &rest[unit_len..];
-        let part = match unit {
-            "ms" => Duration::from_millis(value),
-            "s" => Duration::from_secs(value),
-            "m" => Duration::from_secs(value.saturating_mul(60)),
-            "h" => Duration::from_secs(value.saturating_mul(3600)),
-            "d" => Duration::from_secs(value.saturating_mul(86400)),
-            "" => {
-                return Err(format!(
-                    "invalid duration {input:?}: {value} has no unit (use ms, s, m, h or d)"
-                ))
-            }
-            other => {
-                return Err(format!(
-                    "invalid duration {input:?}: unknown unit {other:?} (use ms, s, m, h or d)"
-                ))
-            }
-        };
-        total = total.saturating_add(part);
+    // Whole numbers and units only, no spaces: `1.5h`, `-5s` or `2m 5s`
+    // (which humantime would take) stay errors, as kubectl's are.
+    if let Some(at) = s.find(|c: char| !c.is_ascii_alphanumeric()) {
+        return Err(explain(
+            input,
+            s,
+            humantime::DurationError::NumberExpected(at),
+        ));
     }
-    Ok(total)
+    humantime::parse_duration(s).map_err(|e| explain(input, s, e))
+}
+
+/// humantime's error, in the words of this tool's `--help`.
+fn explain(input: &str, s: &str, e: humantime::DurationError) -> String {
+    use humantime::DurationError as E;
+    match e {
+        E::InvalidCharacter(at) | E::NumberExpected(at) => format!(
+            "invalid duration {input:?}: expected a number at {:?} (e.g. `90s`, `10m`, `1h30m`)",
+            &s[at.min(s.len())..]
+        ),
+        E::UnknownUnit { unit, value, .. } if unit.is_empty() => {
+            format!("invalid duration {input:?}: {value} has no unit (use ms, s, m, h or d)")
+        }
+        E::UnknownUnit { unit, .. } => {
+            format!("invalid duration {input:?}: unknown unit {unit:?} (use ms, s, m, h or d)")
+        }
+        E::NumberOverflow => format!("invalid duration {input:?}: number too large"),
+        E::Empty => "empty duration; expected e.g. `90s`, `10m` or `1h30m`".into(),
+    }
 }
 
 /// Renders a duration compactly for messages (`10m`, `1h30m`, `2.5s`).

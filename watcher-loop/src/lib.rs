@@ -1,7 +1,7 @@
 //! `watcher-loop`: waits until a set of pods is Ready (`ready` mode) or has
 //! Succeeded (`finished` mode), and fails at once when one of them fails or
-//! is deleted. The launcher's init containers run it (the proposal's
-//! `watcher-loop`, without `kubectl`).
+//! is deleted. The launcher's init container runs it (the `watcher-loop` of
+//! the original DGL operator design, without `kubectl`; docs/runtime-design.md).
 //!
 //! It only watches, never polls:
 //! * pods named in a file: one watch per pod with the field selector

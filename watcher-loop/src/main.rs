@@ -1,12 +1,15 @@
 //! `watcher-loop` binary: flags and env in, exit code out. The work is in the lib.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use dgl_api::logging::{self, LogFormat, Output};
+use dgl_api::names::{
+    ENV_WATCHER_FILE, ENV_WATCHER_MODE, ENV_WATCHER_NAMESPACE, ENV_WATCHER_TIMEOUT,
+};
 use watcher_loop::{
     format_duration, parse_duration, resolve_namespace, Mode, Targets, EXIT_API, EXIT_USAGE,
     SERVICE_ACCOUNT_NAMESPACE_FILE,
@@ -14,14 +17,6 @@ use watcher_loop::{
 
 /// Where Kubernetes reads a container's termination message by default.
 const TERMINATION_LOG: &str = "/dev/termination-log";
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
 
 /// Waits until pods are Ready or Succeeded, watching them through the
 /// Kubernetes API (no polling, no kubectl).
@@ -51,12 +46,12 @@ struct Cli {
     /// format (`<ip> <port> <pod> [slots=<n>]`, pod name in the third field),
     /// or one pod name per line. Blank lines and `#` comments are skipped.
     /// Use either this or --selector.
-    #[arg(long, env = "WATCHERFILE", value_name = "PATH")]
+    #[arg(long, env = ENV_WATCHER_FILE, value_name = "PATH")]
     file: Option<PathBuf>,
 
     /// What the pods must reach: `ready` (condition Ready=True) or
     /// `finished` (phase Succeeded).
-    #[arg(long, env = "WATCHERMODE", value_name = "ready|finished")]
+    #[arg(long, env = ENV_WATCHER_MODE, value_name = "ready|finished")]
     mode: Mode,
 
     /// Wait for the pods matching this label selector (e.g.
@@ -73,13 +68,13 @@ struct Cli {
 
     /// Namespace of the pods. Default: env NAMESPACE, then env
     /// DGL_OPERATOR_NAMESPACE, then the pod's ServiceAccount namespace file.
-    #[arg(long, env = "NAMESPACE", value_name = "NAMESPACE")]
+    #[arg(long, env = ENV_WATCHER_NAMESPACE, value_name = "NAMESPACE")]
     namespace: Option<String>,
 
     /// Give up after this long (e.g. `90s`, `10m`, `1h30m`), exiting 3 with
     /// the pods still waited for and where each stands. `0` or unset: no
     /// limit.
-    #[arg(long, env = "WATCHERTIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, env = ENV_WATCHER_TIMEOUT, value_name = "DURATION", value_parser = parse_duration)]
     timeout: Option<Duration>,
 
     /// Log format on stderr.
@@ -89,7 +84,7 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    logging::init(cli.log_format, "info", Output::Stderr);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -169,21 +164,6 @@ fn render_chain(e: &anyhow::Error) -> String {
         }
     }
     out
-}
-
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // Colours only on a terminal: container logs keep plain text.
-    let ansi = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
-    }
 }
 
 #[cfg(test)]

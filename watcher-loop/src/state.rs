@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
+use dgl_api::pods;
 use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 
 use crate::Error;
@@ -12,9 +13,10 @@ use crate::Error;
 /// What the watched pods must reach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
-    /// Every pod has the `Ready` condition `True` (the proposal's workers).
+    /// Every pod has the `Ready` condition `True` (the launcher waits so for
+    /// the workers; docs/runtime-design.md).
     Ready,
-    /// Every pod is in phase `Succeeded` (the proposal's partitioner).
+    /// Every pod is in phase `Succeeded` (a partitioner that exits when done).
     Finished,
 }
 
@@ -112,71 +114,32 @@ pub fn assess(pod: &Pod, mode: Mode) -> Assessment {
             ));
         }
     }
-    if mode == Mode::Ready && condition_true(pod, "Ready") {
+    if mode == Mode::Ready && pods::condition_true(pod, "Ready") {
         return Assessment::Done;
     }
     Assessment::Waiting(describe_waiting(pod, phase, mode))
 }
 
-fn condition_true(pod: &Pod, kind: &str) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == kind && c.status == "True"))
-}
-
-/// Names of init containers that are sidecars (`restartPolicy: Always` on the
-/// container): the kubelet restarts those whatever the pod's policy.
-fn sidecars(pod: &Pod) -> BTreeSet<&str> {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_ref())
-        .map(|cs| {
-            cs.iter()
-                .filter(|c| c.restart_policy.as_deref() == Some("Always"))
-                .map(|c| c.name.as_str())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// The first container (init containers first) whose current state is
-/// "terminated with a non-zero exit code", described.
+/// The first container (init containers first, sidecars skipped; the rule
+/// is `dgl_api::pods::failed_container`) that terminated non-zero, described.
 fn failed_container(pod: &Pod) -> Option<String> {
-    let status = pod.status.as_ref()?;
-    let side = sidecars(pod);
-    let init = status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .filter(|c| !side.contains(c.name.as_str()))
-        .map(|c| ("init container", c));
-    let main = status
-        .container_statuses
-        .iter()
-        .flatten()
-        .map(|c| ("container", c));
-    init.chain(main).find_map(|(kind, c)| {
-        let t = c.state.as_ref()?.terminated.as_ref()?;
-        (t.exit_code != 0).then(|| {
-            let mut s = format!(
-                "{kind} {} terminated with exit code {}",
-                c.name, t.exit_code
-            );
-            if let Some(r) = t.reason.as_deref() {
-                s.push_str(&format!(" ({r})"));
-            }
-            if let Some(m) = t
-                .message
-                .as_deref()
-                .map(str::trim)
-                .filter(|m| !m.is_empty())
-            {
-                s.push_str(&format!(": {m}"));
-            }
-            s
-        })
-    })
+    let c = pods::failed_container(pod)?;
+    let kind = if c.init {
+        "init container"
+    } else {
+        "container"
+    };
+    let mut s = format!(
+        "{kind} {} terminated with exit code {}",
+        c.name, c.exit_code
+    );
+    if let Some(r) = c.reason {
+        s.push_str(&format!(" ({r})"));
+    }
+    if let Some(m) = c.message.map(str::trim).filter(|m| !m.is_empty()) {
+        s.push_str(&format!(": {m}"));
+    }
+    Some(s)
 }
 
 fn describe_waiting(pod: &Pod, phase: &str, mode: Mode) -> String {

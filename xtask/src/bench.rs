@@ -38,10 +38,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use localkube::{ClusterConfig, LocalCluster};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::test::{repo_root, run_cmd};
 
@@ -296,19 +295,7 @@ fn free_port() -> Result<u16> {
 
 /// GET over plain HTTP/1.0 (the operator's metrics endpoint).
 async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await?;
-    let mut buf = Vec::new();
-    s.read_to_end(&mut buf).await?;
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Ok((code, body.to_string()))
+    Ok(localkube::http_get(port, path).await?)
 }
 
 /// One sample of the Prometheus text format: name, labels, value.
@@ -578,8 +565,8 @@ fn job_object(name: &str, workers: u32, mode: Mode) -> Result<DGLJob> {
         c
     };
     Ok(serde_json::from_value(json!({
-        "apiVersion": "dgloperator.io/v1alpha1",
-        "kind": "DGLJob",
+        "apiVersion": DGLJob::api_version(&()),
+        "kind": DGLJob::kind(&()),
         "metadata": {"name": name, "namespace": NAMESPACE},
         "spec": {
             "cleanPodPolicy": "Running",
@@ -667,14 +654,12 @@ async fn scrape(port: u16) -> Result<Metrics> {
     Ok(Metrics::parse(&body))
 }
 
-async fn scale_async(
-    args: &ScaleArgs,
-    operator: &Path,
+/// Step 1: a fresh bench cluster with the CRD and the bench namespace.
+async fn start_cluster(
     cluster: &LocalCluster,
-    procs: &mut Procs,
-) -> Result<Report> {
-    let load_start = loadavg();
-    eprintln!("==> cluster {CLUSTER:?} (fresh etcd); load average {load_start}");
+    load: &str,
+) -> Result<(localkube::ClusterInfo, Client, PathBuf)> {
+    eprintln!("==> cluster {CLUSTER:?} (fresh etcd); load average {load}");
     cluster
         .down(false)
         .await
@@ -683,7 +668,6 @@ async fn scale_async(
     let client = info.client().await?;
     let work = cluster.state_dir().join("bench");
     std::fs::create_dir_all(&work)?;
-
     localkube::apply_crds(&client, &dgl_api::crd_yaml()).await?;
     let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?;
     Api::<Namespace>::all(client.clone())
@@ -693,43 +677,63 @@ async fn scale_async(
             &Patch::Apply(&ns),
         )
         .await?;
+    Ok((info, client, work))
+}
 
-    let bins = localkube::installed_binaries(&localkube::cache_dir()?)?;
-    let mut scheduler_pid = None;
-    if args.scheduler_qps > 0.0 {
-        let cfg = work.join("kube-scheduler.yaml");
-        std::fs::write(
-            &cfg,
-            format!(
-                "apiVersion: kubescheduler.config.k8s.io/v1\n\
-                 kind: KubeSchedulerConfiguration\n\
-                 clientConnection:\n  kubeconfig: {}\n  qps: {}\n  burst: {}\n\
-                 leaderElection:\n  leaderElect: false\n\
-                 enableProfiling: false\n",
-                info.kubeconfig.display(),
-                args.scheduler_qps,
-                (args.scheduler_qps * 2.0).ceil() as u32
-            ),
-        )?;
-        eprintln!("==> kube-scheduler (client QPS {})", args.scheduler_qps);
-        scheduler_pid = Some(procs.spawn(
-            "kube-scheduler",
-            Command::new(&bins.kube_scheduler).args([
-                format!("--config={}", cfg.display()),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", free_port()?),
-            ]),
-            &work.join("kube-scheduler.log"),
-        )?);
+/// Step 2 (with --scheduler-qps): a kube-scheduler of the bench's own, with
+/// that client QPS; its pid.
+fn start_scheduler(
+    args: &ScaleArgs,
+    info: &localkube::ClusterInfo,
+    work: &Path,
+    bins: &localkube::Binaries,
+    procs: &mut Procs,
+) -> Result<Option<u32>> {
+    if args.scheduler_qps <= 0.0 {
+        return Ok(None);
     }
+    let cfg = work.join("kube-scheduler.yaml");
+    let config = json!({
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {
+            "kubeconfig": info.kubeconfig.display().to_string(),
+            "qps": args.scheduler_qps,
+            "burst": (args.scheduler_qps * 2.0).ceil() as u32,
+        },
+        "leaderElection": {"leaderElect": false},
+        "enableProfiling": false,
+    });
+    std::fs::write(&cfg, serde_yaml::to_string(&config)?)?;
+    eprintln!("==> kube-scheduler (client QPS {})", args.scheduler_qps);
+    let pid = procs.spawn(
+        "kube-scheduler",
+        Command::new(&bins.kube_scheduler).args([
+            format!("--config={}", cfg.display()),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", free_port()?),
+        ]),
+        &work.join("kube-scheduler.log"),
+    )?;
+    Ok(Some(pid))
+}
 
+/// Step 3: kwok with `--nodes` fake nodes, all Ready; its pid.
+async fn start_kwok(
+    args: &ScaleArgs,
+    client: &Client,
+    info: &localkube::ClusterInfo,
+    work: &Path,
+    bins: &localkube::Binaries,
+    procs: &mut Procs,
+) -> Result<u32> {
     eprintln!("==> kwok with {} fake nodes", args.nodes);
     let kwok_cfg = work.join("kwok.yaml");
     std::fs::write(
         &kwok_cfg,
         STAGES.replace("__LAUNCHER_DELAY_MS__", &args.launcher_ms.to_string()),
     )?;
-    create_nodes(&client, args.nodes).await?;
+    create_nodes(client, args.nodes).await?;
     let kwok_pid = procs.spawn(
         "kwok",
         Command::new(&bins.kwok).args([
@@ -748,8 +752,19 @@ async fn scale_async(
         ]),
         &work.join("kwok.log"),
     )?;
-    wait_nodes_ready(&client, args.nodes, procs).await?;
+    wait_nodes_ready(client, args.nodes, procs).await?;
 
+    Ok(kwok_pid)
+}
+
+/// Step 4: the operator under test, ready; its pid and metrics port.
+async fn start_operator(
+    args: &ScaleArgs,
+    operator: &Path,
+    info: &localkube::ClusterInfo,
+    work: &Path,
+    procs: &mut Procs,
+) -> Result<(u32, u16)> {
     eprintln!("==> operator {}", operator.display());
     let metrics_port = free_port()?;
     let mut op_args: Vec<String> = vec![
@@ -782,86 +797,65 @@ async fn scale_async(
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
-    procs.check_running()?;
-    let idle = proc_sample(op_pid)?;
-    let m0 = scrape(metrics_port).await?;
-    eprintln!(
-        "    idle: RSS {:.1} MiB, CPU {:.2} s",
-        idle.rss_kib as f64 / 1024.0,
-        idle.cpu_seconds
-    );
+    Ok((op_pid, metrics_port))
+}
 
-    let pods_per_job = args.workers
-        + 1
-        + match args.mode {
-            Mode::DglApi => 1,
-            Mode::Skip => 0,
-        };
-    let seen = Arc::new(Mutex::new(Seen::default()));
-    let watches = start_watches(&client, seen.clone(), pods_per_job).await?;
+/// Step 5: creates the jobs, `--create-parallelism` at a time, noting when
+/// each was created.
+fn spawn_creator(
+    jobs_api: Api<DGLJob>,
+    seen: Arc<Mutex<Seen>>,
+    names: Vec<String>,
+    args: &ScaleArgs,
+) -> tokio::task::JoinHandle<Result<Vec<()>>> {
+    let workers = args.workers;
+    let mode = args.mode;
+    let par = args.create_parallelism.max(1);
+    tokio::spawn(async move {
+        futures::stream::iter(names)
+            .map(|name| {
+                let api = jobs_api.clone();
+                let seen = seen.clone();
+                async move {
+                    let job = job_object(&name, workers, mode)?;
+                    let at = Instant::now();
+                    api.create(&PostParams::default(), &job)
+                        .await
+                        .with_context(|| format!("creating job {name}"))?;
+                    seen.lock().unwrap().jobs.entry(name).or_default().created = Some(at);
+                    anyhow::Ok(())
+                }
+            })
+            .buffer_unordered(par)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<Result<Vec<_>>>()
+    })
+}
 
-    let mut components = component_pids(cluster).await;
-    if let Some(pid) = scheduler_pid {
-        components.push(("kube-scheduler (bench)".into(), pid));
-    }
-    let comp_cpu0: Vec<(String, f64)> = components
-        .iter()
-        .map(|(n, p)| {
-            (
-                n.clone(),
-                proc_sample(*p).map(|s| s.cpu_seconds).unwrap_or(0.0),
-            )
-        })
-        .collect();
-    let kwok_cpu0 = proc_sample(kwok_pid)?.cpu_seconds;
-    let bench_cpu0 = proc_sample(std::process::id())?.cpu_seconds;
-    let (apiserver0, write_latency0) = apiserver_metrics(&client).await?;
+/// What the wait for the jobs saw.
+struct Progress {
+    peak_rss: u64,
+    timed_out: bool,
+    created_all_at: Option<Duration>,
+    min_nodes_ready: usize,
+}
 
-    eprintln!(
-        "==> creating {} DGLJobs x {} workers ({} mode, {} pods each)",
-        args.jobs,
-        args.workers,
-        if args.mode == Mode::DglApi {
-            "DGL-API"
-        } else {
-            "Skip"
-        },
-        pods_per_job
-    );
-    let t0 = Instant::now();
-    let jobs_api: Api<DGLJob> = Api::namespaced(client.clone(), NAMESPACE);
-    let names: Vec<String> = (0..args.jobs).map(|i| format!("bench-{i:05}")).collect();
-    let creator = {
-        let seen = seen.clone();
-        let names = names.clone();
-        let workers = args.workers;
-        let mode = args.mode;
-        let par = args.create_parallelism.max(1);
-        tokio::spawn(async move {
-            futures::stream::iter(names)
-                .map(|name| {
-                    let api = jobs_api.clone();
-                    let seen = seen.clone();
-                    async move {
-                        let job = job_object(&name, workers, mode)?;
-                        let at = Instant::now();
-                        api.create(&PostParams::default(), &job)
-                            .await
-                            .with_context(|| format!("creating job {name}"))?;
-                        seen.lock().unwrap().jobs.entry(name).or_default().created = Some(at);
-                        anyhow::Ok(())
-                    }
-                })
-                .buffer_unordered(par)
-                .collect::<Vec<_>>()
-                .await
-                .into_iter()
-                .collect::<Result<Vec<_>>>()
-        })
-    };
-
-    let mut peak_rss = idle.rss_kib;
+/// Step 6: waits until every job has finished (or `--timeout`), sampling
+/// the operator's memory and the nodes, with a line every 10 s.
+#[allow(clippy::too_many_arguments)]
+async fn wait_for_jobs(
+    args: &ScaleArgs,
+    client: &Client,
+    seen: &Mutex<Seen>,
+    creator: &tokio::task::JoinHandle<Result<Vec<()>>>,
+    procs: &mut Procs,
+    op_pid: u32,
+    idle_rss: u64,
+    t0: Instant,
+) -> Result<Progress> {
+    let mut peak_rss = idle_rss;
     let mut last_print = Instant::now();
     let timeout = Duration::from_secs(args.timeout);
     let mut timed_out = false;
@@ -872,7 +866,7 @@ async fn scale_async(
         procs.check_running()?;
         if nodes_checked.elapsed() > Duration::from_secs(5) {
             nodes_checked = Instant::now();
-            if let Ok(r) = nodes_ready(&client).await {
+            if let Ok(r) = nodes_ready(client).await {
                 if r < min_nodes_ready {
                     eprintln!(
                         "    warning: only {r} of {} nodes Ready (kwok heartbeats late?)",
@@ -914,54 +908,17 @@ async fn scale_async(
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    let all_done = t0.elapsed();
-    creator.await.context("job creation task")??;
-    let load_end = loadavg();
-    let after_jobs = proc_sample(op_pid)?;
-    let m1 = scrape(metrics_port).await?;
-    let (apiserver1, write_latency1) = apiserver_metrics(&client).await?;
-    let apiserver_total = apiserver1 - apiserver0;
-    let write_latency = [0.5, 0.99]
-        .map(|q| histogram_quantile(q, &write_latency0, &write_latency1).map(|s| s * 1000.0));
+    Ok(Progress {
+        peak_rss,
+        timed_out,
+        created_all_at,
+        min_nodes_ready,
+    })
+}
 
-    // Settle: cleanPodPolicy deletions, then the final memory.
-    let settle_end = Instant::now() + Duration::from_secs(args.settle_seconds);
-    while Instant::now() < settle_end {
-        if let Ok(s) = proc_sample(op_pid) {
-            peak_rss = peak_rss.max(s.rss_kib);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    procs.check_running()?;
-    let fin = proc_sample(op_pid)?;
-    let m2 = scrape(metrics_port).await?;
-    for w in watches {
-        w.abort();
-    }
-    let comp_cpu: Vec<(String, f64)> = components
-        .iter()
-        .zip(comp_cpu0)
-        .map(|((n, p), (_, c0))| {
-            (
-                n.clone(),
-                proc_sample(*p).map(|s| s.cpu_seconds - c0).unwrap_or(0.0),
-            )
-        })
-        .chain(std::iter::once((
-            "kwok".to_string(),
-            proc_sample(kwok_pid)
-                .map(|s| s.cpu_seconds - kwok_cpu0)
-                .unwrap_or(0.0),
-        )))
-        .chain(std::iter::once((
-            "this bench (watches, creates)".to_string(),
-            proc_sample(std::process::id())
-                .map(|s| s.cpu_seconds - bench_cpu0)
-                .unwrap_or(0.0),
-        )))
-        .collect();
-
-    let log = std::fs::read_to_string(&op_log).unwrap_or_default();
+/// How many WARN/ERROR lines the operator logged, and the first three.
+fn log_warnings(op_log: &Path) -> (usize, Vec<String>) {
+    let log = std::fs::read_to_string(op_log).unwrap_or_default();
     let log_warnings = log
         .lines()
         .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
@@ -972,12 +929,29 @@ async fn scale_async(
         .take(3)
         .map(|l| l.chars().take(300).collect())
         .collect();
+    (log_warnings, first_warnings)
+}
 
-    let s = seen.lock().unwrap();
+/// Where the jobs' time went, from what the watches saw.
+struct JobTimes {
+    /// Creation to all pods seen, per job, sorted.
+    per_job: Vec<f64>,
+    incomplete: usize,
+    updates: u64,
+    reaction: Vec<f64>,
+    environment: Vec<f64>,
+    last_pod: Option<Duration>,
+    succeeded: usize,
+    failed: usize,
+    pods_seen: usize,
+}
+
+/// Step 8: per-job timings, split into the operator's share and the rest.
+fn job_times(s: &Seen, names: &[String], args: &ScaleArgs, t0: Instant) -> JobTimes {
     let mut per_job: Vec<f64> = Vec::new();
     let mut incomplete = 0;
     let mut updates = 0u64;
-    for name in &names {
+    for name in names {
         let j = s.jobs.get(name).cloned().unwrap_or_default();
         updates += j.updates;
         match (j.created, j.all_pods) {
@@ -991,7 +965,7 @@ async fn scale_async(
     // Ready with an IP: scheduler + kwok).
     let mut reaction: Vec<f64> = Vec::new();
     let mut environment: Vec<f64> = Vec::new();
-    for name in &names {
+    for name in names {
         let Some(created) = s.jobs.get(name).and_then(|j| j.created) else {
             continue;
         };
@@ -1047,7 +1021,160 @@ async fn scale_async(
         .filter(|n| s.jobs.get(*n).is_some_and(|j| j.failed))
         .count();
     let pods_seen = s.pods.len();
-    drop(s);
+    JobTimes {
+        per_job,
+        incomplete,
+        updates,
+        reaction,
+        environment,
+        last_pod,
+        succeeded,
+        failed,
+        pods_seen,
+    }
+}
+
+async fn scale_async(
+    args: &ScaleArgs,
+    operator: &Path,
+    cluster: &LocalCluster,
+    procs: &mut Procs,
+) -> Result<Report> {
+    let load_start = loadavg();
+    let (info, client, work) = start_cluster(cluster, &load_start).await?;
+    let bins = localkube::installed_binaries(&localkube::cache_dir()?)?;
+    let scheduler_pid = start_scheduler(args, &info, &work, &bins, procs)?;
+    let kwok_pid = start_kwok(args, &client, &info, &work, &bins, procs).await?;
+    let (op_pid, metrics_port) = start_operator(args, operator, &info, &work, procs).await?;
+    let op_log = work.join("operator.log");
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    procs.check_running()?;
+    let idle = proc_sample(op_pid)?;
+    let m0 = scrape(metrics_port).await?;
+    eprintln!(
+        "    idle: RSS {:.1} MiB, CPU {:.2} s",
+        idle.rss_kib as f64 / 1024.0,
+        idle.cpu_seconds
+    );
+    let pods_per_job = args.workers
+        + 1
+        + match args.mode {
+            Mode::DglApi => 1,
+            Mode::Skip => 0,
+        };
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let watches = start_watches(&client, seen.clone(), pods_per_job).await?;
+
+    let mut components = component_pids(cluster).await;
+    if let Some(pid) = scheduler_pid {
+        components.push(("kube-scheduler (bench)".into(), pid));
+    }
+    let comp_cpu0: Vec<(String, f64)> = components
+        .iter()
+        .map(|(n, p)| {
+            (
+                n.clone(),
+                proc_sample(*p).map(|s| s.cpu_seconds).unwrap_or(0.0),
+            )
+        })
+        .collect();
+    let kwok_cpu0 = proc_sample(kwok_pid)?.cpu_seconds;
+    let bench_cpu0 = proc_sample(std::process::id())?.cpu_seconds;
+    let (apiserver0, write_latency0) = apiserver_metrics(&client).await?;
+
+    eprintln!(
+        "==> creating {} DGLJobs x {} workers ({} mode, {} pods each)",
+        args.jobs,
+        args.workers,
+        if args.mode == Mode::DglApi {
+            "DGL-API"
+        } else {
+            "Skip"
+        },
+        pods_per_job
+    );
+    let t0 = Instant::now();
+    let jobs_api: Api<DGLJob> = Api::namespaced(client.clone(), NAMESPACE);
+    let names: Vec<String> = (0..args.jobs).map(|i| format!("bench-{i:05}")).collect();
+    let creator = spawn_creator(jobs_api, seen.clone(), names.clone(), args);
+
+    let progress = wait_for_jobs(
+        args,
+        &client,
+        &seen,
+        &creator,
+        procs,
+        op_pid,
+        idle.rss_kib,
+        t0,
+    )
+    .await?;
+    let Progress {
+        mut peak_rss,
+        timed_out,
+        created_all_at,
+        min_nodes_ready,
+    } = progress;
+    let all_done = t0.elapsed();
+    creator.await.context("job creation task")??;
+    let load_end = loadavg();
+    let after_jobs = proc_sample(op_pid)?;
+    let m1 = scrape(metrics_port).await?;
+    let (apiserver1, write_latency1) = apiserver_metrics(&client).await?;
+    let apiserver_total = apiserver1 - apiserver0;
+    let write_latency = [0.5, 0.99]
+        .map(|q| histogram_quantile(q, &write_latency0, &write_latency1).map(|s| s * 1000.0));
+
+    // Settle: cleanPodPolicy deletions, then the final memory.
+    let settle_end = Instant::now() + Duration::from_secs(args.settle_seconds);
+    while Instant::now() < settle_end {
+        if let Ok(s) = proc_sample(op_pid) {
+            peak_rss = peak_rss.max(s.rss_kib);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    procs.check_running()?;
+    let fin = proc_sample(op_pid)?;
+    let m2 = scrape(metrics_port).await?;
+    for w in watches {
+        w.abort();
+    }
+    let comp_cpu: Vec<(String, f64)> = components
+        .iter()
+        .zip(comp_cpu0)
+        .map(|((n, p), (_, c0))| {
+            (
+                n.clone(),
+                proc_sample(*p).map(|s| s.cpu_seconds - c0).unwrap_or(0.0),
+            )
+        })
+        .chain(std::iter::once((
+            "kwok".to_string(),
+            proc_sample(kwok_pid)
+                .map(|s| s.cpu_seconds - kwok_cpu0)
+                .unwrap_or(0.0),
+        )))
+        .chain(std::iter::once((
+            "this bench (watches, creates)".to_string(),
+            proc_sample(std::process::id())
+                .map(|s| s.cpu_seconds - bench_cpu0)
+                .unwrap_or(0.0),
+        )))
+        .collect();
+
+    let (log_warnings, first_warnings) = log_warnings(&op_log);
+
+    let JobTimes {
+        per_job,
+        incomplete,
+        updates,
+        reaction,
+        environment,
+        last_pod,
+        succeeded,
+        failed,
+        pods_seen,
+    } = job_times(&seen.lock().unwrap(), &names, args, t0);
 
     let n = args.jobs.max(1) as f64;
     let verbs0 = m0.requests_by_verb();

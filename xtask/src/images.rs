@@ -38,7 +38,7 @@ use anyhow::{bail, Context, Result};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams, PostParams};
 use kube::runtime::wait::await_condition;
-use sha2::{Digest, Sha256};
+use localkube::image::sha256_hex;
 
 use crate::cluster::node_cluster;
 
@@ -226,13 +226,6 @@ pub fn render(cmd: &Command) -> String {
         s.push_str(&a.to_string_lossy());
     }
     s
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn file_sha256(path: &Path) -> Result<String> {

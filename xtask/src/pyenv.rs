@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
-use sha2::{Digest, Sha256};
+use localkube::image::sha256_hex;
 
 /// Folder name of the venv below `<cache>/venv/`; names the pinned versions so
 /// that a future pin gets a new folder instead of clobbering this one.
@@ -303,13 +303,6 @@ fn lock_cache(venv: &Path) -> Result<File> {
         }
     }
     Ok(file)
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,65 @@
+//! Pipeline step "Events": metrics, a log line and an Event per condition
+//! that became True, after the status write.
+
+use dgl_api::{DGLJob, JobPhase};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+use kube::{Resource, ResourceExt};
+use tracing::{info, warn};
+
+use super::Context;
+use crate::metrics::Metrics;
+use crate::plan::Transition;
+
+/// The name Events give as their reporting controller.
+const REPORTING_CONTROLLER: &str = "dgl-operator";
+
+/// Metrics, a log line and an Event (events.k8s.io/v1) for one transition.
+/// Created directly: each transition is new, so kube's Recorder (which keeps
+/// every Event it sent for six minutes to count repeats) would only hold
+/// memory. An Event is a courtesy: failing to send one fails nothing.
+pub(super) async fn transition_event(ctx: &Context, job: &DGLJob, t: Transition) {
+    let ns = job.namespace().unwrap_or_default();
+    let name = job.name_any();
+    count(&ctx.metrics, &ns, t.type_);
+    info!(job = %name, namespace = %ns, condition = %t.type_, reason = %t.reason, "{}", t.message);
+    let warning = matches!(t.type_, JobPhase::Failed | JobPhase::Restarting);
+    let now = Timestamp::now();
+    let event = Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{name}.{:x}", now.as_nanosecond())),
+            namespace: Some(ns.clone()),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(now)),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+        reason: Some(t.reason.clone()),
+        action: Some(t.type_.as_str().to_string()),
+        note: Some(t.message.chars().take(1000).collect()),
+        regarding: Some(job.object_ref(&())),
+        reporting_controller: Some(REPORTING_CONTROLLER.into()),
+        reporting_instance: Some(ctx.settings.instance.clone()),
+        ..Default::default()
+    };
+    if let Err(e) = Api::<Event>::namespaced(ctx.client.clone(), &ns)
+        .create(&PostParams::default(), &event)
+        .await
+    {
+        warn!(job = %name, error = %e, "could not publish event");
+    }
+}
+
+/// The job counters by namespace.
+fn count(metrics: &Metrics, ns: &str, phase: JobPhase) {
+    let label = Metrics::ns(ns);
+    let counter = match phase {
+        JobPhase::Created => &metrics.jobs_created,
+        JobPhase::Succeeded => &metrics.jobs_successful,
+        JobPhase::Failed => &metrics.jobs_failed,
+        JobPhase::Restarting => &metrics.jobs_restarted,
+        _ => return,
+    };
+    counter.get_or_create(&label).inc();
+}

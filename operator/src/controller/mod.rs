@@ -1,0 +1,338 @@
+//! The controller: watches DGLJobs and their children, and reconciles each
+//! job as a pipeline: read what exists (from watch caches) → plan (pure:
+//! validate, build, derive status) → apply children and write the status
+//! (concurrently) → pod steps and Events (concurrently). This file holds the
+//! wiring; each step has its own file:
+//! - [`children`]: ConfigMap, Secret (created, never applied), RBAC,
+//!   Service, PodGroup;
+//! - [`status`]: the status write and its expectation;
+//! - [`steps`]: pod creations and deletions, the TTL's job deletion;
+//! - [`events`]: metrics and an Event per transition.
+//!
+//! Built to stay cheap with thousands of pods (see docs/benchmarks.md):
+//! - caches hold only what plans read, indexed by job ([`crate::cache`]);
+//! - a reconcile is triggered by a change the state machine can see: a new
+//!   generation of the job (not its status, which only this operator writes),
+//!   a pod whose observed state changed, a deleted child, a ConfigMap
+//!   written (the launcher waits for it);
+//! - what this operator just wrote counts as known before its watch event
+//!   arrives: the status it wrote, the children it applied, the pods it
+//!   created or deleted (expectations, as in Kubernetes' own controllers), so
+//!   a reconcile does not repeat a write because a cache lags;
+//! - a reconcile's independent requests run concurrently.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dgl_api::names::{config_name, IP_CONFIG, LABEL_MANAGED_BY, MANAGED_BY};
+use dgl_api::DGLJob;
+use futures::future;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{predicates, watcher, PredicateConfig, WatchStreamExt};
+use kube::{Client, Resource, ResourceExt};
+use tracing::{debug, info, warn};
+
+use crate::builders::{self, BuildConfig, HASH_ANNOTATION};
+use crate::cache::{self, ChildCache, ChildState, JobKey, PodCache, Readiness, SlimPod};
+use crate::metrics::Metrics;
+use crate::observe::PodState;
+use crate::plan::{self, ConfigMapState};
+
+mod children;
+mod events;
+mod status;
+mod steps;
+#[cfg(test)]
+mod tests;
+
+use children::ApplyWhen;
+use status::WrittenStatus;
+
+/// Errors of one reconcile; the controller retries with per-object backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{action} {kind} {name}: {source}")]
+    Kube {
+        action: &'static str,
+        kind: Cow<'static, str>,
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("DGLJob has no namespace")]
+    NoNamespace,
+}
+
+/// Settings of the controller.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Reconciles running at once.
+    pub concurrency: u16,
+    /// Only watch this namespace (single-namespace install); None: all.
+    pub namespace: Option<String>,
+    pub build: BuildConfig,
+    /// Name of this replica, for Events.
+    pub instance: String,
+}
+
+/// Shared state of reconciles. Holds nothing the cluster does not: caches
+/// of watched objects, what this process wrote but has not seen back yet
+/// (expiring), and per-object retry counters.
+pub struct Context {
+    pub client: Client,
+    pods: Arc<PodCache>,
+    children: Arc<ChildCache>,
+    ready: Arc<Readiness>,
+    pub settings: Settings,
+    pub metrics: Arc<Metrics>,
+    failures: Mutex<HashMap<ObjectRef<DGLJob>, u32>>,
+    written: Arc<WrittenStatus>,
+}
+
+/// Label selector of everything the operator owns.
+pub fn managed_selector() -> String {
+    format!("{LABEL_MANAGED_BY}={MANAGED_BY}")
+}
+
+fn api<K>(client: &Client, ns: &Option<String>) -> Api<K>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>,
+{
+    match ns {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Drops what no reconcile reads from a cached job (managed fields).
+fn slim_job(job: &mut DeserializeGuard<DGLJob>) {
+    match &mut job.0 {
+        Ok(j) => j.metadata.managed_fields = None,
+        Err(invalid) => invalid.metadata.managed_fields = None,
+    }
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let ns = settings.namespace.clone();
+    let owned = watcher::Config::default().labels(&managed_selector());
+    let ready = Readiness::new(6);
+    let pods = Arc::new(PodCache::default());
+    let children = Arc::new(ChildCache::default());
+    let triggers = futures::stream::select_all([
+        cache::pod_triggers(
+            api::<SlimPod>(&client, &ns),
+            owned.clone(),
+            pods.clone(),
+            ready.clone(),
+        )
+        .boxed(),
+        cache::child_triggers::<ConfigMap>(&client, &ns, &owned, &children, &ready),
+        cache::child_triggers::<Service>(&client, &ns, &owned, &children, &ready),
+        cache::child_triggers::<ServiceAccount>(&client, &ns, &owned, &children, &ready),
+        cache::child_triggers::<Role>(&client, &ns, &owned, &children, &ready),
+        cache::child_triggers::<RoleBinding>(&client, &ns, &owned, &children, &ready),
+    ]);
+
+    // Jobs: a reconcile per new generation (or first sight), not per status
+    // write; the cache still takes every version.
+    let written: Arc<WrittenStatus> = Arc::default();
+    let (reader, writer) = reflector::store();
+    let w = written.clone();
+    let jobs = watcher(
+        api::<DeserializeGuard<DGLJob>>(&client, &ns),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .modify(slim_job)
+    .reflect(writer)
+    .inspect(move |ev| {
+        if let Ok(ev) = ev {
+            status::prune_written(&w, ev);
+        }
+    })
+    .applied_objects()
+    .predicate_filter(predicates::generation, PredicateConfig::default());
+
+    let concurrency = settings.concurrency;
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        pods,
+        children,
+        ready,
+        settings,
+        metrics,
+        failures: Mutex::default(),
+        written,
+    });
+
+    Controller::for_stream(jobs, reader)
+        .reconcile_on(triggers)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => debug!(job = %obj, "reconciled"),
+                Err(e) => debug!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+    info!("controller stopped");
+}
+
+fn kube_err<'a>(
+    action: &'static str,
+    kind: impl Into<Cow<'static, str>>,
+    name: &'a str,
+) -> impl FnOnce(kube::Error) -> Error + 'a {
+    let kind = kind.into();
+    move |source| Error::Kube {
+        action,
+        kind,
+        name: name.to_string(),
+        source,
+    }
+}
+
+fn is_status(e: &kube::Error, code: u16) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == code)
+}
+
+fn now_seconds() -> Timestamp {
+    // Whole seconds: the API server stores times at second precision, and a
+    // sub-second time would make every status look changed after a round trip.
+    Timestamp::from_second(Timestamp::now().as_second()).expect("now is a valid timestamp")
+}
+
+async fn reconcile(obj: Arc<DeserializeGuard<DGLJob>>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_job(&obj, &ctx, now_seconds()).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(started.elapsed().as_secs_f64());
+    if result.is_ok() {
+        if let Ok(job) = &obj.0 {
+            ctx.failures
+                .lock()
+                .expect("lock")
+                .remove(&ObjectRef::from_obj(job));
+        }
+    }
+    result
+}
+
+/// One reconcile of one job, at `now`.
+async fn reconcile_job(
+    obj: &DeserializeGuard<DGLJob>,
+    ctx: &Context,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let job = match &obj.0 {
+        Ok(job) => job,
+        Err(invalid) => {
+            // One malformed object must not stop the others: report and wait
+            // for the user to fix it.
+            warn!(name = %invalid.metadata.name.as_deref().unwrap_or("?"), error = %invalid.error, "DGLJob cannot be read");
+            return Ok(Action::await_change());
+        }
+    };
+    if job.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change()); // children go by garbage collection
+    }
+    let key = JobKey::new(&job.namespace().ok_or(Error::NoNamespace)?, &job.name_any());
+    // Never plan from half-filled caches: right after a (re)start a missing
+    // pod would look deleted by hand. Cheap once the first list is in.
+    ctx.ready.wait().await;
+    let job = status::with_written_status(ctx, job);
+    let job = job.as_ref();
+    let pods = ctx
+        .pods
+        .job_pods(&key.namespace, &key.name, job.uid().as_deref());
+
+    // The ConfigMap as it should be now, and whether the API server already
+    // serves it (as the watch shows it): the launcher starts from it.
+    let cm = builders::config_map(job, &pods);
+    let want = ChildState::Present(cm.annotations().get(HASH_ANNOTATION).cloned());
+    let cm_kind = <ConfigMap as k8s_openapi::Resource>::KIND;
+    let served = ctx
+        .children
+        .seen_hash(cm_kind, &key.namespace, &config_name(&key.name));
+    let config_map = if served == want {
+        ConfigMapState::Current
+    } else {
+        ConfigMapState::Behind
+    };
+    let plan = plan::plan(job, &pods, now, &ctx.settings.build, config_map);
+
+    // Supporting objects and the status (concurrently), both before any pod
+    // is created or deleted: decisions (a restart counted, a terminal state)
+    // are recorded first, so a crash between the two cannot repeat them.
+    // The ConfigMap is rewritten once complete, or once the launcher exists.
+    let launcher = dgl_api::names::launcher_name(&key.name);
+    let filled = cm.data.as_ref().is_some_and(|d| d.contains_key(IP_CONFIG))
+        || pods
+            .iter()
+            .any(|p| p.name == launcher && p.state != PodState::Terminating);
+    let config_map_when = if filled {
+        ApplyWhen::Changed
+    } else {
+        ApplyWhen::Missing
+    };
+    let children = async {
+        if plan.ensure_children {
+            children::apply_children(ctx, job, &key.namespace, &cm, config_map_when).await
+        } else {
+            Ok(())
+        }
+    };
+    let (children, status) = futures::join!(children, status::write_status(ctx, job, &plan.status));
+    children?;
+    status?;
+    let old = job.status.as_ref();
+
+    // Pod steps and Events (after the status write, one per transition) run
+    // concurrently; an Event is a courtesy and never fails the reconcile.
+    let steps = future::join_all(plan.steps.iter().map(|s| steps::run_step(ctx, &key, s)));
+    let events = future::join_all(
+        plan::transitions(old, &plan.status)
+            .into_iter()
+            .map(|t| events::transition_event(ctx, job, t)),
+    );
+    let (results, _) = futures::join!(steps, events);
+    results.into_iter().collect::<Result<Vec<()>, Error>>()?;
+
+    Ok(match plan.requeue_after {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
+    })
+}
+
+/// Per-object exponential backoff: 1 s, 2 s, 4 s … capped at 5 minutes.
+fn error_policy(obj: Arc<DeserializeGuard<DGLJob>>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_errors.inc();
+    let Ok(job) = &obj.0 else {
+        return Action::await_change();
+    };
+    let mut failures = ctx.failures.lock().expect("lock");
+    let n = failures.entry(ObjectRef::from_obj(job)).or_insert(0);
+    *n = n.saturating_add(1);
+    let delay = Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300));
+    warn!(job = %job.name_any(), namespace = ?job.namespace(), error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}

@@ -85,6 +85,13 @@ pub const DATASET_PATH: &str = concat!(workspace!(), "/", dataset_dir!());
 /// writes `<workspace>/chunked/metadata.json` (its `--rel_data_path`), the
 /// native pipeline reads it.
 pub const CHUNKED_DIR: &str = "chunked";
+/// The launcher's own state folder (an emptyDir in DistParMETIS mode).
+pub const LAUNCHER_STATE_DIR: &str = "/var/run/dglrun";
+/// File in [`LAUNCHER_STATE_DIR`] the launcher writes once the workers have
+/// partitioned the graph (DistParMETIS); its readiness probe
+/// (`dglrun probe --partitioned`) turns Ready then, and the operator reads
+/// that as Partitioned.
+pub const PARTITIONED_MARKER: &str = "partitioned";
 
 /// ConfigMap key: workers, one line each in partition order (`<ip> <port> <pod> slots=<n>`).
 pub const HOSTFILE: &str = "hostfile";

@@ -547,12 +547,7 @@ fn trains_on_two_machines(
         env,
         &job.path("worker-1.log"),
     );
-    let launch = job.launch_args(
-        mode,
-        3,
-        0,
-        Some(&format!("{}:{PARTITIONER_PORT}", ips[0])),
-    );
+    let launch = job.launch_args(mode, 3, 0, Some(&format!("{}:{PARTITIONER_PORT}", ips[0])));
     let launcher = m.spawn(0, &launch, &[], &job.path("launcher.log"));
 
     let status = m.wait(launcher, Duration::from_secs(900));

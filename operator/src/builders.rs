@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use dgl_api::files::{render_hosts, render_ip_config, HostLine};
 use dgl_api::names::*;
-use dgl_api::{DGLJob, ReplicaType};
+use dgl_api::{DGLJob, PartitionMode, ReplicaType};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
     EnvVarSource, ExecAction, ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements,
@@ -35,6 +35,8 @@ pub const CONFIG_VOLUME: &str = "dgl-config";
 pub const TOKEN_VOLUME: &str = "dgl-token";
 pub const SHM_VOLUME: &str = "dgl-shm";
 pub const DATASET_VOLUME: &str = "dgl-dataset";
+/// The launcher's state folder (DistParMETIS: the "partitioned" marker).
+pub const LAUNCHER_STATE_VOLUME: &str = "dgl-launcher-state";
 
 /// Operator-wide settings that shape the children.
 #[derive(Debug, Clone, Default)]
@@ -607,7 +609,40 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
     spec.init_containers
         .get_or_insert_with(Vec::new)
         .push(watcher);
+    if job.spec.partition_mode == PartitionMode::DistParMetis {
+        add_partitioned_probe(spec);
+    }
     pod
+}
+
+/// DistParMETIS: the launcher drives the workers' partitioning and turns
+/// Ready when it is done (a marker in an emptyDir of its own), which is how
+/// the operator learns it without any API write from the pod.
+fn add_partitioned_probe(spec: &mut PodSpec) {
+    add_volume(
+        spec,
+        Volume {
+            name: LAUNCHER_STATE_VOLUME.into(),
+            empty_dir: Some(Default::default()),
+            ..Default::default()
+        },
+    );
+    let Some(c) = spec.containers.first_mut() else {
+        return;
+    };
+    add_mount(c, LAUNCHER_STATE_VOLUME, LAUNCHER_STATE_DIR, false);
+    c.readiness_probe.get_or_insert(Probe {
+        exec: Some(ExecAction {
+            command: Some(vec![
+                "dglrun".into(),
+                "probe".into(),
+                "--partitioned".into(),
+            ]),
+        }),
+        period_seconds: Some(2),
+        failure_threshold: Some(1),
+        ..Default::default()
+    });
 }
 
 /// A PodGroup for the gang scheduler in use (an untyped object: the CRDs are

@@ -21,7 +21,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dgl_api::names::{launcher_name, partitioner_name, worker_name};
-use dgl_api::{CleanPodPolicy, DGLJob, DGLJobStatus, JobPhase, ReplicaStatus, ReplicaType};
+use dgl_api::{
+    CleanPodPolicy, DGLJob, DGLJobStatus, JobPhase, PartitionMode, ReplicaStatus, ReplicaType,
+};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -451,13 +453,45 @@ impl<'a> Planner<'a> {
                 self.create(builders::launcher_pod(self.job, self.epoch, cfg))
             }
             Some(p) if matches!(p.state, PodState::Running { .. }) => {
-                let message = format!("DGLJob {} is running.", self.name);
-                self.sb.clear(JobPhase::Restarting, "JobRunning", &message);
-                self.sb.set(JobPhase::Running, true, "JobRunning", &message);
+                if self.workers_partitioned(p) {
+                    let message = format!("DGLJob {} is running.", self.name);
+                    self.sb.clear(JobPhase::Restarting, "JobRunning", &message);
+                    self.sb.set(JobPhase::Running, true, "JobRunning", &message);
+                }
             }
             _ => {}
         }
         self.done(Replicas::After(current), true)
+    }
+
+    /// DistParMETIS: the running launcher drives the workers' partitioning
+    /// and turns Ready when it is done (`dglrun probe --partitioned`); until
+    /// then the job is Partitioning, not Running. Other modes: always true.
+    fn workers_partitioned(&mut self, launcher: &ObservedPod) -> bool {
+        if self.job.spec.partition_mode != PartitionMode::DistParMetis {
+            return true;
+        }
+        if launcher.is_ready() {
+            self.mark_partitioned();
+            return true;
+        }
+        if !self.sb.is_true(JobPhase::Partitioned) {
+            let message = format!(
+                "The worker pods of DGLJob {} are partitioning the graph (DistParMETIS).",
+                self.name
+            );
+            self.sb
+                .set(JobPhase::Partitioning, true, "JobPartitioning", &message);
+        }
+        false
+    }
+
+    fn mark_partitioned(&mut self) {
+        let message = "The graph is partitioned.";
+        self.sb
+            .clear(JobPhase::Partitioning, "JobPartitioned", message);
+        self.sb
+            .set(JobPhase::Partitioned, true, "JobPartitioned", message);
     }
 
     /// Creates the partitioner if missing; true once it serves the shards
@@ -474,11 +508,7 @@ impl<'a> Planner<'a> {
             }
         };
         if partitioned {
-            let message = "The graph is partitioned.";
-            self.sb
-                .clear(JobPhase::Partitioning, "JobPartitioned", message);
-            self.sb
-                .set(JobPhase::Partitioned, true, "JobPartitioned", message);
+            self.mark_partitioned();
         } else if !self.sb.is_true(JobPhase::Partitioned) {
             let message = format!(
                 "The partitioner pod of DGLJob {} is partitioning the graph.",

@@ -127,6 +127,7 @@ async fn run_partitioner(opts: &Options) -> anyhow::Result<()> {
     };
     let graph_name = opts.graph_name().map_err(|e| anyhow!(e))?.to_string();
     let num_parts = *required(&opts.job.num_partitions, "--num-partitions", "partitioner")?;
+    check_worker_count(num_parts)?;
     let cfg = PartitionConfig {
         python: opts.runtime.python.clone(),
         entry_point,
@@ -156,6 +157,21 @@ async fn run_partitioner(opts: &Options) -> anyhow::Result<()> {
     };
     let listener = partition::bind(listen_addr(opts)).await?;
     partition::serve(listener, server, token).await
+}
+
+/// In a pod the operator tells the partitioner how many workers the job has:
+/// partitions for another count would only fail later, at the launcher.
+fn check_worker_count(num_parts: u32) -> anyhow::Result<()> {
+    let Ok(value) = std::env::var(names::ENV_NUM_WORKERS) else {
+        return Ok(());
+    };
+    match value.trim().parse::<u32>() {
+        Ok(workers) if workers != num_parts => bail!(
+            "--num-partitions is {num_parts} but the job has {workers} worker(s) ({}); DGL needs one partition per worker",
+            names::ENV_NUM_WORKERS
+        ),
+        _ => Ok(()),
+    }
 }
 
 fn retry_policy(opts: &Options) -> RetryPolicy {

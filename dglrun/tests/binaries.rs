@@ -800,3 +800,20 @@ fn the_probe_is_ready_only_when_the_agent_answers_with_the_token() {
     assert!(!o.status.success());
     assert!(text(&o).contains("different job tokens"), "{}", text(&o));
 }
+
+#[test]
+fn a_partition_count_other_than_the_worker_count_is_refused_before_partitioning() {
+    let env = Env::new();
+    let o = Command::new(DGLRUN)
+        .args(env.partition("w", &["--no-serve"]))
+        .env("DGL_OPERATOR_NUM_WORKERS", "3")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(
+        t.contains("--num-partitions is 2 but the job has 3 worker(s)"),
+        "{t}"
+    );
+    assert!(!env.p("w/dataset").exists(), "nothing was partitioned: {t}");
+}

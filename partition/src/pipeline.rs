@@ -83,6 +83,19 @@ pub fn write_partitions(
     assignment: &Assignment,
     cfg: &OutputConfig,
 ) -> Result<Summary> {
+    validate(graph, cfg)?;
+    let builder = GraphBuilder::spawn(&cfg.python, cfg.threads)?;
+    write_partitions_with(graph, assignment, cfg, builder)
+}
+
+/// [`write_partitions`] with a graph writer started earlier by the caller,
+/// so that Python's imports (seconds) overlap the caller's own stages.
+pub fn write_partitions_with(
+    graph: &InputGraph,
+    assignment: &Assignment,
+    cfg: &OutputConfig,
+    builder: GraphBuilder,
+) -> Result<Summary> {
     let start = Instant::now();
     validate(graph, cfg)?;
     let pool = pool(cfg.threads)?;
@@ -90,7 +103,7 @@ pub fn write_partitions(
     std::fs::create_dir_all(&cfg.out_dir).map_err(|e| Error::io(&cfg.out_dir, e))?;
     remove_if_exists(&json_path)?;
     let staging = Staging::create(&cfg.out_dir, &cfg.graph_name)?;
-    let py = Mutex::new(GraphBuilder::spawn(&cfg.python, cfg.threads)?);
+    let py = Mutex::new(builder);
     let t = Instant::now();
     let ids = pool.install(|| IdMaps::for_graph(graph, &assignment.parts, assignment.num_parts))?;
     let mut timings = Timings {

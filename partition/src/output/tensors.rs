@@ -26,6 +26,8 @@ const BUF: usize = 1 << 20;
 pub enum Rows<'a> {
     /// Rows `rows` of `tensor`, in that order.
     Gather { tensor: &'a Tensor, rows: &'a [u64] },
+    /// Every row of `tensor`, in order.
+    All(&'a Tensor),
     /// A 1-D int64 tensor of ids (all below 2^63).
     Ids(&'a [u64]),
     /// A 1-D int16 tensor.
@@ -35,7 +37,7 @@ pub enum Rows<'a> {
 impl Rows<'_> {
     fn dtype(&self) -> DType {
         match self {
-            Rows::Gather { tensor, .. } => tensor.dtype,
+            Rows::Gather { tensor, .. } | Rows::All(tensor) => tensor.dtype,
             Rows::Ids(_) => DType::I64,
             Rows::I16(_) => DType::I16,
         }
@@ -48,6 +50,7 @@ impl Rows<'_> {
                 s[0] = rows.len() as u64;
                 s
             }
+            Rows::All(tensor) => tensor.shape.clone(),
             Rows::Ids(v) => vec![v.len() as u64],
             Rows::I16(v) => vec![v.len() as u64],
         }
@@ -62,6 +65,7 @@ impl Rows<'_> {
                     w.write_all(&tensor.data[at..at + rb])?;
                 }
             }
+            Rows::All(tensor) => w.write_all(&tensor.data)?,
             Rows::Ids(v) => v.iter().try_for_each(|x| w.write_all(&x.to_le_bytes()))?,
             Rows::I16(v) => v.iter().try_for_each(|x| w.write_all(&x.to_le_bytes()))?,
         }

@@ -92,7 +92,15 @@ pub fn write_tensors(path: &Path, entries: &[(String, Rows<'_>)]) -> Result<u64>
 }
 
 fn write_ndarray(w: &mut impl Write, rows: &Rows<'_>) -> std::io::Result<()> {
-    let (dtype, shape) = (rows.dtype(), rows.shape());
+    // DGL stores booleans as uint8 (its PyTorch backend's
+    // zerocopy_to_dgl_ndarray calls `.byte()`): a bool NDArray would load
+    // as a torch.bool tensor, which DistGraphServer's shared memory cannot
+    // hold ("Do not know how to handle type bool"). Same bytes, 0 or 1.
+    let dtype = match rows.dtype() {
+        DType::Bool => DType::U8,
+        d => d,
+    };
+    let shape = rows.shape();
     w.write_all(&NDARRAY_MAGIC.to_le_bytes())?;
     w.write_all(&0u64.to_le_bytes())?;
     w.write_all(&1i32.to_le_bytes())?;
@@ -169,5 +177,27 @@ impl Write for CountingWriter {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn booleans_are_stored_as_uint8_like_dgl_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.dgl");
+        let mask = Tensor {
+            dtype: DType::Bool,
+            shape: vec![3],
+            data: vec![1, 0, 1],
+        };
+        write_tensors(&path, &[("m".into(), Rows::All(&mask))]).unwrap();
+        let b = std::fs::read(&path).unwrap();
+        // 3 u64 + name length + "m" + NDArray magic, reserved, context, ndim.
+        let at = 8 * 4 + 1 + 8 + 8 + 8 + 4;
+        assert_eq!(&b[at..at + 4], &[1, 8, 1, 0], "dlpack uint8, one lane");
+        assert_eq!(&b[b.len() - 3..], &[1, 0, 1]);
     }
 }

@@ -124,9 +124,10 @@ pub struct JobArgs {
     pub num_servers: u32,
     /// How the graph is partitioned: DGL-API (a partitioner runs the
     /// partition script), ParMETIS (a partitioner runs the native pipeline
-    /// on all its cores, see "Native partition pipeline") or Skip (the
-    /// partitions already are in each worker's workspace). DistParMETIS is
-    /// not supported yet.
+    /// on all its cores, see "Native partition pipeline"), DistParMETIS (no
+    /// partitioner: the launcher runs mpirun with one `dgl-partition rank`
+    /// per worker, each worker ends up holding its own partition) or Skip
+    /// (the partitions already are in each worker's workspace).
     #[arg(long, env = names::ENV_PARTITION_MODE, value_name = "MODE", default_value = "DGL-API", value_parser = parse_mode)]
     pub partition_mode: PartitionMode,
     /// One extra argument for the partition script (repeat for several).
@@ -142,7 +143,7 @@ pub struct JobArgs {
 /// --num_parts N [--balance_train] [--balance_edges] [<--partition-arg>...]`
 /// that writes the chunked graph to <workspace>/chunked/metadata.json.
 #[derive(Args, Debug, Clone)]
-#[command(next_help_heading = "Native partition pipeline (partition mode ParMETIS)")]
+#[command(next_help_heading = "Native partition pipeline (partition modes ParMETIS, DistParMETIS)")]
 pub struct NativeArgs {
     /// The chunked graph's metadata.json (or its folder)
     /// [default: <workspace>/chunked/metadata.json].
@@ -284,6 +285,39 @@ pub struct LaunchArgs {
     /// Attempts per shard file before a transfer fails.
     #[arg(long, value_name = "N", default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..))]
     pub transfer_attempts: u32,
+    /// Partition mode DistParMETIS: the network of MPI's traffic (OpenMPI's
+    /// oob/btl_tcp_if_include): a CIDR or an interface name; `auto` takes
+    /// the network of the interface holding the launcher's IP when every
+    /// worker is in it (else lets OpenMPI choose); `all` lets OpenMPI choose.
+    #[arg(
+        long,
+        env = "DGLRUN_MPI_IF_INCLUDE",
+        value_name = "CIDR|IFACE|auto|all",
+        default_value = "auto"
+    )]
+    pub mpi_if_include: String,
+    /// Partition mode DistParMETIS: the mpirun program (OpenMPI 4).
+    #[arg(
+        long,
+        env = "DGLRUN_MPIRUN",
+        value_name = "PATH",
+        default_value = "mpirun"
+    )]
+    pub mpirun: String,
+    /// Partition mode DistParMETIS: the rank program as the workers find it
+    /// (dgl-partition built with MPI, in the image).
+    #[arg(
+        long,
+        env = "DGLRUN_DGL_PARTITION",
+        value_name = "PATH",
+        default_value = "dgl-partition"
+    )]
+    pub dgl_partition: String,
+    /// The launcher's state folder: it writes the file `partitioned` there
+    /// once the workers hold their partitions (DistParMETIS), which
+    /// `dglrun probe --partitioned` checks.
+    #[arg(long, env = "DGLRUN_STATE_DIR", value_name = "DIR", default_value = names::LAUNCHER_STATE_DIR)]
+    pub state_dir: PathBuf,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -311,6 +345,11 @@ pub struct ProbeArgs {
     /// partitions. This is the only check, so the flag may be left out.
     #[arg(long)]
     pub ready: bool,
+    /// Instead: check that the launcher has seen the graph partitioned
+    /// (partition mode DistParMETIS): its file <state-dir>/partitioned
+    /// exists. Needs no agent and no token.
+    #[arg(long, conflicts_with = "ready")]
+    pub partitioned: bool,
     /// Agent to ask [default: 127.0.0.1 or --listen, at --agent-port].
     #[arg(long, value_name = "IP:PORT")]
     pub addr: Option<std::net::SocketAddr>,
@@ -437,16 +476,9 @@ impl Options {
             .ok_or_else(|| "--graph-name is required".to_string())
     }
 
-    /// Refuses the partition modes this build cannot run.
-    pub fn check_mode(&self) -> Result<(), String> {
-        let m = self.job.partition_mode;
-        if m.is_supported() {
-            Ok(())
-        } else {
-            Err(format!(
-                "partition mode {m} is not supported yet; use DGL-API (a partition script), ParMETIS (the native pipeline) or Skip (partitions already in the workspace)"
-            ))
-        }
+    /// The marker file of `dglrun probe --partitioned`.
+    pub fn partitioned_marker(&self) -> PathBuf {
+        self.launch.state_dir.join(names::PARTITIONED_MARKER)
     }
 }
 
@@ -516,8 +548,17 @@ mod tests {
             panic!("expected the worker subcommand")
         };
         assert_eq!(o.worker.index, Some(1));
-        let e = o.check_mode().unwrap_err();
-        assert!(e.contains("DistParMETIS is not supported yet"), "{e}");
+        assert_eq!(o.job.partition_mode, PartitionMode::DistParMetis);
+        assert_eq!(
+            o.partitioned_marker(),
+            PathBuf::from("/var/run/dglrun/partitioned")
+        );
+        let p = Cli::try_parse_from(["dglrun", "probe", "--partitioned", "--state-dir", "/s"]);
+        let Some(Command::Probe(p)) = p.unwrap().command else {
+            panic!("expected the probe subcommand")
+        };
+        assert!(p.partitioned);
+        assert_eq!(p.opts.partitioned_marker(), PathBuf::from("/s/partitioned"));
         assert!(Cli::try_parse_from(["dglrun", "--partition-mode", "Metis"]).is_err());
     }
 

@@ -33,14 +33,26 @@ pub fn refusal(spec: &ExecSpec, mode: PartitionMode) -> Option<String> {
     None
 }
 
+/// What the worker adds to the daemon's environment (and so to the ranks'):
+/// its workspace and its index, which the rank program takes as defaults
+/// (`dgl-partition rank`: output in `<workspace>/dataset`, rank = index).
+pub fn worker_env(workspace: &std::path::Path, index: Option<u32>) -> Vec<(String, String)> {
+    let mut env = vec![("DGLRUN_WORKSPACE".into(), workspace.display().to_string())];
+    if let Some(i) = index {
+        env.push((dgl_api::names::ENV_WORKER_INDEX.into(), i.to_string()));
+    }
+    env
+}
+
 /// Runs `spec` for the client on `ch` until it ends, the client goes, or a
 /// stop is requested; its output goes out as `Output` lines, its status as
-/// the final `Exited`.
+/// the final `Exited`. `env` (the worker's own) comes after the client's.
 pub async fn session(
     ch: Channel,
     spec: ExecSpec,
     mut stop: StopSignal,
     cwd: std::path::PathBuf,
+    env: Vec<(String, String)>,
     grace: Duration,
 ) -> Result<ExitInfo, ChannelError> {
     let Channel {
@@ -55,7 +67,7 @@ pub async fn session(
         name: name.clone(),
         program: spec.program,
         args: spec.args,
-        env: spec.env.into_iter().collect(),
+        env: spec.env.into_iter().chain(env).collect(),
         cwd: Some(cwd),
     };
     if let Err(e) = sup.spawn(&proc) {

@@ -34,6 +34,9 @@ pub struct LaunchConfig {
     pub wait_timeout: Duration,
     /// The workers' SIGTERM→SIGKILL grace period; bounds how long stopping takes.
     pub stop_grace: Duration,
+    /// Partition mode DistParMETIS: the workers' ranks partition the graph
+    /// (mpirun) before the training; then no shard is shipped.
+    pub dist_partition: Option<crate::distpart::DistPartition>,
 }
 
 /// How a launch failed. Every message names the worker concerned.
@@ -58,6 +61,13 @@ pub enum LaunchError {
         exit: Option<ExitInfo>,
         reason: String,
         also: Vec<String>,
+    },
+    /// Partition mode DistParMETIS: the ranks (mpirun) failed; `worker`
+    /// names the rank and its worker when known.
+    #[error("partitioning failed{}: {message}", worker.as_ref().map(|w| format!(" on {w}")).unwrap_or_default())]
+    Partition {
+        worker: Option<String>,
+        message: String,
     },
     #[error("training interrupted by {signal}; every worker was told to stop")]
     Interrupted { signal: String },
@@ -228,7 +238,14 @@ pub async fn run(cfg: LaunchConfig) -> Result<(), LaunchError> {
     }
     tracing::info!(workers = n, "every worker answers");
 
-    // 2. Shards.
+    // 2. Shards: made on the workers themselves (DistParMETIS), pulled from
+    // the partitioner, or already there (Skip); checked in place.
+    if let Some(d) = &cfg.dist_partition {
+        if let Err(e) = crate::distpart::run(d, &cfg.workers).await {
+            shutdown_workers(&cfg, &e.to_string()).await;
+            return Err(e);
+        }
+    }
     let source = match cfg.partitioner {
         Some(p) => ShardSource::Partitioner {
             addr: p.to_string(),

@@ -12,6 +12,8 @@
 //! - [`partition`], [`worker`], [`launcher`]: the three roles;
 //! - [`exec`], [`rsh`]: MPI's daemons on the workers for partition mode
 //!   DistParMETIS, started by `mpirun` through `dglrun rsh` (no ssh);
+//! - [`distpart`]: the launcher's side of DistParMETIS (mpirun of
+//!   `dgl-partition rank`, one rank per worker);
 //! - [`hosts`]: hostfile / partfile / ip_config;
 //! - [`cli`]: the command line.
 
@@ -19,6 +21,7 @@ pub mod channel;
 pub mod cli;
 pub mod dataset;
 pub mod dglenv;
+pub mod distpart;
 pub mod exec;
 pub mod hosts;
 pub mod launcher;

@@ -14,6 +14,7 @@ use dgl_api::wire::{Request, Response, TrainSpec};
 use dgl_api::PartitionMode;
 use dglrun::channel::{Channel, Token};
 use dglrun::cli::{self, Cli, Command, LogFormat, Options, ProbeArgs, Role};
+use dglrun::distpart::{self, DistPartition};
 use dglrun::hosts::{self, Peer};
 use dglrun::launcher::{self, LaunchConfig, LaunchError};
 use dglrun::partition::{self, PartitionConfig};
@@ -108,9 +109,10 @@ fn listen_addr(opts: &Options) -> SocketAddr {
 }
 
 async fn run_partitioner(opts: &Options) -> anyhow::Result<()> {
-    opts.check_mode().map_err(|e| anyhow!(e))?;
-    if opts.job.partition_mode == PartitionMode::Skip {
-        bail!("partition mode Skip has no partitioner: the partitions must already be in each worker's workspace");
+    match opts.job.partition_mode {
+        PartitionMode::Skip => bail!("partition mode Skip has no partitioner: the partitions must already be in each worker's workspace"),
+        PartitionMode::DistParMetis => bail!("partition mode DistParMETIS has no partitioner: the launcher runs one partition rank per worker (mpirun)"),
+        _ => {}
     }
     let native = opts.job.partition_mode.is_native();
     let entry_point = if native {
@@ -182,10 +184,6 @@ fn retry_policy(opts: &Options) -> RetryPolicy {
 }
 
 async fn run_worker(opts: &Options) -> anyhow::Result<i32> {
-    // In DistParMETIS a worker runs the MPI ranks (dglrun rsh) before training.
-    if opts.job.partition_mode != PartitionMode::DistParMetis {
-        opts.check_mode().map_err(|e| anyhow!(e))?;
-    }
     let cfg = WorkerConfig {
         listen: opts
             .runtime
@@ -220,7 +218,6 @@ fn read(path: &Path) -> anyhow::Result<String> {
 }
 
 async fn run_launcher(opts: &Options) -> anyhow::Result<i32> {
-    opts.check_mode().map_err(|e| anyhow!(e))?;
     let graph_name = opts.graph_name().map_err(|e| anyhow!(e))?.to_string();
     let entry_point = required(
         &opts.job.train_entry_point,
@@ -251,7 +248,7 @@ async fn run_launcher(opts: &Options) -> anyhow::Result<i32> {
         }
     }
     let partitioner = match opts.job.partition_mode {
-        PartitionMode::Skip => None,
+        PartitionMode::Skip | PartitionMode::DistParMetis => None,
         _ => Some(match &opts.launch.partitioner {
             Some(a) => hosts::parse_addr(a, opts.runtime.agent_port)
                 .map_err(|e| anyhow!("--partitioner: {e}"))?,
@@ -283,6 +280,9 @@ async fn run_launcher(opts: &Options) -> anyhow::Result<i32> {
         .num_trainers
         .or_else(|| workers[0].slots)
         .unwrap_or(1);
+    let dist_partition = (opts.job.partition_mode == PartitionMode::DistParMetis)
+        .then(|| dist_partition(opts, &graph_name, &hostfile))
+        .transpose()?;
     let cfg = LaunchConfig {
         spec: TrainSpec {
             graph_name,
@@ -302,6 +302,7 @@ async fn run_launcher(opts: &Options) -> anyhow::Result<i32> {
         token: token(opts)?,
         wait_timeout: Duration::from_secs(opts.launch.wait_timeout),
         stop_grace: opts.stop_grace(),
+        dist_partition,
     };
     tracing::info!(
         workers = cfg.workers.len(),
@@ -320,7 +321,43 @@ async fn run_launcher(opts: &Options) -> anyhow::Result<i32> {
     }
 }
 
+/// Partition mode DistParMETIS: mpirun of `dgl-partition rank` on the
+/// workers, through `dglrun rsh` (this binary) with the launcher's token,
+/// agent port and hostfile.
+fn dist_partition(
+    opts: &Options,
+    graph_name: &str,
+    hostfile: &Path,
+) -> anyhow::Result<DistPartition> {
+    let program = distpart::rank_program(opts, &opts.launch.dgl_partition, graph_name)
+        .map_err(|e| anyhow!(e))?;
+    let dglrun = std::env::current_exe().context("cannot find the dglrun binary")?;
+    let env = [
+        (names::ENV_TOKEN_FILE, opts.runtime.token_file.clone()),
+        ("DGLRUN_AGENT_PORT", opts.runtime.agent_port.to_string()),
+        ("DGLRUN_RSH_HOSTFILE", hostfile.display().to_string()),
+    ];
+    Ok(DistPartition {
+        mpirun: opts.launch.mpirun.clone(),
+        dglrun: dglrun.display().to_string(),
+        program,
+        if_include: opts.launch.mpi_if_include.clone(),
+        own_ip: opts.runtime.listen.filter(|ip| !ip.is_unspecified()),
+        env: env.map(|(k, v)| (k.to_string(), v)).to_vec(),
+        marker: opts.partitioned_marker(),
+        stop_grace: opts.stop_grace(),
+    })
+}
+
 async fn run_probe(opts: &Options, p: &ProbeArgs) -> anyhow::Result<()> {
+    if p.partitioned {
+        let marker = opts.partitioned_marker();
+        if !marker.is_file() {
+            bail!("not partitioned yet: {} does not exist", marker.display());
+        }
+        println!("partitioned: {}", marker.display());
+        return Ok(());
+    }
     let addr = p.addr.unwrap_or_else(|| {
         let ip = opts
             .runtime

@@ -217,6 +217,7 @@ async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channe
                     spec,
                     shared.stop_tx.subscribe(),
                     shared.cfg.train.workspace.clone(),
+                    crate::exec::worker_env(&shared.cfg.train.workspace, shared.cfg.train.index),
                     shared.cfg.train.stop_grace,
                 )
                 .await;
@@ -291,7 +292,14 @@ async fn prepare(shared: &Shared, req: &ShardRequest) -> Result<ShardReport, Str
         ShardSource::Local => {
             let info = layout
                 .check_shard(req.part_id, Some(req.num_parts))
-                .map_err(|e| format!("partition mode Skip: {e}"))?;
+                .map_err(|e| {
+                    // The ranks wrote it here (DistParMETIS), or it was put here (Skip).
+                    let mode = match shared.cfg.partition_mode {
+                        PartitionMode::DistParMetis => PartitionMode::DistParMetis,
+                        _ => PartitionMode::Skip,
+                    };
+                    format!("partition mode {mode}: {e}")
+                })?;
             ShardReport {
                 part_id: req.part_id,
                 files: info.referenced.len() as u32 + 1,

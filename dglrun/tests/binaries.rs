@@ -3,7 +3,9 @@
 //! with a message that names the culprit.
 //!
 //! - the partition check names what the partition script failed to write;
-//! - ParMETIS / DistParMETIS are refused;
+//! - DistParMETIS: no partitioner; the launcher's mpirun (a stand-in) gets
+//!   the rank program and the rsh agent's settings, a failed rank is named,
+//!   the marker of `dglrun probe --partitioned` appears only on success;
 //! - Skip mode names the missing partition file of the worker concerned;
 //! - shards flow partitioner → workers (each gets the JSON and its own part),
 //!   then the worker's preflight refuses an interpreter without DGL;
@@ -273,32 +275,160 @@ fn the_partition_check_names_what_is_missing() {
     );
 }
 
+/// A stand-in for mpirun: records its arguments and environment, then
+/// prints what `dgl-partition rank` would (FAKE_MPIRUN_OUT) and exits with
+/// FAKE_MPIRUN_EXIT.
+const FAKE_MPIRUN: &str = r#"#!/bin/sh
+printf '%s\n' "$*" > "$FAKE_MPIRUN_DIR/args"
+env > "$FAKE_MPIRUN_DIR/env"
+printf '%b' "$FAKE_MPIRUN_OUT"
+exit "$FAKE_MPIRUN_EXIT"
+"#;
+
 #[test]
-fn distparmetis_mode_is_refused() {
+fn distparmetis_runs_ranks_from_the_launcher_and_names_a_failed_rank() {
     let env = Env::new();
-    for mode in ["DistParMETIS"] {
-        let o = run(&env.partition("w", &["--partition-mode", mode]));
-        assert!(!o.status.success());
-        assert!(
-            text(&o).contains(&format!("{mode} is not supported yet")),
-            "{}",
-            text(&o)
+    // No partitioner pod in this mode.
+    let o = run(&env.partition("w", &["--partition-mode", "DistParMETIS"]));
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("DistParMETIS has no partitioner"),
+        "{}",
+        text(&o)
+    );
+    // A worker is accepted (here it stops at the missing token).
+    let o = Command::new(DGLRUN)
+        .env("DGL_OPERATOR_PHASE_ENV", "Worker")
+        .env("DGL_OPERATOR_PARTITION_MODE", "DistParMETIS")
+        .env("DGL_OPERATOR_TOKEN_FILE", env.dir.path().join("no-token"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && text(&o).contains("no-token"));
+    // Every worker reads the chunked graph itself: no loader script.
+    let hf = env.hostfile([free_port(), free_port()]);
+    let o = run(&env.launch(
+        &hf,
+        "DistParMETIS",
+        "token",
+        &["--partition-entry-point", "load.py"],
+    ));
+    assert!(
+        !o.status.success() && text(&o).contains("runs no loader script"),
+        "{}",
+        text(&o)
+    );
+
+    let mpirun = env.p("fake-mpirun");
+    std::fs::write(&mpirun, FAKE_MPIRUN).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&mpirun, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ports = [free_port(), free_port()];
+    let hf = env.hostfile(ports);
+    let state = env.s("state");
+    let probe = || {
+        run(&[
+            "probe".to_string(),
+            "--partitioned".into(),
+            "--state-dir".into(),
+            state.clone(),
+        ])
+    };
+    let launch = |out: &str, exit: &str| {
+        let args = env.launch(
+            &hf,
+            "DistParMETIS",
+            "token",
+            &[
+                "--mpirun",
+                &mpirun.display().to_string(),
+                "--dgl-partition",
+                "/opt/bin/dgl-partition",
+                "--state-dir",
+                &state,
+                "--partition-input",
+                "/data/g/metadata.json",
+                "--balance-train",
+                "--partition-seed",
+                "5",
+            ],
         );
-        // The same through the environment, as the operator sets it. A
-        // DistParMETIS worker is accepted: it runs the MPI ranks through
-        // `dglrun rsh` (here it stops at the missing token instead).
-        let o = Command::new(DGLRUN)
-            .env("DGL_OPERATOR_PHASE_ENV", "Worker")
-            .env("DGL_OPERATOR_PARTITION_MODE", mode)
-            .env("DGL_OPERATOR_TOKEN_FILE", env.dir.path().join("no-token"))
+        Command::new(DGLRUN)
+            .args(args)
+            .env("FAKE_MPIRUN_DIR", env.dir.path())
+            .env("FAKE_MPIRUN_OUT", out)
+            .env("FAKE_MPIRUN_EXIT", exit)
             .output()
-            .unwrap();
-        assert!(!o.status.success());
-        if mode == "DistParMETIS" {
-            assert!(text(&o).contains("no-token"), "{}", text(&o));
-        } else {
-            assert!(text(&o).contains("not supported yet"), "{}", text(&o));
+            .unwrap()
+    };
+    let mut procs = Procs(Vec::new());
+    let workers = |procs: &mut Procs, tag: &str| -> [usize; 2] {
+        let mut w = [0; 2];
+        for (i, slot) in w.iter_mut().enumerate() {
+            let mut a = env.worker(i, ports[i]);
+            a.extend(["--partition-mode".to_string(), "DistParMETIS".into()]);
+            *slot = procs.spawn(&a, &env.p(&format!("worker-{i}-{tag}.log")));
         }
+        w
+    };
+
+    // Rank 1 fails: the launcher names it and its worker, writes no
+    // marker, and the workers are told to exit.
+    let w = workers(&mut procs, "fail");
+    let o = launch(
+        "rank 0 of 2: partitioning\ndgl-partition rank 1 of 2 failed: /data/g/edges-1.csv, line 17: 3 columns, expected 2\n",
+        "1",
+    );
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(
+        t.contains("partitioning failed on rank 1 on worker-1")
+            && t.contains("edges-1.csv, line 17"),
+        "{t}"
+    );
+    assert!(t.contains("[partition] rank 0 of 2: partitioning"), "{t}");
+    assert!(!probe().status.success(), "no marker after a failure");
+    for i in w {
+        let s = procs
+            .wait(i, Duration::from_secs(20))
+            .expect("worker exits");
+        assert!(!s.success());
+    }
+    let args = std::fs::read_to_string(env.p("args")).unwrap();
+    for want in [
+        "-n 2 --host 127.0.0.1:1,127.0.0.1:1".to_string(),
+        format!("--mca plm_rsh_agent {DGLRUN} rsh"),
+        "/opt/bin/dgl-partition rank --graph-name g --part-method metis --python python3 --seed 5 --input /data/g/metadata.json --balance-train=train_mask".into(),
+    ] {
+        assert!(args.contains(&want), "{want:?} not in {args}");
+    }
+    let menv = std::fs::read_to_string(env.p("env")).unwrap();
+    assert!(
+        menv.contains(&format!("DGL_OPERATOR_TOKEN_FILE={}", env.s("token"))),
+        "{menv}"
+    );
+    assert!(
+        menv.contains(&format!("DGLRUN_RSH_HOSTFILE={hf}")),
+        "{menv}"
+    );
+
+    // Every rank reports its part: the marker appears, then the training
+    // starts as in Skip mode, which here finds no partition on worker 0.
+    let w = workers(&mut procs, "ok");
+    let o = launch(
+        "rank 0 of 2: part 0: 1 inner nodes\nrank 1 of 2: part 1: 1 inner nodes\n",
+        "0",
+    );
+    let t = text(&o);
+    assert!(!o.status.success(), "{t}");
+    assert!(probe().status.success(), "the marker is written: {t}");
+    assert!(
+        t.contains("every worker holds its partition") && t.contains("partition mode DistParMETIS"),
+        "{t}"
+    );
+    for i in w {
+        procs
+            .wait(i, Duration::from_secs(20))
+            .expect("worker exits");
     }
 }
 

@@ -2,10 +2,14 @@
 //! starts one per worker (through `dglrun rsh`); built with `--features mpi`
 //! the ranks talk over MPI, without it the world has one rank.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use dgl_partition::dist::{plan::Limits, selftest};
+use clap::{Parser, Subcommand, ValueEnum};
+use dgl_partition::dist::driver::{self, RankConfig};
+use dgl_partition::dist::{plan::Limits, selftest, Exchange};
+use dgl_partition::input::Source;
+use dgl_partition::run::Choice;
 
 /// Rank program of DGL's distributed partition pipeline.
 #[derive(Parser, Debug)]
@@ -21,6 +25,118 @@ enum Command {
     /// uneven data, each rank checking what it receives; prints one line
     /// per rank and exits 0 when everything arrived intact.
     Selftest(SelftestArgs),
+    /// One rank of partition mode DistParMETIS: rank r of n reads its share
+    /// of the chunked graph, the ranks exchange it, and rank r writes
+    /// partition r of n (and the partition JSON) into --out. Started by
+    /// mpirun, one rank per worker, in partition order.
+    Rank(RankArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct RankArgs {
+    /// This worker's workspace (its agent passes it to MPI's daemon).
+    #[arg(
+        long,
+        env = "DGLRUN_WORKSPACE",
+        value_name = "DIR",
+        default_value = "/dgl_workspace"
+    )]
+    workspace: PathBuf,
+    /// The chunked graph's metadata.json (or its folder); every worker must
+    /// see the same graph (image or shared volume)
+    /// [default: <workspace>/chunked/metadata.json].
+    #[arg(long, value_name = "PATH")]
+    input: Option<PathBuf>,
+    /// Where this rank writes <graph>.json and part<rank>/
+    /// [default: <workspace>/dataset].
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Graph name: the partition JSON is <out>/<NAME>.json.
+    #[arg(long, value_name = "NAME")]
+    graph_name: String,
+    /// How nodes are assigned to partitions (DGL's part_method): metis
+    /// (multilevel k-way with the balance constraints), random, or file
+    /// (DGL's <ntype>.txt + partition_meta.json in --assignment-dir).
+    #[arg(long, value_enum, default_value_t = Method::Metis)]
+    part_method: Method,
+    /// Folder of the assignment files for --part-method file (read by rank 0).
+    #[arg(long, value_name = "DIR", required_if_eq("part_method", "file"))]
+    assignment_dir: Option<PathBuf>,
+    /// Balance training nodes: the node feature that marks them
+    /// [default when given without a value: train_mask].
+    #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "train_mask")]
+    balance_train: Option<String>,
+    /// Balance the edges (in-degree) of each partition.
+    #[arg(long)]
+    balance_edges: bool,
+    /// Python with DGL 2.1.0, which writes graph.dgl.
+    #[arg(long, value_name = "PATH", default_value = "python3")]
+    python: String,
+    /// Threads of this rank [default: the CPUs this process may use].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    threads: Option<u32>,
+    /// Seed of the random choices (random partitioner, METIS).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    seed: u64,
+    /// The worker this rank runs on (its agent passes it): must equal the
+    /// rank, or mpirun placed the ranks out of partition order.
+    #[arg(long, env = "DGL_OPERATOR_WORKER_INDEX", value_name = "I")]
+    worker_index: Option<u32>,
+    /// Largest element count of one transport call [default: i32::MAX].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_count: Option<u64>,
+    /// Memory budget of one staged round, in bytes [default: 256 MiB].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    round_bytes: Option<u64>,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    Metis,
+    Random,
+    File,
+}
+
+impl RankArgs {
+    fn limits(&self) -> Limits {
+        let d = Limits::default();
+        Limits {
+            max_count: self.max_count.unwrap_or(d.max_count),
+            round_bytes: self.round_bytes.unwrap_or(d.round_bytes),
+        }
+    }
+
+    fn threads(&self) -> usize {
+        self.threads
+            .map(|t| t as usize)
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()))
+    }
+
+    fn config(&self) -> RankConfig {
+        let metadata = match &self.input {
+            Some(p) if p.is_dir() => p.join("metadata.json"),
+            Some(p) => p.clone(),
+            None => self.workspace.join("chunked").join("metadata.json"),
+        };
+        RankConfig {
+            source: Source::Chunked { metadata },
+            out_dir: self
+                .out
+                .clone()
+                .unwrap_or_else(|| self.workspace.join("dataset")),
+            graph_name: self.graph_name.clone(),
+            partitioner: match self.part_method {
+                Method::Metis => Choice::Metis,
+                Method::Random => Choice::Random,
+                Method::File => Choice::File(self.assignment_dir.clone().unwrap_or_default()),
+            },
+            balance_train: self.balance_train.clone(),
+            balance_edges: self.balance_edges,
+            threads: self.threads(),
+            seed: self.seed,
+            python: self.python.clone(),
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -58,6 +174,70 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Selftest(args) => selftest_main(&args),
+        Command::Rank(args) => rank_main(&args),
+    }
+}
+
+/// Runs one rank on `ex`; prints its report, or its error naming the rank.
+fn run_rank<E: Exchange>(ex: &E, args: &RankArgs) -> Result<(), String> {
+    let (rank, world) = (ex.rank(), ex.size());
+    let fail = |e: String| format!("dgl-partition rank {rank} of {world} failed: {e}");
+    if let Some(i) = args.worker_index.filter(|&i| i != rank) {
+        return Err(fail(format!(
+            "it runs on worker {i}: mpirun placed the ranks out of partition order"
+        )));
+    }
+    let cfg = args.config();
+    // The parallel steps run on the global pool; MPI stays on this thread.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(cfg.threads)
+        .build_global();
+    println!(
+        "rank {rank} of {world}: partitioning {} into {} ({}, {})",
+        match &cfg.source {
+            Source::Chunked { metadata } => metadata.display().to_string(),
+            Source::Text(t) => t.nodes.display().to_string(),
+        },
+        cfg.out_dir.display(),
+        cfg.partitioner,
+        netns()
+    );
+    let report = driver::run(ex, &cfg).map_err(|e| fail(e.to_string()))?;
+    for line in report.lines() {
+        println!("rank {rank} of {world}: {line}");
+    }
+    Ok(())
+}
+
+#[cfg(feature = "mpi")]
+fn rank_main(args: &RankArgs) -> ExitCode {
+    let ex = match dgl_partition::dist::MpiExchange::init() {
+        Ok(ex) => ex.with_limits(args.limits()),
+        Err(e) => {
+            eprintln!("dgl-partition: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match run_rank(&ex, args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            // The other ranks may wait in a collective: end them all.
+            ex.abort(1)
+        }
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+fn rank_main(args: &RankArgs) -> ExitCode {
+    // A world of one: the partitions of a one-worker job, without MPI.
+    let _ = args.limits();
+    match run_rank(&dgl_partition::dist::Single, args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -213,8 +213,13 @@ fn one_part(
 /// Names DGL splits on (`/` in feature keys, `:` in edge types) and counts
 /// its dtypes cap (`_TYPE` int16 / int32) must be safe before any write.
 fn validate(g: &InputGraph, cfg: &OutputConfig) -> Result<()> {
+    validate_names(g, &cfg.graph_name)?;
+    validate_tensors(g)
+}
+
+/// The graph name and the type names DGL splits on.
+pub(crate) fn validate_names(g: &InputGraph, name: &str) -> Result<()> {
     let bad = |m: String| Err(Error::Config(m));
-    let name = &cfg.graph_name;
     if name.is_empty() || name.contains(['/', '\0']) || name.starts_with('.') {
         return bad(format!("graph name {name:?} cannot name a file"));
     }
@@ -233,6 +238,10 @@ fn validate(g: &InputGraph, cfg: &OutputConfig) -> Result<()> {
             ));
         }
     }
+    Ok(())
+}
+
+fn validate_tensors(g: &InputGraph) -> Result<()> {
     for (t, nt) in g.ntypes.iter().enumerate() {
         for (f, x) in &nt.data {
             check_tensor(
@@ -275,13 +284,14 @@ fn check_tensor(what: &str, name: &str, x: &crate::model::Tensor, rows: u64) -> 
 
 /// The staging folder inside the output folder (same filesystem, so the
 /// final renames are atomic); removed on drop unless published.
-struct Staging {
-    dir: PathBuf,
+pub(crate) struct Staging {
+    pub(crate) dir: PathBuf,
     published: bool,
 }
 
 impl Staging {
-    fn create(out: &Path, graph: &str) -> Result<Self> {
+    /// `.<tag>.partial-<pid>` inside `out`.
+    pub(crate) fn create(out: &Path, graph: &str) -> Result<Self> {
         let dir = out.join(format!(".{graph}.partial-{}", std::process::id()));
         remove_dir_if_exists(&dir)?;
         std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;
@@ -293,25 +303,36 @@ impl Staging {
 
     /// Moves the parts into `out` and writes the JSON last; returns the
     /// JSON's bytes.
-    fn publish(
-        mut self,
-        out: &Path,
-        parts: &[PartSummary],
-        json: &Path,
-        text: &str,
-    ) -> Result<u64> {
-        for s in parts {
-            let (from, to) = (self.dir.join(part_dir(s.part)), out.join(part_dir(s.part)));
+    fn publish(self, out: &Path, parts: &[PartSummary], json: &Path, text: &str) -> Result<u64> {
+        let ids: Vec<u32> = parts.iter().map(|s| s.part).collect();
+        self.move_parts(out, &ids)?;
+        write_json(&self.dir.join("partition.json"), json, text)?;
+        self.finish()?;
+        Ok(text.len() as u64)
+    }
+
+    /// Moves the staged `part<i>` folders into `out`, replacing old ones.
+    pub(crate) fn move_parts(&self, out: &Path, parts: &[u32]) -> Result<()> {
+        for &p in parts {
+            let (from, to) = (self.dir.join(part_dir(p)), out.join(part_dir(p)));
             remove_dir_if_exists(&to)?;
             std::fs::rename(&from, &to).map_err(|e| Error::io(&to, e))?;
         }
-        let tmp = self.dir.join("partition.json");
-        std::fs::write(&tmp, text).map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, json).map_err(|e| Error::io(json, e))?;
-        self.published = true;
-        std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
-        Ok(text.len() as u64)
+        Ok(())
     }
+
+    /// Removes the (published) staging folder.
+    pub(crate) fn finish(mut self) -> Result<()> {
+        self.published = true;
+        std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))
+    }
+}
+
+/// Writes the partition JSON to `tmp` (same filesystem) and renames it,
+/// so that it appears whole or not at all.
+pub(crate) fn write_json(tmp: &Path, json: &Path, text: &str) -> Result<()> {
+    std::fs::write(tmp, text).map_err(|e| Error::io(tmp, e))?;
+    std::fs::rename(tmp, json).map_err(|e| Error::io(json, e))
 }
 
 impl Drop for Staging {
@@ -339,21 +360,21 @@ fn poisoned() -> Error {
     }
 }
 
-fn remove_if_exists(p: &Path) -> Result<()> {
+pub(crate) fn remove_if_exists(p: &Path) -> Result<()> {
     match std::fs::remove_file(p) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(p, e)),
         _ => Ok(()),
     }
 }
 
-fn remove_dir_if_exists(p: &Path) -> Result<()> {
+pub(crate) fn remove_dir_if_exists(p: &Path) -> Result<()> {
     match std::fs::remove_dir_all(p) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(p, e)),
         _ => Ok(()),
     }
 }
 
-fn dir_bytes(dir: &Path) -> Result<u64> {
+pub(crate) fn dir_bytes(dir: &Path) -> Result<u64> {
     let mut total = 0;
     for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let entry = entry.map_err(|e| Error::io(dir, e))?;

@@ -178,7 +178,7 @@ fn run_stages(cfg: &Config) -> Result<Report> {
     Ok(report)
 }
 
-fn partitioner(choice: &Choice) -> Box<dyn Partitioner> {
+pub(crate) fn partitioner(choice: &Choice) -> Box<dyn Partitioner> {
     match choice {
         Choice::Metis => Box::new(assign::Metis::default()),
         Choice::Random => Box::new(assign::Random),

@@ -12,6 +12,7 @@
 //! below [`plan::Limits`] (the chunking arithmetic lives in [`plan`], pure
 //! and tested on its own with tiny limits); callers use 64-bit counts only.
 
+pub mod driver;
 pub mod plan;
 pub mod selftest;
 mod single;

@@ -98,8 +98,10 @@ impl PartitionJson<'_> {
             .collect();
         let doc = Doc {
             graph_name: self.graph_name,
-            num_nodes: g.num_nodes(),
-            num_edges: g.num_edges(),
+            // From the id maps: a rank of the distributed mode holds only
+            // its own edges, but every rank's maps cover the whole graph.
+            num_nodes: ids.part_nodes.last().copied().unwrap_or(0),
+            num_edges: ids.part_edges.last().copied().unwrap_or(0),
             part_method: self.part_method,
             num_parts: ids.num_parts,
             halo_hops: 1,

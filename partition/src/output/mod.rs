@@ -28,18 +28,42 @@ pub fn write_part(
     dir: &Path,
     save_orig_ids: bool,
 ) -> Result<GraphJob> {
+    write_part_rows(g, part, dir, save_orig_ids, false)
+}
+
+/// [`write_part`] for a graph whose feature tensors hold exactly the
+/// part's rows, in the part's order (inner nodes by type, owned edges by
+/// type, each ascending by original id): what a rank of the distributed
+/// mode receives.
+pub fn write_owned_part(
+    g: &InputGraph,
+    part: &Partition,
+    dir: &Path,
+    save_orig_ids: bool,
+) -> Result<GraphJob> {
+    write_part_rows(g, part, dir, save_orig_ids, true)
+}
+
+fn write_part_rows(
+    g: &InputGraph,
+    part: &Partition,
+    dir: &Path,
+    save_orig_ids: bool,
+    owned: bool,
+) -> Result<GraphJob> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+    let rows = |tensor, rows| {
+        if owned {
+            Rows::All(tensor)
+        } else {
+            Rows::Gather { tensor, rows }
+        }
+    };
     let etype_names: Vec<String> = (0..g.etypes.len()).map(|e| g.canonical_etype(e)).collect();
     let mut node_feats = Vec::new();
     for (t, nt) in g.ntypes.iter().enumerate() {
         for (name, tensor) in &nt.data {
-            node_feats.push((
-                format!("{}/{name}", nt.name),
-                Rows::Gather {
-                    tensor,
-                    rows: &part.inner[t],
-                },
-            ));
+            node_feats.push((format!("{}/{name}", nt.name), rows(tensor, &part.inner[t])));
         }
     }
     let mut edge_feats = Vec::new();
@@ -47,10 +71,7 @@ pub fn write_part(
         for (name, tensor) in &et.data {
             edge_feats.push((
                 format!("{}/{name}", etype_names[e]),
-                Rows::Gather {
-                    tensor,
-                    rows: &part.eids[e],
-                },
+                rows(tensor, &part.eids[e]),
             ));
         }
     }

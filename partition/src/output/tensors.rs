@@ -26,6 +26,8 @@ const BUF: usize = 1 << 20;
 pub enum Rows<'a> {
     /// Rows `rows` of `tensor`, in that order.
     Gather { tensor: &'a Tensor, rows: &'a [u64] },
+    /// Every row of `tensor`, in order.
+    All(&'a Tensor),
     /// A 1-D int64 tensor of ids (all below 2^63).
     Ids(&'a [u64]),
     /// A 1-D int16 tensor.
@@ -35,7 +37,7 @@ pub enum Rows<'a> {
 impl Rows<'_> {
     fn dtype(&self) -> DType {
         match self {
-            Rows::Gather { tensor, .. } => tensor.dtype,
+            Rows::Gather { tensor, .. } | Rows::All(tensor) => tensor.dtype,
             Rows::Ids(_) => DType::I64,
             Rows::I16(_) => DType::I16,
         }
@@ -48,6 +50,7 @@ impl Rows<'_> {
                 s[0] = rows.len() as u64;
                 s
             }
+            Rows::All(tensor) => tensor.shape.clone(),
             Rows::Ids(v) => vec![v.len() as u64],
             Rows::I16(v) => vec![v.len() as u64],
         }
@@ -62,6 +65,7 @@ impl Rows<'_> {
                     w.write_all(&tensor.data[at..at + rb])?;
                 }
             }
+            Rows::All(tensor) => w.write_all(&tensor.data)?,
             Rows::Ids(v) => v.iter().try_for_each(|x| w.write_all(&x.to_le_bytes()))?,
             Rows::I16(v) => v.iter().try_for_each(|x| w.write_all(&x.to_le_bytes()))?,
         }
@@ -88,7 +92,15 @@ pub fn write_tensors(path: &Path, entries: &[(String, Rows<'_>)]) -> Result<u64>
 }
 
 fn write_ndarray(w: &mut impl Write, rows: &Rows<'_>) -> std::io::Result<()> {
-    let (dtype, shape) = (rows.dtype(), rows.shape());
+    // DGL stores booleans as uint8 (its PyTorch backend's
+    // zerocopy_to_dgl_ndarray calls `.byte()`): a bool NDArray would load
+    // as a torch.bool tensor, which DistGraphServer's shared memory cannot
+    // hold ("Do not know how to handle type bool"). Same bytes, 0 or 1.
+    let dtype = match rows.dtype() {
+        DType::Bool => DType::U8,
+        d => d,
+    };
+    let shape = rows.shape();
     w.write_all(&NDARRAY_MAGIC.to_le_bytes())?;
     w.write_all(&0u64.to_le_bytes())?;
     w.write_all(&1i32.to_le_bytes())?;
@@ -165,5 +177,27 @@ impl Write for CountingWriter {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.inner.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn booleans_are_stored_as_uint8_like_dgl_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.dgl");
+        let mask = Tensor {
+            dtype: DType::Bool,
+            shape: vec![3],
+            data: vec![1, 0, 1],
+        };
+        write_tensors(&path, &[("m".into(), Rows::All(&mask))]).unwrap();
+        let b = std::fs::read(&path).unwrap();
+        // 3 u64 + name length + "m" + NDArray magic, reserved, context, ndim.
+        let at = 8 * 4 + 1 + 8 + 8 + 8 + 4;
+        assert_eq!(&b[at..at + 4], &[1, 8, 1, 0], "dlpack uint8, one lane");
+        assert_eq!(&b[b.len() - 3..], &[1, 0, 1]);
     }
 }

@@ -1,0 +1,435 @@
+//! Partition mode DistParMETIS on the launcher: no partitioner pod. Once
+//! every worker answers, the launcher runs `mpirun` with one rank per
+//! worker in partition order (rank i on worker i), MPI's daemons started
+//! through the workers' agents (`dglrun rsh`, see [`crate::rsh`]), the ranks
+//! being `dgl-partition rank`: each reads its share of the chunked graph,
+//! the ranks exchange it over MPI, and rank i writes partition i into its
+//! own worker's `<workspace>/dataset`. mpirun's output goes into the
+//! launcher's log (`[partition] ...`); a failure names the rank and its
+//! worker. On success the launcher writes its marker file (the operator's
+//! readiness probe `dglrun probe --partitioned` reads it) and the training
+//! starts as in partition mode Skip.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::Command;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::mpsc;
+
+use crate::cli::{Options, PartitionerKind};
+use crate::hosts::Peer;
+use crate::launcher::LaunchError;
+use crate::rsh::{mpirun_args, MpirunPlan};
+
+/// What the launcher runs in partition mode DistParMETIS.
+#[derive(Debug, Clone)]
+pub struct DistPartition {
+    /// The `mpirun` program.
+    pub mpirun: String,
+    /// The dglrun binary mpirun calls as its remote agent (`<it> rsh`).
+    pub dglrun: String,
+    /// The rank program and its arguments, as every worker runs it.
+    pub program: Vec<String>,
+    /// `--mpi-if-include`: a CIDR or interface name, `auto` or `all`.
+    pub if_include: String,
+    /// The launcher's own IP (the pod IP), for `auto`.
+    pub own_ip: Option<IpAddr>,
+    /// Environment of mpirun and its `dglrun rsh` agents (token file,
+    /// agent port, hostfile).
+    pub env: Vec<(String, String)>,
+    /// Written when every rank has written its partition.
+    pub marker: PathBuf,
+    /// SIGTERM→SIGKILL grace period for mpirun when the launcher is stopped.
+    pub stop_grace: Duration,
+}
+
+/// `dgl-partition rank ...` from the launcher's options: the native
+/// pipeline's flags, the graph name, the workers' Python. The input and the
+/// output default to each worker's own workspace (its agent tells the rank).
+pub fn rank_program(
+    opts: &Options,
+    program: &str,
+    graph_name: &str,
+) -> Result<Vec<String>, String> {
+    let n = &opts.native;
+    if n.text_nodes.is_some() {
+        return Err(
+            "partition mode DistParMETIS reads DGL's chunked format only \
+                    (--partition-input), not the text format"
+                .into(),
+        );
+    }
+    if opts.job.partition_entry_point.is_some() {
+        return Err(
+            "partition mode DistParMETIS runs no loader script: put the chunked \
+                    graph in the image or on a volume every worker mounts, and name its \
+                    metadata.json with --partition-input"
+                .into(),
+        );
+    }
+    let mut a: Vec<String> = vec![program.into(), "rank".into()];
+    let mut arg = |k: &str, v: String| a.extend([k.to_string(), v]);
+    arg("--graph-name", graph_name.into());
+    let method = match n.part_method {
+        PartitionerKind::Metis => "metis",
+        PartitionerKind::Random => "random",
+        PartitionerKind::File => "file",
+    };
+    arg("--part-method", method.into());
+    arg("--python", opts.runtime.python.clone());
+    arg("--seed", n.partition_seed.to_string());
+    if let Some(p) = &n.partition_input {
+        arg("--input", p.display().to_string());
+    }
+    if let Some(d) = &n.assignment_dir {
+        arg("--assignment-dir", d.display().to_string());
+    }
+    if let Some(t) = n.partition_threads {
+        arg("--threads", t.to_string());
+    }
+    if opts.job.balance_train {
+        a.push(format!("--balance-train={}", n.train_mask));
+    }
+    if opts.job.balance_edges {
+        a.push("--balance-edges".into());
+    }
+    Ok(a)
+}
+
+/// One local IPv4 network: interface, address, prefix length.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalNet {
+    pub name: String,
+    pub ip: IpAddr,
+    pub prefix: u8,
+}
+
+fn contains(net: &LocalNet, ip: IpAddr) -> bool {
+    match (net.ip, ip) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(net.prefix))
+                .unwrap_or(0);
+            u32::from(a) & mask == u32::from(b) & mask
+        }
+        _ => false,
+    }
+}
+
+/// MPI's network for `--mpi-if-include`: `all` lets OpenMPI choose, `auto`
+/// takes the network of the interface holding the launcher's IP (else the
+/// one reaching worker 0) when every worker is inside it (with /32 pod
+/// addresses, or workers on other subnets, OpenMPI chooses), anything else
+/// is passed on as it is (a CIDR or an interface name).
+pub fn pick_network(
+    setting: &str,
+    own_ip: Option<IpAddr>,
+    nets: &[LocalNet],
+    workers: &[IpAddr],
+) -> Option<String> {
+    match setting {
+        "all" => None,
+        "auto" => {
+            let net = match own_ip {
+                Some(ip) => nets.iter().find(|n| n.ip == ip),
+                None => nets
+                    .iter()
+                    .find(|n| workers.first().is_some_and(|&w| contains(n, w))),
+            }?;
+            if !workers.iter().all(|&w| contains(net, w)) {
+                return None;
+            }
+            let IpAddr::V4(a) = net.ip else { return None };
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(net.prefix))
+                .unwrap_or(0);
+            let base = std::net::Ipv4Addr::from(u32::from(a) & mask);
+            Some(format!("{base}/{}", net.prefix))
+        }
+        other => Some(other.to_string()),
+    }
+}
+
+/// This machine's IPv4 networks.
+pub fn local_nets() -> Vec<LocalNet> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    addrs
+        .filter_map(|a| {
+            let ip = a.address?.as_sockaddr_in()?.ip();
+            let mask = a.netmask?.as_sockaddr_in()?.ip();
+            Some(LocalNet {
+                name: a.interface_name,
+                ip: IpAddr::V4(ip),
+                prefix: u32::from(mask).count_ones() as u8,
+            })
+        })
+        .collect()
+}
+
+/// What mpirun's output told about the ranks.
+#[derive(Debug, Default)]
+struct Seen {
+    /// The first rank that reported its own failure, and its message.
+    failed: Option<(u32, String)>,
+    /// A rank MPI named (`MPI_ABORT was invoked on rank R`, `Process name:
+    /// [[job,1],R]`), when no rank reported.
+    named: Option<u32>,
+    /// Ranks that reported their partition written.
+    done: Vec<u32>,
+    last: Vec<String>,
+}
+
+impl Seen {
+    fn line(&mut self, line: &str) {
+        if let Some((rank, rest)) = line
+            .find("dgl-partition rank ")
+            .and_then(|i| line[i + 19..].split_once(' '))
+        {
+            if let (Ok(r), Some(msg)) = (rank.parse::<u32>(), rest.split_once("failed: ")) {
+                self.failed.get_or_insert((r, msg.1.to_string()));
+            }
+        }
+        if let Some(r) = after(line, "MPI_ABORT was invoked on rank ")
+            .or_else(|| after(line, "Process name: [[").and_then(|_| proc_rank(line)))
+        {
+            self.named.get_or_insert(r);
+        }
+        // `rank R of N: part R: ...`, the rank's last report line.
+        if let Some(rest) = line.strip_prefix("rank ") {
+            let mut w = rest.split_whitespace();
+            if let (Some(r), Some("of"), Some(_), Some("part")) =
+                (w.next(), w.next(), w.next(), w.next())
+            {
+                if let Ok(r) = r.parse() {
+                    self.done.push(r);
+                }
+            }
+        }
+        self.last.push(line.to_string());
+        if self.last.len() > 20 {
+            self.last.remove(0);
+        }
+    }
+}
+
+fn after(line: &str, prefix: &str) -> Option<u32> {
+    let rest = &line[line.find(prefix)? + prefix.len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// The rank of `Process name: [[63045,1],1]`.
+fn proc_rank(line: &str) -> Option<u32> {
+    let rest = &line[line.find("],")? + 2..];
+    rest.split(']').next()?.trim().parse().ok()
+}
+
+async fn pump(r: impl AsyncRead + Unpin, tx: mpsc::Sender<String>) {
+    let mut lines = BufReader::new(r).lines();
+    while let Ok(Some(l)) = lines.next_line().await {
+        if tx.send(l).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Runs the ranks; `Ok` once every worker holds its partition and the
+/// marker is written.
+pub async fn run(cfg: &DistPartition, workers: &[Peer]) -> Result<(), LaunchError> {
+    let fail = |message: String| LaunchError::Partition {
+        worker: None,
+        message,
+    };
+    match std::fs::remove_file(&cfg.marker) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(fail(format!("cannot remove {}: {e}", cfg.marker.display())))
+        }
+        _ => {}
+    }
+    let hosts: Vec<IpAddr> = workers.iter().map(|w| w.ip).collect();
+    let network = pick_network(&cfg.if_include, cfg.own_ip, &local_nets(), &hosts);
+    let plan = MpirunPlan {
+        hosts,
+        dglrun: cfg.dglrun.clone(),
+        network: network.clone(),
+        // Every path of the ranks is absolute; each worker's workspace
+        // comes from its agent.
+        workdir: PathBuf::from("/"),
+        forward_env: Vec::new(),
+        program: cfg.program.clone(),
+    };
+    let args = mpirun_args(&plan);
+    tracing::info!(
+        ranks = workers.len(),
+        network = network.as_deref().unwrap_or("OpenMPI's choice"),
+        "partitioning on the workers: {} {}",
+        cfg.mpirun,
+        args.join(" ")
+    );
+    let mut child = Command::new(&cfg.mpirun)
+        .args(&args)
+        .envs(cfg.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| fail(format!("cannot start {}: {e}", cfg.mpirun)))?;
+    let (tx, mut rx) = mpsc::channel::<String>(1024);
+    if let Some(o) = child.stdout.take() {
+        tokio::spawn(pump(o, tx.clone()));
+    }
+    if let Some(e) = child.stderr.take() {
+        tokio::spawn(pump(e, tx.clone()));
+    }
+    drop(tx);
+    let mut seen = Seen::default();
+    let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
+    let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
+    let status = loop {
+        tokio::select! {
+            Some(line) = rx.recv() => {
+                println!("[partition] {line}");
+                seen.line(&line);
+            }
+            s = child.wait() => break s.map_err(|e| fail(format!("waiting for mpirun: {e}")))?,
+            _ = sigterm.recv() => return Err(stop(&mut child, cfg.stop_grace, "SIGTERM").await),
+            _ = sigint.recv() => return Err(stop(&mut child, cfg.stop_grace, "SIGINT").await),
+        }
+    };
+    // The rest of the output (the pipes close after the exit).
+    while let Ok(Some(line)) = tokio::time::timeout(Duration::from_secs(2), rx.recv()).await {
+        println!("[partition] {line}");
+        seen.line(&line);
+    }
+    outcome(cfg, workers, status, &seen)
+}
+
+/// Ends mpirun (its process group: the `dglrun rsh` agents, whose workers
+/// then stop their daemons) after a signal to the launcher.
+async fn stop(child: &mut tokio::process::Child, grace: Duration, signal: &str) -> LaunchError {
+    use nix::sys::signal::{killpg, Signal};
+    if let Some(pid) = child.id() {
+        let pg = nix::unistd::Pid::from_raw(pid as i32);
+        let _ = killpg(pg, Signal::SIGTERM);
+        if tokio::time::timeout(grace, child.wait()).await.is_err() {
+            let _ = killpg(pg, Signal::SIGKILL);
+            let _ = child.wait().await;
+        }
+    }
+    LaunchError::Interrupted {
+        signal: signal.into(),
+    }
+}
+
+fn outcome(
+    cfg: &DistPartition,
+    workers: &[Peer],
+    status: std::process::ExitStatus,
+    seen: &Seen,
+) -> Result<(), LaunchError> {
+    let n = workers.len() as u32;
+    let missing: Vec<u32> = (0..n).filter(|r| !seen.done.contains(r)).collect();
+    if status.success() && missing.is_empty() {
+        let text = format!("partitioned by {n} ranks\n");
+        if let Some(dir) = cfg.marker.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| LaunchError::Partition {
+                worker: None,
+                message: format!("cannot create {}: {e}", dir.display()),
+            })?;
+        }
+        std::fs::write(&cfg.marker, text).map_err(|e| LaunchError::Partition {
+            worker: None,
+            message: format!("cannot write {}: {e}", cfg.marker.display()),
+        })?;
+        tracing::info!(marker = %cfg.marker.display(), "every worker holds its partition");
+        return Ok(());
+    }
+    let rank = seen
+        .failed
+        .as_ref()
+        .map(|f| f.0)
+        .or(seen.named)
+        .or(missing.first().copied().filter(|_| status.success()));
+    let worker = rank
+        .and_then(|r| workers.get(r as usize))
+        .map(Peer::describe);
+    let why = match &seen.failed {
+        Some((_, m)) => m.clone(),
+        None if status.success() => format!("rank(s) {missing:?} reported no partition"),
+        None => format!("its output ends:\n{}", seen.last.join("\n")),
+    };
+    Err(LaunchError::Partition {
+        worker: rank.zip(worker).map(|(r, w)| format!("rank {r} on {w}")),
+        message: format!("{why} (mpirun: {status})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(name: &str, ip: &str, prefix: u8) -> LocalNet {
+        LocalNet {
+            name: name.into(),
+            ip: ip.parse().unwrap(),
+            prefix,
+        }
+    }
+
+    fn ips(v: &[&str]) -> Vec<IpAddr> {
+        v.iter().map(|s| s.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn the_network_is_the_launchers_when_it_holds_every_worker() {
+        let nets = [net("lo", "127.0.0.1", 8), net("eth0", "10.77.0.1", 24)];
+        let w = ips(&["10.77.0.2", "10.77.0.3"]);
+        let own = Some("10.77.0.1".parse().unwrap());
+        assert_eq!(
+            pick_network("auto", own, &nets, &w).as_deref(),
+            Some("10.77.0.0/24")
+        );
+        assert_eq!(
+            pick_network("auto", None, &nets, &w).as_deref(),
+            Some("10.77.0.0/24")
+        );
+        // A /32 pod address (Calico) or a worker elsewhere: OpenMPI chooses.
+        let nets = [net("eth0", "10.1.2.3", 32)];
+        assert_eq!(pick_network("auto", own, &nets, &w), None);
+        let nets = [net("eth0", "10.77.0.1", 24)];
+        let w = ips(&["10.77.0.2", "10.78.0.3"]);
+        assert_eq!(pick_network("auto", own, &nets, &w), None);
+        assert_eq!(pick_network("all", own, &nets, &w), None);
+        assert_eq!(
+            pick_network("eth1", own, &nets, &w).as_deref(),
+            Some("eth1")
+        );
+    }
+
+    #[test]
+    fn mpiruns_output_names_the_failed_rank() {
+        let mut s = Seen::default();
+        for l in [
+            "rank 0 of 2: part 0: 10 inner nodes, 2 halo nodes, 30 edges, 999 bytes in /x",
+            "dgl-partition rank 1 of 2 failed: /in/edges1.txt, line 3: 3 columns, expected 2",
+            "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD",
+        ] {
+            s.line(l);
+        }
+        assert_eq!(s.done, [0]);
+        assert_eq!(s.failed.as_ref().unwrap().0, 1);
+        assert!(s.failed.as_ref().unwrap().1.contains("line 3"));
+        assert_eq!(s.named, Some(0));
+        let mut s = Seen::default();
+        s.line("  Process name: [[63045,1],1]");
+        assert_eq!(s.named, Some(1));
+    }
+}

@@ -127,7 +127,9 @@ pub enum PartitionMode {
     /// shards like DGL-API.
     #[serde(rename = "ParMETIS")]
     ParMetis,
-    /// The worker pods run DGL's distributed partition pipeline (not supported yet).
+    /// No partitioner pod: every worker pod is one MPI rank of the native
+    /// pipeline (started through dglrun, never ssh) and keeps the partition
+    /// it trains on.
     #[serde(rename = "DistParMETIS")]
     DistParMetis,
     /// No partitioning: the partitions already exist (for example on a volume).
@@ -148,12 +150,6 @@ impl PartitionMode {
     /// Whether this mode runs a partitioner pod.
     pub fn has_partitioner(self) -> bool {
         matches!(self, PartitionMode::DglApi | PartitionMode::ParMetis)
-    }
-
-    /// Whether this build can run the mode. DistParMETIS is refused with a
-    /// clear message until it is implemented.
-    pub fn is_supported(self) -> bool {
-        !matches!(self, PartitionMode::DistParMetis)
     }
 
     /// Whether the native pipeline (not a user's partition script) makes the

@@ -93,13 +93,6 @@ pub const LAUNCHER_STATE_DIR: &str = "/var/run/dglrun";
 /// that as Partitioned.
 pub const PARTITIONED_MARKER: &str = "partitioned";
 
-/// The launcher's own state folder (the operator mounts an emptyDir here).
-pub const LAUNCHER_STATE_DIR: &str = "/var/run/dglrun";
-/// File in [`LAUNCHER_STATE_DIR`] the launcher writes once the workers'
-/// ranks have partitioned the graph (partition mode DistParMETIS); the
-/// launcher's readiness probe `dglrun probe --partitioned` checks it.
-pub const PARTITIONED_MARKER: &str = "partitioned";
-
 /// ConfigMap key: workers, one line each in partition order (`<ip> <port> <pod> slots=<n>`).
 pub const HOSTFILE: &str = "hostfile";
 /// ConfigMap key: the partitioner (`<ip> <port> <pod>`).

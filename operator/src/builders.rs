@@ -822,6 +822,29 @@ mod tests {
     }
 
     #[test]
+    fn only_a_distparmetis_launcher_is_ready_when_partitioned() {
+        let probe = |mode| {
+            let mut j = seed();
+            j.spec.partition_mode = mode;
+            let pod = launcher_pod(&j, 0, &BuildConfig::default());
+            let spec = pod.spec.unwrap();
+            let c = spec.containers[0].clone();
+            let state = spec
+                .volumes
+                .unwrap_or_default()
+                .into_iter()
+                .any(|v| v.name == LAUNCHER_STATE_VOLUME && v.empty_dir.is_some());
+            let mounted = mounts_at(&c, LAUNCHER_STATE_DIR);
+            (c.readiness_probe, mounted, state)
+        };
+        let (p, mounted, volume) = probe(PartitionMode::DistParMetis);
+        let cmd = p.and_then(|p| p.exec).and_then(|e| e.command).unwrap();
+        assert_eq!(cmd, ["dglrun", "probe", "--partitioned"]);
+        assert!(mounted && volume);
+        assert_eq!(probe(PartitionMode::DglApi), (None, false, false));
+    }
+
+    #[test]
     fn config_map_lists_workers_in_index_order_and_ip_config_when_complete() {
         let mut j = seed();
         j.spec

@@ -114,9 +114,6 @@ pub fn plan(
     if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
         return p.finished();
     }
-    if !job.spec.partition_mode.is_supported() {
-        return p.unsupported();
-    }
     if job.spec.suspended() {
         return p.suspended();
     }
@@ -257,17 +254,6 @@ impl<'a> Planner<'a> {
         let pods = self.pods;
         let current: Vec<&ObservedPod> = pods.iter().filter(|p| p.epoch == epoch).collect();
         self.done(Replicas::After(&current), false)
-    }
-
-    /// Modes this build cannot run fail at once, with the field named.
-    fn unsupported(mut self) -> Plan {
-        let message = format!(
-            "spec.partitionMode: {} is not supported yet; use DGL-API, ParMETIS or Skip",
-            self.job.spec.partition_mode
-        );
-        self.sb
-            .finish(JobPhase::Failed, "UnsupportedPartitionMode", &message);
-        self.done(Replicas::Unchanged, false)
     }
 
     /// Suspend: no pods, job kept; resume starts again (deadline from resume).
@@ -1118,19 +1104,60 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_modes_fail_with_the_field_named() {
-        for mode in [PartitionMode::DistParMetis] {
-            let mut j = job();
-            j.spec.partition_mode = mode;
-            let p = step(&mut j, &[], t(0));
-            let c = cond(&p, JobPhase::Failed).unwrap();
-            assert_eq!(c.reason, "UnsupportedPartitionMode");
-            assert!(
-                c.message.starts_with("spec.partitionMode:")
-                    && c.message.contains("not supported yet")
-            );
-            assert!(created(&p).is_empty());
-        }
+    fn distparmetis_partitions_on_the_workers_behind_the_launchers_readiness() {
+        let mut j = job();
+        j.spec.partition_mode = PartitionMode::DistParMetis;
+        // Workers at once, no partitioner.
+        let p = step(&mut j, &[], t(0));
+        assert_eq!(created(&p), vec![worker_name(JOB, 0), worker_name(JOB, 1)]);
+        let mut pods = vec![
+            pod(ReplicaType::Worker, 0, 0, ready()),
+            pod(ReplicaType::Worker, 1, 0, ready()),
+        ];
+        let p = step(&mut j, &pods, t(1));
+        assert_eq!(created(&p), vec![launcher_name(JOB)]);
+        // The launcher runs mpirun: Partitioning, not yet Running.
+        pods.push(pod(
+            ReplicaType::Launcher,
+            0,
+            0,
+            PodState::Running { ready: false },
+        ));
+        let p = step(&mut j, &pods, t(2));
+        assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
+        assert!(cond(&p, JobPhase::Running).is_none());
+        assert!(cond(&p, JobPhase::Partitioning)
+            .unwrap()
+            .message
+            .contains("DistParMETIS"));
+        // Ready (the marker exists): Partitioned and Running.
+        pods[2].state = ready();
+        let p = step(&mut j, &pods, t(3));
+        assert_eq!(p.status.phase, Some(JobPhase::Running));
+        assert_eq!(cond(&p, JobPhase::Partitioned).unwrap().status, "True");
+        assert_eq!(cond(&p, JobPhase::Partitioning).unwrap().status, "False");
+        pods[2].state = PodState::Succeeded;
+        let p = step(&mut j, &pods, t(4));
+        assert_eq!(p.status.phase, Some(JobPhase::Succeeded));
+    }
+
+    #[test]
+    fn only_a_distparmetis_launcher_waits_for_partitioning() {
+        let mut j = job();
+        j.spec.partition_mode = PartitionMode::Skip;
+        let pods = vec![
+            pod(ReplicaType::Worker, 0, 0, ready()),
+            pod(ReplicaType::Worker, 1, 0, ready()),
+            pod(
+                ReplicaType::Launcher,
+                0,
+                0,
+                PodState::Running { ready: false },
+            ),
+        ];
+        let p = step(&mut j, &pods, t(0));
+        assert_eq!(p.status.phase, Some(JobPhase::Running));
+        assert!(cond(&p, JobPhase::Partitioning).is_none());
     }
 
     #[test]

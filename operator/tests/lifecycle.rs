@@ -539,17 +539,46 @@ async fn deleting_the_job_collects_every_child() {
     panic!("children of the deleted job are still there");
 }
 
+/// DistParMETIS: no partitioner; the workers at once; the launcher (which
+/// runs the ranks on them) is Partitioning until its readiness probe passes.
 #[tokio::test]
-async fn unsupported_partition_mode_is_refused_clearly() {
-    let env = Env::new("op-mode").await;
-    env.create_job("pm", |j| {
+async fn distparmetis_partitions_on_the_workers() {
+    let env = Env::new("op-dist").await;
+    env.create_job("dp", |j| {
         j.spec.partition_mode = PartitionMode::DistParMetis;
     })
     .await;
-    let job = env.wait_phase("pm", JobPhase::Failed).await;
-    let c = Env::condition(&job, JobPhase::Failed).unwrap();
-    assert_eq!(c.reason, "UnsupportedPartitionMode");
-    assert!(c.message.contains("DistParMETIS is not supported yet"));
-    assert!(env.pod_names().await.is_empty());
+    env.wait_pod("dp-worker-0").await;
+    env.wait_pod("dp-worker-1").await;
+    env.kubelet_running("dp-worker-0", "10.244.3.10", true)
+        .await;
+    env.kubelet_running("dp-worker-1", "10.244.3.11", true)
+        .await;
+    let launcher = env.wait_pod("dp-launcher").await;
+    let probe = launcher.spec.unwrap().containers[0]
+        .readiness_probe
+        .clone()
+        .and_then(|p| p.exec)
+        .and_then(|e| e.command);
+    assert_eq!(
+        probe.as_deref(),
+        Some(&["dglrun".to_string(), "probe".into(), "--partitioned".into()][..])
+    );
+    assert!(!env
+        .pod_names()
+        .await
+        .iter()
+        .any(|p| p.contains("partitioner")));
+    env.kubelet_running("dp-launcher", "10.244.3.3", false)
+        .await;
+    env.wait_phase("dp", JobPhase::Partitioning).await;
+    env.kubelet_running("dp-launcher", "10.244.3.3", true).await;
+    let job = env.wait_phase("dp", JobPhase::Running).await;
+    assert_eq!(
+        Env::condition(&job, JobPhase::Partitioned).map(|c| c.status.as_str()),
+        Some("True")
+    );
+    env.kubelet_succeeded("dp-launcher").await;
+    env.wait_phase("dp", JobPhase::Succeeded).await;
     let _ = ReplicaType::Worker;
 }

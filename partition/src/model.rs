@@ -32,10 +32,8 @@ impl DType {
         }
     }
 
-    /// dlpack (type code, bits) as DGL stores the type: 0 int, 1 uint,
-    /// 2 float. Bool is stored as uint8, as DGL's own save_tensors does
-    /// (`zerocopy_to_dgl_ndarray` converts bool tensors to bytes): DGL's
-    /// kvstore cannot put a bool tensor in shared memory.
+    /// dlpack (type code, bits): 0 int, 1 uint, 2 float, 6 bool. (The
+    /// writer stores Bool as uint8, as DGL does: output/tensors.rs.)
     pub fn dlpack(self) -> (u8, u8) {
         match self {
             DType::I8 => (0, 8),
@@ -46,7 +44,7 @@ impl DType {
             DType::F16 => (2, 16),
             DType::F32 => (2, 32),
             DType::F64 => (2, 64),
-            DType::Bool => (1, 8),
+            DType::Bool => (6, 8),
         }
     }
 

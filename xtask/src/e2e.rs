@@ -24,6 +24,11 @@
 //!      shards; the job must reach Succeeded with every worker's loss
 //!      falling, and the partitioner's log must report the pipeline's stages
 //!      and edge cut. Then the job is deleted and every child must go.
+//!    - `distparmetis`: `examples/distparmetis/dgljob.yaml` as written: no
+//!      partitioner pod; the launcher runs one MPI rank per worker through
+//!      dglrun's agent; the job must pass through Partitioning, reach
+//!      Succeeded with falling losses, the launcher's log must show every
+//!      rank's report, and no shard may be shipped.
 //!
 //! On a failure, the job's status, its pods, Events and the operator's and
 //! pods' logs are printed before the cluster is stopped.
@@ -58,6 +63,8 @@ const MANAGER: &str = "xtask-e2e";
 pub const EXAMPLE: &str = "examples/graphsage/dgljob.yaml";
 /// The example of partition mode ParMETIS.
 pub const EXAMPLE_PARMETIS: &str = "examples/parmetis/dgljob.yaml";
+/// The example of partition mode DistParMETIS.
+pub const EXAMPLE_DISTPARMETIS: &str = "examples/distparmetis/dgljob.yaml";
 /// How long one GraphSAGE job may take from apply to a final phase.
 const JOB_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -69,6 +76,8 @@ pub enum Scenario {
     Fail,
     /// The ParMETIS example (native pipeline in the partitioner pod) trains to Succeeded; then delete it.
     Parmetis,
+    /// The DistParMETIS example (one MPI rank per worker, nothing shipped) trains to Succeeded; then delete it.
+    Distparmetis,
 }
 
 #[derive(clap::Args)]
@@ -130,7 +139,12 @@ pub fn run(args: Args) -> Result<()> {
         }
     };
     let scenarios = if args.only.is_empty() {
-        vec![Scenario::Train, Scenario::Fail, Scenario::Parmetis]
+        vec![
+            Scenario::Train,
+            Scenario::Fail,
+            Scenario::Parmetis,
+            Scenario::Distparmetis,
+        ]
     } else {
         let mut s = args.only.clone();
         s.sort();
@@ -146,6 +160,7 @@ pub fn run(args: Args) -> Result<()> {
                 Scenario::Train => train(&stack.client).await,
                 Scenario::Fail => fail(&stack.client).await,
                 Scenario::Parmetis => parmetis(&stack.client).await,
+                Scenario::Distparmetis => distparmetis(&stack.client).await,
             }
         });
         done(t);
@@ -749,6 +764,78 @@ async fn parmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
         "Succeeded {:.0}s after apply; partitioner: {}; children deleted in {:.1}s",
         total.as_secs_f64(),
         cut.trim(),
+        deleted_in.as_secs_f64()
+    ))
+}
+
+/// The DistParMETIS example: Partitioning while the ranks run, then
+/// Succeeded with falling losses; every rank reported in the launcher's log.
+async fn distparmetis(client: &Client) -> Result<String> {
+    let job = "graphsage-distparmetis";
+    in_namespace(client, "e2e-distparmetis", job, |ns| async move {
+        distparmetis_in(client, &ns, job).await
+    })
+    .await
+}
+
+async fn distparmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
+    let job = example_job_at(EXAMPLE_DISTPARMETIS, name)?;
+    println!("    kubectl apply -f {EXAMPLE_DISTPARMETIS} -n {ns}   (through kube-rs)");
+    let applied = Instant::now();
+    apply_job(client, ns, &job).await?;
+    let (mut phases, mut partitioner) = (Vec::new(), false);
+    let done = follow(
+        client,
+        ns,
+        name,
+        JOB_TIMEOUT,
+        |p| p.is_some_and(JobPhase::is_terminal),
+        |j, pods, _| {
+            if let Some(p) = phase(j) {
+                if phases.last() != Some(&p) {
+                    phases.push(p);
+                }
+            }
+            partitioner |= pods.iter().any(|p| p.name_any().ends_with("-partitioner"));
+        },
+    )
+    .await?;
+    ensure!(!partitioner, "DistParMETIS created a partitioner pod");
+    let total = applied.elapsed();
+    if phase(&done) != Some(JobPhase::Succeeded) {
+        bail!(
+            "DGLJob {ns}/{name} ended {:?}: {:?}",
+            phase(&done),
+            condition_message(&done, JobPhase::Failed)
+        );
+    }
+    ensure!(
+        phases.contains(&JobPhase::Partitioning) && phases.contains(&JobPhase::Running),
+        "the job did not pass through Partitioning and Running: {phases:?}"
+    );
+    let log = launcher_log(client, ns, name).await?;
+    let ranks: Vec<&str> = log
+        .lines()
+        .filter(|l| l.starts_with("[partition]") && l.contains("edge cut"))
+        .collect();
+    ensure!(
+        !ranks.is_empty(),
+        "the launcher's log has no rank report:\n{log}"
+    );
+    ensure!(
+        !log.contains("shard ready"),
+        "a shard was shipped in DistParMETIS mode:\n{log}"
+    );
+    let losses = losses_by_worker(&log);
+    check_losses_fall(&losses, 2)?;
+    for (w, l) in &losses {
+        println!("    {w}: loss by epoch {l:?}");
+    }
+    let deleted_in = delete_and_check_children(client, ns, name).await?;
+    Ok(format!(
+        "Succeeded {:.0}s after apply through {phases:?}; {}; children deleted in {:.1}s",
+        total.as_secs_f64(),
+        ranks[0].trim(),
         deleted_in.as_secs_f64()
     ))
 }

@@ -50,6 +50,11 @@ pub struct PartitionArgs {
     /// Give up on a tool after this many seconds (reported as such).
     #[arg(long, default_value_t = 3600)]
     timeout: u64,
+    /// Run each tool in a memory cgroup (v1) of this many GiB, so that the
+    /// one that needs more is killed alone and reported as such (the 10x
+    /// run: DGL's memory is the wall on a 24 GiB machine). Needs root.
+    #[arg(long)]
+    memory_limit_gib: Option<u64>,
     /// Where the graph and the outputs go [default: <cache>/bench-partition].
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -64,6 +69,8 @@ struct Measured {
     wall: Duration,
     peak_rss: u64,
     ok: bool,
+    /// Killed by the kernel for exceeding --memory-limit-gib.
+    oom_killed: bool,
     stdout: String,
     stderr: String,
 }
@@ -144,7 +151,7 @@ fn run_dgl(
         .arg(graph.join("graph.dgl"))
         .arg("--out")
         .arg(&out);
-    let m = measure("dgl.distributed.partition_graph", &mut cmd, args.timeout)?;
+    let m = measure("dgl.distributed.partition_graph", &mut cmd, args)?;
     let call = last_json(&m.stdout).and_then(|v| v["seconds"].as_f64());
     let quality =
         m.ok.then(|| evaluate(python, script, &out.join("rmat.json"), graph))
@@ -190,7 +197,7 @@ fn run_native(
     .arg("--python")
     .arg(python)
     .env("RUST_LOG", "info");
-    let m = measure("dglrun ParMETIS (native)", &mut cmd, args.timeout)?;
+    let m = measure("dglrun ParMETIS (native)", &mut cmd, args)?;
     let config = ws.join("dataset/rmat.json");
     let quality =
         m.ok.then(|| evaluate(python, script, &config, graph))
@@ -242,7 +249,8 @@ fn last_json(text: &str) -> Option<Value> {
 
 /// Runs `cmd` to its end (or the timeout), sampling the resident memory of
 /// its whole process tree.
-fn measure(tool: &'static str, cmd: &mut Command, timeout: u64) -> Result<Measured> {
+fn measure(tool: &'static str, cmd: &mut Command, args: &PartitionArgs) -> Result<Measured> {
+    let timeout = args.timeout;
     let started = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -250,6 +258,10 @@ fn measure(tool: &'static str, cmd: &mut Command, timeout: u64) -> Result<Measur
         .spawn()
         .with_context(|| format!("starting {tool}"))?;
     let pid = child.id();
+    let cgroup = args
+        .memory_limit_gib
+        .map(|gib| MemoryCgroup::enter(pid, gib))
+        .transpose()?;
     let peak = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let sampler = {
@@ -290,9 +302,10 @@ fn measure(tool: &'static str, cmd: &mut Command, timeout: u64) -> Result<Measur
     let stdout = out_reader.join().unwrap_or_default();
     let stderr = err_reader.join().unwrap_or_default();
     let ok = status.is_some_and(|s| s.success());
+    let oom_killed = cgroup.is_some_and(|c| c.oom_kills() > 0);
     if !ok {
         eprintln!(
-            "{tool} did not finish ({status:?}); its stderr ends:\n{}",
+            "{tool} did not finish ({status:?}, killed for memory: {oom_killed}); its stderr ends:\n{}",
             tail(&stderr, 30)
         );
     }
@@ -301,9 +314,53 @@ fn measure(tool: &'static str, cmd: &mut Command, timeout: u64) -> Result<Measur
         wall,
         peak_rss: peak.load(Ordering::Relaxed),
         ok,
+        oom_killed,
         stdout,
         stderr,
     })
+}
+
+/// A cgroup-v1 memory group holding one tool's process tree; removed when
+/// dropped (after the tree has exited).
+struct MemoryCgroup {
+    dir: PathBuf,
+}
+
+impl MemoryCgroup {
+    fn enter(pid: u32, gib: u64) -> Result<Self> {
+        let dir = PathBuf::from(format!("/sys/fs/cgroup/memory/dgl-bench-{pid}"));
+        std::fs::create_dir(&dir)
+            .with_context(|| format!("creating {} (root, cgroup v1)", dir.display()))?;
+        let cg = MemoryCgroup { dir };
+        cg.write("memory.limit_in_bytes", &(gib << 30).to_string())?;
+        cg.write("cgroup.procs", &pid.to_string())?;
+        Ok(cg)
+    }
+
+    fn write(&self, file: &str, value: &str) -> Result<()> {
+        let path = self.dir.join(file);
+        std::fs::write(&path, value)
+            .with_context(|| format!("writing {value} to {}", path.display()))
+    }
+
+    /// The kernel's count of OOM kills in this group.
+    fn oom_kills(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join("memory.oom_control"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("oom_kill ")
+                        .and_then(|v| v.trim().parse().ok())
+                })
+            })
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
 
 fn tail(text: &str, lines: usize) -> String {
@@ -377,6 +434,12 @@ fn print_table(args: &PartitionArgs, rows: &[Row]) {
         };
         let wall = if r.m.ok {
             format!("{:.1}", r.m.wall.as_secs_f64())
+        } else if r.m.oom_killed {
+            format!(
+                "killed at the {} GiB memory limit after {:.0} s",
+                args.memory_limit_gib.unwrap_or(0),
+                r.m.wall.as_secs_f64()
+            )
         } else {
             format!("did not finish ({:.0} s)", r.m.wall.as_secs_f64())
         };
@@ -410,7 +473,8 @@ fn append_json(path: &Path, args: &PartitionArgs, rows: &[Row]) -> Result<()> {
         "nodes": args.nodes, "edges": args.edges, "feat": args.feat, "parts": args.parts,
         "load": load_average(),
         "rows": rows.iter().map(|r| serde_json::json!({
-            "tool": r.m.tool, "ok": r.m.ok, "wall_s": r.m.wall.as_secs_f64(),
+            "tool": r.m.tool, "ok": r.m.ok, "oom_killed": r.m.oom_killed,
+            "memory_limit_gib": args.memory_limit_gib, "wall_s": r.m.wall.as_secs_f64(),
             "call_s": r.inner_seconds, "peak_rss": r.m.peak_rss, "quality": r.quality,
             "stages": r.stages,
         })).collect::<Vec<_>>(),

@@ -411,46 +411,9 @@ fn base_pod(
             }
         }
     }
-    add_volume(
-        &mut spec,
-        Volume {
-            name: CONFIG_VOLUME.into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: config_name(&job_name),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    );
-    add_volume(
-        &mut spec,
-        Volume {
-            name: TOKEN_VOLUME.into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(secret_name(&job_name)),
-                default_mode: Some(0o444),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-    );
-    let phase = role.as_str();
+    add_config_and_token(&mut spec, &job_name);
     if let Some(c) = spec.containers.first_mut() {
-        let mut env = vec![
-            env_value(ENV_ROLE, phase),
-            env_value(ENV_JOB_NAME, job_name.clone()),
-            env_field(ENV_NAMESPACE, "metadata.namespace"),
-            env_field(ENV_POD_NAME, "metadata.name"),
-            env_field(ENV_POD_IP, "status.podIP"),
-            env_value(ENV_NUM_WORKERS, job.spec.num_workers().to_string()),
-            env_value(ENV_PARTITION_MODE, job.spec.partition_mode.as_str()),
-            env_value(ENV_CONFIG_DIR, CONFIG_DIR),
-            env_value(ENV_TOKEN_FILE, format!("{SECRET_DIR}/{SECRET_TOKEN_KEY}")),
-        ];
-        if role == ReplicaType::Worker {
-            env.push(env_value(ENV_WORKER_INDEX, index.to_string()));
-        }
-        set_env(c, env);
+        set_env(c, pod_env(job, role, index));
         if c.command.as_ref().is_none_or(|cmd| cmd.is_empty()) {
             c.command = Some(vec!["dglrun".into()]);
         }
@@ -473,6 +436,52 @@ fn base_pod(
         spec: Some(spec),
         status: None,
     }
+}
+
+/// The job's ConfigMap and token Secret as volumes of every pod.
+fn add_config_and_token(spec: &mut PodSpec, job_name: &str) {
+    add_volume(
+        spec,
+        Volume {
+            name: CONFIG_VOLUME.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: config_name(job_name),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+    add_volume(
+        spec,
+        Volume {
+            name: TOKEN_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret_name(job_name)),
+                default_mode: Some(0o444),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    );
+}
+
+/// The environment dglrun reads in every pod (names in `dgl_api::names`).
+fn pod_env(job: &DGLJob, role: ReplicaType, index: i32) -> Vec<EnvVar> {
+    let mut env = vec![
+        env_value(ENV_ROLE, role.as_str()),
+        env_value(ENV_JOB_NAME, job.name_any()),
+        env_field(ENV_NAMESPACE, "metadata.namespace"),
+        env_field(ENV_POD_NAME, "metadata.name"),
+        env_field(ENV_POD_IP, "status.podIP"),
+        env_value(ENV_NUM_WORKERS, job.spec.num_workers().to_string()),
+        env_value(ENV_PARTITION_MODE, job.spec.partition_mode.as_str()),
+        env_value(ENV_CONFIG_DIR, CONFIG_DIR),
+        env_value(ENV_TOKEN_FILE, format!("{SECRET_DIR}/{SECRET_TOKEN_KEY}")),
+    ];
+    if role == ReplicaType::Worker {
+        env.push(env_value(ENV_WORKER_INDEX, index.to_string()));
+    }
+    env
 }
 
 /// Adds the dataset volume (partitions), agent port and readiness probe that

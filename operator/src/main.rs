@@ -171,19 +171,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let client = dgl_operator::client::build(config, limit, metrics.clone())
         .context("building the Kubernetes client")?;
-    let ready = Arc::new(AtomicBool::new(false));
-    let state = ServerState {
-        metrics: metrics.clone(),
-        ready: ready.clone(),
-        auth: (args.metrics_auth == MetricsAuth::Token).then(|| client.clone()),
-    };
-    let addr = args.metrics_addr;
-    tokio::spawn(async move {
-        if let Err(e) = server::serve(addr, state).await {
-            error!(%addr, error = %e, "metrics server failed");
-            std::process::exit(1);
-        }
-    });
+    let ready = spawn_server(&args, &client, &metrics);
 
     // One shutdown switch for the signal and for lost leadership.
     let (stop_tx, mut stop_rx) = watch::channel(false);
@@ -196,39 +184,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "dgl-operator".into());
-    let elector = if args.leader_elect {
-        let namespace = args
-            .leader_election_namespace
-            .clone()
-            .or_else(in_cluster_namespace)
-            .unwrap_or_else(|| "default".into());
-        let identity = format!("{instance}_{:08x}", std::process::id() ^ rand_u32());
-        let elector = Arc::new(LeaderElector::new(
-            client.clone(),
-            LeaderConfig {
-                namespace,
-                name: args.lease_name.clone(),
-                identity,
-                duration: Duration::from_secs(args.lease_duration_seconds),
-                renew: Duration::from_secs((args.lease_duration_seconds / 5).max(1)),
-            },
-        ));
-        tokio::select! {
-            _ = elector.acquire() => {}
-            _ = stop_rx.changed() => return Ok(()),
-        }
-        metrics.is_leader.set(1);
-        let holder = elector.clone();
-        let lost_tx = stop_tx.clone();
-        tokio::spawn(async move {
-            holder.hold().await;
-            error!("leadership lost: stopping so that the new leader alone reconciles");
-            let _ = lost_tx.send(true);
-        });
-        Some(elector)
-    } else {
-        metrics.is_leader.set(1);
-        None
+    let elector = match lead(&args, &client, &instance, &metrics, &stop_tx, &mut stop_rx).await {
+        Leadership::Stopped => return Ok(()),
+        Leadership::Alone => None,
+        Leadership::Elected(elector) => Some(elector),
     };
 
     let gang = detect_gang(&client, args.gang_scheduler).await?;
@@ -261,6 +220,80 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         warn!("controller ended without a shutdown request");
     }
     Ok(())
+}
+
+/// Serves /healthz, /readyz and /metrics in the background; returns the
+/// readiness switch. A server that cannot start ends the process.
+fn spawn_server(args: &RunArgs, client: &kube::Client, metrics: &Arc<Metrics>) -> Arc<AtomicBool> {
+    let ready = Arc::new(AtomicBool::new(false));
+    let state = ServerState {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+        auth: (args.metrics_auth == MetricsAuth::Token).then(|| client.clone()),
+    };
+    let addr = args.metrics_addr;
+    tokio::spawn(async move {
+        if let Err(e) = server::serve(addr, state).await {
+            error!(%addr, error = %e, "metrics server failed");
+            std::process::exit(1);
+        }
+    });
+    ready
+}
+
+/// How this process came to reconcile.
+enum Leadership {
+    /// No leader election (--leader-elect=false).
+    Alone,
+    /// Holds the Lease; a background task holds it and stops the process
+    /// when it is lost.
+    Elected(Arc<LeaderElector>),
+    /// Asked to stop before it won.
+    Stopped,
+}
+
+/// With --leader-elect, waits for the Lease (or a stop request).
+async fn lead(
+    args: &RunArgs,
+    client: &kube::Client,
+    instance: &str,
+    metrics: &Metrics,
+    stop_tx: &watch::Sender<bool>,
+    stop_rx: &mut watch::Receiver<bool>,
+) -> Leadership {
+    if !args.leader_elect {
+        metrics.is_leader.set(1);
+        return Leadership::Alone;
+    }
+    let namespace = args
+        .leader_election_namespace
+        .clone()
+        .or_else(in_cluster_namespace)
+        .unwrap_or_else(|| "default".into());
+    let identity = format!("{instance}_{:08x}", std::process::id() ^ rand_u32());
+    let elector = Arc::new(LeaderElector::new(
+        client.clone(),
+        LeaderConfig {
+            namespace,
+            name: args.lease_name.clone(),
+            identity,
+            duration: Duration::from_secs(args.lease_duration_seconds),
+            renew: Duration::from_secs((args.lease_duration_seconds / 5).max(1)),
+        },
+    ));
+    tokio::select! {
+        _ = elector.acquire() => {}
+        _ = stop_rx.changed() => return Leadership::Stopped,
+    }
+    metrics.is_leader.set(1);
+    let holder = elector.clone();
+    let lost_tx = stop_tx.clone();
+    tokio::spawn(async move {
+        holder.hold().await;
+        error!("leadership lost: stopping so that the new leader alone reconciles");
+        let _ = lost_tx.send(true);
+    });
+    Leadership::Elected(elector)
 }
 
 /// A random number that tells this process from an earlier one of the same

@@ -145,8 +145,6 @@ struct Failure {
 
 /// How a plan sets `status.replicaStatuses`.
 enum Replicas<'p> {
-    /// As the last status had them.
-    Unchanged,
     /// None: no pods are wanted.
     Cleared,
     /// Counted over these pods, as they will be once the plan's steps ran.
@@ -203,7 +201,6 @@ impl<'a> Planner<'a> {
     /// The one way a plan ends: replica counts, the phase, and the plan.
     fn done(mut self, replicas: Replicas<'_>, ensure_children: bool) -> Plan {
         match replicas {
-            Replicas::Unchanged => {}
             Replicas::Cleared => self.sb.status.replica_statuses = Default::default(),
             Replicas::After(pods) => {
                 self.sb.status.replica_statuses = counts_after(pods, &self.steps)
@@ -438,16 +435,19 @@ impl<'a> Planner<'a> {
             None if workers_ready && config_map == ConfigMapState::Current => {
                 self.create(builders::launcher_pod(self.job, self.epoch, cfg))
             }
-            Some(p) if matches!(p.state, PodState::Running { .. }) => {
-                if self.workers_partitioned(p) {
-                    let message = format!("DGLJob {} is running.", self.name);
-                    self.sb.clear(JobPhase::Restarting, "JobRunning", &message);
-                    self.sb.set(JobPhase::Running, true, "JobRunning", &message);
-                }
-            }
+            Some(p) if matches!(p.state, PodState::Running { .. }) => self.launcher_running(p),
             _ => {}
         }
         self.done(Replicas::After(current), true)
+    }
+
+    /// The launcher runs: so does the job, once the graph is partitioned.
+    fn launcher_running(&mut self, launcher: &ObservedPod) {
+        if self.workers_partitioned(launcher) {
+            let message = format!("DGLJob {} is running.", self.name);
+            self.sb.clear(JobPhase::Restarting, "JobRunning", &message);
+            self.sb.set(JobPhase::Running, true, "JobRunning", &message);
+        }
     }
 
     /// DistParMETIS: the running launcher drives the workers' partitioning

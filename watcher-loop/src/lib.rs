@@ -203,34 +203,7 @@ pub async fn run_with(
     } = options;
     let started = Instant::now();
     let api: Api<Pod> = Api::namespaced(client, namespace);
-    let (mut tracker, streams): (Tracker, Vec<BoxStream<'static, Item>>) = match targets {
-        Targets::Pods(names) => {
-            if names.is_empty() {
-                return Err(Error::InvalidTargets("no pods to watch".into()));
-            }
-            let streams = names
-                .iter()
-                .map(|name| {
-                    let config =
-                        watcher::Config::default().fields(&format!("metadata.name={name}"));
-                    let scope = Some(name.clone());
-                    watcher(api.clone(), config)
-                        .default_backoff()
-                        .map(move |r| (scope.clone(), r))
-                        .boxed()
-                })
-                .collect();
-            (Tracker::for_names(mode, names), streams)
-        }
-        Targets::Selector { selector, min_pods } => {
-            let config = watcher::Config::default().labels(selector);
-            let stream = watcher(api.clone(), config)
-                .default_backoff()
-                .map(|r| (None, r))
-                .boxed();
-            (Tracker::for_selector(mode, *min_pods), vec![stream])
-        }
-    };
+    let (mut tracker, streams) = watch_targets(&api, targets, mode)?;
     let selector_mode = matches!(targets, Targets::Selector { .. });
     tracing::info!(
         namespace,
@@ -241,10 +214,7 @@ pub async fn run_with(
     );
 
     let mut events = stream::select_all(streams);
-    // Names listed by each stream's (re-)list in progress.
-    let mut listing: HashMap<Scope, BTreeSet<String>> = HashMap::new();
-    // Streams whose first list is complete.
-    let mut listed_once: HashSet<Scope> = HashSet::new();
+    let mut lists = Lists::default();
     let deadline = timeout.map(|t| started + t);
     let expired = async {
         match deadline {
@@ -256,7 +226,7 @@ pub async fn run_with(
 
     loop {
         // A selector's pod set is only known once its list is complete.
-        let judge = !selector_mode || listed_once.contains(&None);
+        let judge = !selector_mode || lists.listed_once.contains(&None);
         if judge && tracker.is_complete() {
             let pods = tracker.pod_names();
             let elapsed = started.elapsed();
@@ -289,57 +259,126 @@ pub async fn run_with(
                 target: targets.describe(),
             });
         };
-        let event = match event {
-            Ok(event) => event,
+        match event {
+            Ok(event) => lists.apply(&mut tracker, scope, event)?,
             Err(e) => {
                 let target = match &scope {
                     Some(pod) => format!("pod {pod}"),
                     None => targets.describe(),
                 };
-                if let Some((code, message)) = fatal_watch_error(&e) {
-                    let unauthorized = code == 401 || code == 403;
-                    if !unauthorized || started.elapsed() >= forbidden_grace {
-                        return Err(Error::Watch {
-                            target,
-                            namespace: namespace.to_string(),
-                            message,
-                        });
-                    }
-                    tracing::warn!(
-                        namespace, %target, error = %message,
-                        "not allowed (yet?); retrying for {} in case RBAC has not propagated",
-                        format_duration(forbidden_grace.saturating_sub(started.elapsed())),
-                    );
-                    continue;
-                }
-                tracing::warn!(namespace, %target, error = %e, "watch failed; retrying");
-                continue;
+                watch_failed(&e, namespace, target, started, forbidden_grace)?;
             }
-        };
+        }
+    }
+}
+
+/// One watch stream per named pod (field selector, so a resourceNames Role
+/// suffices), or one for a label selector; and the tracker that judges them.
+fn watch_targets(
+    api: &Api<Pod>,
+    targets: &Targets,
+    mode: Mode,
+) -> Result<(Tracker, Vec<BoxStream<'static, Item>>), Error> {
+    match targets {
+        Targets::Pods(names) => {
+            if names.is_empty() {
+                return Err(Error::InvalidTargets("no pods to watch".into()));
+            }
+            let streams = names
+                .iter()
+                .map(|name| {
+                    let config =
+                        watcher::Config::default().fields(&format!("metadata.name={name}"));
+                    let scope = Some(name.clone());
+                    watcher(api.clone(), config)
+                        .default_backoff()
+                        .map(move |r| (scope.clone(), r))
+                        .boxed()
+                })
+                .collect();
+            Ok((Tracker::for_names(mode, names), streams))
+        }
+        Targets::Selector { selector, min_pods } => {
+            let config = watcher::Config::default().labels(selector);
+            let stream = watcher(api.clone(), config)
+                .default_backoff()
+                .map(|r| (None, r))
+                .boxed();
+            Ok((Tracker::for_selector(mode, *min_pods), vec![stream]))
+        }
+    }
+}
+
+/// A failed watch: fatal errors end the wait, except 401/403 during the
+/// grace period (RBAC may not have propagated yet); others are retried.
+fn watch_failed(
+    e: &watcher::Error,
+    namespace: &str,
+    target: String,
+    started: Instant,
+    forbidden_grace: Duration,
+) -> Result<(), Error> {
+    let Some((code, message)) = fatal_watch_error(e) else {
+        tracing::warn!(namespace, %target, error = %e, "watch failed; retrying");
+        return Ok(());
+    };
+    let unauthorized = code == 401 || code == 403;
+    if !unauthorized || started.elapsed() >= forbidden_grace {
+        return Err(Error::Watch {
+            target,
+            namespace: namespace.to_string(),
+            message,
+        });
+    }
+    tracing::warn!(
+        namespace, %target, error = %message,
+        "not allowed (yet?); retrying for {} in case RBAC has not propagated",
+        format_duration(forbidden_grace.saturating_sub(started.elapsed())),
+    );
+    Ok(())
+}
+
+/// What each stream's (re-)lists have shown.
+#[derive(Default)]
+struct Lists {
+    /// Names listed by each stream's (re-)list in progress.
+    listing: HashMap<Scope, BTreeSet<String>>,
+    /// Streams whose first list is complete.
+    listed_once: HashSet<Scope>,
+}
+
+impl Lists {
+    fn apply(
+        &mut self,
+        tracker: &mut Tracker,
+        scope: Scope,
+        event: watcher::Event<Pod>,
+    ) -> Result<(), Error> {
         match event {
             watcher::Event::Init => {
-                listing.insert(scope, BTreeSet::new());
+                self.listing.insert(scope, BTreeSet::new());
             }
             watcher::Event::InitApply(pod) => {
                 if let (Some(list), Some(name)) =
-                    (listing.get_mut(&scope), pod.metadata.name.as_ref())
+                    (self.listing.get_mut(&scope), pod.metadata.name.as_ref())
                 {
                     list.insert(name.clone());
                 }
-                observe(&mut tracker, &pod)?;
+                observe(tracker, &pod)?;
             }
             watcher::Event::InitDone => {
-                let listed = listing.remove(&scope).unwrap_or_default();
+                let listed = self.listing.remove(&scope).unwrap_or_default();
                 tracker.relisted(scope.as_deref(), &listed)?;
-                listed_once.insert(scope);
+                self.listed_once.insert(scope);
             }
-            watcher::Event::Apply(pod) => observe(&mut tracker, &pod)?,
+            watcher::Event::Apply(pod) => observe(tracker, &pod)?,
             watcher::Event::Delete(pod) => {
                 let name = pod.metadata.name.unwrap_or_default();
                 tracing::info!(pod = %name, "pod deleted");
                 tracker.deleted(&name)?;
             }
         }
+        Ok(())
     }
 }
 

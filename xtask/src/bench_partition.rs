@@ -12,6 +12,7 @@
 //! - dglrun, partition mode ParMETIS (`dglrun partition --no-serve`, release
 //!   build, every core): reading the chunked files, adjacency, METIS with the
 //!   same constraints, shuffle, features and graph.dgl, all counted.
+//!
 //! Each is a process tree whose resident memory is sampled every 20 ms
 //! (peak of the sum over the tree). The edge cut and balance of both outputs
 //! are then counted by the same script from the written partitions.

@@ -1,13 +1,15 @@
-//! Command line. The seed's flags (`--graph-name ... --num-servers`) plus
-//! what dglrun needs to run in a pod or on plain machines. Every flag that
-//! the operator sets has an environment fallback, so a pod template needs no
-//! more than the seed's arguments.
+//! Command line. The flags of the example DGLJob (`--graph-name ...
+//! --num-servers`, docs/runtime-design.md "dglrun's command line") plus what
+//! dglrun needs to run in a pod or on plain machines. Every flag that the
+//! operator sets has an environment fallback, so a pod template needs no
+//! more than the example's arguments.
 
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use dgl_api::logging::LogFormat;
 use dgl_api::names;
 use dgl_api::{PartitionMode, ReplicaType};
 
@@ -77,7 +79,7 @@ pub struct Options {
 }
 
 #[derive(Args, Debug, Clone)]
-#[command(next_help_heading = "Job (the seed's command line)")]
+#[command(next_help_heading = "Job (the example DGLJob's command line)")]
 pub struct JobArgs {
     /// Graph name: the partition JSON is <workspace>/dataset/<NAME>.json.
     #[arg(long, env = "DGLRUN_GRAPH_NAME", value_name = "NAME")]
@@ -136,8 +138,9 @@ pub struct JobArgs {
 }
 
 /// The native partition pipeline (partition mode ParMETIS). Its input is
-/// DGL's chunked graph format or the seed's text format; its output the
-/// partitions DGL 2.1.0 loads, in <workspace>/dataset. In this mode the
+/// DGL's chunked graph format or the text format of
+/// docs/partition-pipeline.md; its output the partitions DGL 2.1.0 loads, in
+/// <workspace>/dataset. In this mode the
 /// partition entry point, if given, is a loader run first as
 /// `<python> <FILE> --graph_name G --workspace W --rel_data_path chunked
 /// --num_parts N [--balance_train] [--balance_edges] [<--partition-arg>...]`
@@ -154,7 +157,7 @@ pub struct NativeArgs {
         conflicts_with = "text_nodes"
     )]
     pub partition_input: Option<PathBuf>,
-    /// Input in the seed's text format instead: the xxx_nodes.txt file
+    /// Input in the text format instead (docs/partition-pipeline.md): the xxx_nodes.txt file
     /// (`<node_type> <weights...> <type-wise node id> <attributes...>` per line).
     #[arg(long, value_name = "FILE", requires = "text_edges")]
     pub text_nodes: Option<PathBuf>,
@@ -360,12 +363,6 @@ pub struct ProbeArgs {
     pub opts: Options,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
 fn default_token_file() -> String {
     format!("{}/{}", names::SECRET_DIR, names::SECRET_TOKEN_KEY)
 }
@@ -386,7 +383,8 @@ pub enum Role {
     Probe,
 }
 
-/// Role from DGL_OPERATOR_PHASE_ENV (the seed's values, any case).
+/// Role from DGL_OPERATOR_PHASE_ENV: a replica type's name, any case
+/// (docs/runtime-design.md, "Pods and order").
 pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
     let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
         return Err(format!(
@@ -493,7 +491,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_command_line_parses() {
+    fn the_example_jobs_command_line_parses() {
         let cli = Cli::try_parse_from([
             "dglrun",
             "--graph-name",

@@ -13,7 +13,8 @@ use dgl_api::names;
 use dgl_api::wire::{Request, Response, TrainSpec};
 use dgl_api::PartitionMode;
 use dglrun::channel::{Channel, Token};
-use dglrun::cli::{self, Cli, Command, LogFormat, Options, ProbeArgs, Role};
+use dgl_api::logging::{self, LogFormat, Output};
+use dglrun::cli::{self, Cli, Command, Options, ProbeArgs, Role};
 use dglrun::distpart::{self, DistPartition};
 use dglrun::hosts::{self, Peer};
 use dglrun::launcher::{self, LaunchConfig, LaunchError};
@@ -73,21 +74,11 @@ fn main() -> ExitCode {
     ExitCode::from(u8::try_from(code).unwrap_or(1))
 }
 
+/// dglrun's messages go to stderr (stdout carries the processes' output).
 fn init_logging(format: LogFormat, role: Role) {
-    use tracing_subscriber::EnvFilter;
     // A probe runs every few seconds; only its failures are worth a line.
     let default = if role == Role::Probe { "warn" } else { "info" };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    use std::io::IsTerminal;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        // Colour codes only for a person at a terminal, never in pod logs.
-        .with_ansi(std::io::stderr().is_terminal());
-    match format {
-        LogFormat::Json => builder.json().init(),
-        LogFormat::Text => builder.with_target(false).init(),
-    }
+    logging::init(format, default, Output::Stderr);
 }
 
 fn token(opts: &Options) -> anyhow::Result<Token> {

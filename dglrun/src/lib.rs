@@ -17,6 +17,7 @@
 //! - [`hosts`]: hostfile / partfile / ip_config;
 //! - [`cli`]: the command line.
 
+pub mod agent;
 pub mod channel;
 pub mod cli;
 pub mod dataset;

@@ -420,11 +420,7 @@ pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
 /// The native pipeline's settings from the options: input (chunked by
 /// default at <workspace>/chunked/metadata.json, or the text format), output
 /// <workspace>/dataset, partitioner, balance, threads.
-pub fn native_config(
-    opts: &Options,
-    graph_name: &str,
-    num_parts: u32,
-) -> dgl_partition::run::Config {
+fn native_config(opts: &Options, graph_name: &str, num_parts: u32) -> dgl_partition::run::Config {
     use dgl_partition::input::{Source, TextSource};
     use dgl_partition::model::DType;
     use dgl_partition::run::Choice;

@@ -534,7 +534,7 @@ fn failure_exit(e: ExitInfo) -> ExitInfo {
 /// Whether something listens on `ip:port` in this network namespace, read
 /// from /proc/net/tcp{,6}. Connecting to find out is not an option: DGL's
 /// socket receiver would accept the probe as one of its clients.
-pub fn is_listening(ip: IpAddr, port: u16) -> bool {
+fn is_listening(ip: IpAddr, port: u16) -> bool {
     let table = match ip {
         IpAddr::V4(_) => "/proc/net/tcp",
         IpAddr::V6(_) => "/proc/net/tcp6",
@@ -546,7 +546,7 @@ pub fn is_listening(ip: IpAddr, port: u16) -> bool {
 
 /// Parses a /proc/net/tcp table: a LISTEN (state 0A) socket bound to `ip`
 /// or to the unspecified address on `port`.
-pub fn listening_in(table: &str, ip: IpAddr, port: u16) -> bool {
+fn listening_in(table: &str, ip: IpAddr, port: u16) -> bool {
     table.lines().skip(1).any(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() < 4 || f[3] != "0A" {

@@ -102,7 +102,8 @@ pub fn parse_hosts(file: &str, content: &str) -> Result<Vec<HostLine>, FileForma
         .collect()
 }
 
-fn parse_host_line(l: &Line<'_>) -> Result<HostLine, FileFormatError> {
+/// Parses one hostfile / partfile / leadfile line.
+pub fn parse_host_line(l: &Line<'_>) -> Result<HostLine, FileFormatError> {
     let err = |message: String| l.error(message);
     let fields = &l.fields;
     if fields.len() < 3 || fields.len() > 4 {

@@ -1,15 +1,28 @@
-//! Command line. The seed's flags (`--graph-name ... --num-servers`) plus
-//! what dglrun needs to run in a pod or on plain machines. Every flag that
-//! the operator sets has an environment fallback, so a pod template needs no
-//! more than the seed's arguments.
+//! Command line. The flags of the example DGLJob (`--graph-name ...
+//! --num-servers`, docs/runtime-design.md "dglrun's command line") plus what
+//! dglrun needs to run in a pod or on plain machines. Every flag that the
+//! operator sets has an environment fallback, so a pod template needs no
+//! more than the example's arguments.
 
-use std::net::IpAddr;
-use std::path::PathBuf;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use anyhow::{anyhow, bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use dgl_api::logging::LogFormat;
 use dgl_api::names;
+use dgl_api::wire::TrainSpec;
 use dgl_api::{PartitionMode, ReplicaType};
+
+use crate::channel::Token;
+use crate::distpart::{self, DistPartition};
+use crate::hosts::{self, Peer};
+use crate::launcher::LaunchConfig;
+use crate::partition::PartitionConfig;
+use crate::training::TrainContext;
+use crate::transfer::RetryPolicy;
+use crate::worker::WorkerConfig;
 
 /// The workflow runner inside a DGLJob's pods.
 ///
@@ -77,7 +90,7 @@ pub struct Options {
 }
 
 #[derive(Args, Debug, Clone)]
-#[command(next_help_heading = "Job (the seed's command line)")]
+#[command(next_help_heading = "Job (the example DGLJob's command line)")]
 pub struct JobArgs {
     /// Graph name: the partition JSON is <workspace>/dataset/<NAME>.json.
     #[arg(long, env = "DGLRUN_GRAPH_NAME", value_name = "NAME")]
@@ -136,8 +149,9 @@ pub struct JobArgs {
 }
 
 /// The native partition pipeline (partition mode ParMETIS). Its input is
-/// DGL's chunked graph format or the seed's text format; its output the
-/// partitions DGL 2.1.0 loads, in <workspace>/dataset. In this mode the
+/// DGL's chunked graph format or the text format of
+/// docs/partition-pipeline.md; its output the partitions DGL 2.1.0 loads, in
+/// <workspace>/dataset. In this mode the
 /// partition entry point, if given, is a loader run first as
 /// `<python> <FILE> --graph_name G --workspace W --rel_data_path chunked
 /// --num_parts N [--balance_train] [--balance_edges] [<--partition-arg>...]`
@@ -154,7 +168,7 @@ pub struct NativeArgs {
         conflicts_with = "text_nodes"
     )]
     pub partition_input: Option<PathBuf>,
-    /// Input in the seed's text format instead: the xxx_nodes.txt file
+    /// Input in the text format instead (docs/partition-pipeline.md): the xxx_nodes.txt file
     /// (`<node_type> <weights...> <type-wise node id> <attributes...>` per line).
     #[arg(long, value_name = "FILE", requires = "text_edges")]
     pub text_nodes: Option<PathBuf>,
@@ -360,12 +374,6 @@ pub struct ProbeArgs {
     pub opts: Options,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
-
 fn default_token_file() -> String {
     format!("{}/{}", names::SECRET_DIR, names::SECRET_TOKEN_KEY)
 }
@@ -386,7 +394,8 @@ pub enum Role {
     Probe,
 }
 
-/// Role from DGL_OPERATOR_PHASE_ENV (the seed's values, any case).
+/// Role from DGL_OPERATOR_PHASE_ENV: a replica type's name, any case
+/// (docs/runtime-design.md, "Pods and order").
 pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
     let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
         return Err(format!(
@@ -411,11 +420,7 @@ pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
 /// The native pipeline's settings from the options: input (chunked by
 /// default at <workspace>/chunked/metadata.json, or the text format), output
 /// <workspace>/dataset, partitioner, balance, threads.
-pub fn native_config(
-    opts: &Options,
-    graph_name: &str,
-    num_parts: u32,
-) -> dgl_partition::run::Config {
+fn native_config(opts: &Options, graph_name: &str, num_parts: u32) -> dgl_partition::run::Config {
     use dgl_partition::input::{Source, TextSource};
     use dgl_partition::model::DType;
     use dgl_partition::run::Choice;
@@ -482,6 +487,260 @@ impl Options {
     }
 }
 
+/// A flag the role cannot do without.
+fn required<'a, T>(v: &'a Option<T>, flag: &str, role: &str) -> anyhow::Result<&'a T> {
+    v.as_ref()
+        .ok_or_else(|| anyhow!("{flag} is required for the {role}"))
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+impl Options {
+    /// The job's token, from --token-file.
+    pub fn token(&self) -> anyhow::Result<Token> {
+        Ok(Token::from_file(Path::new(&self.runtime.token_file))?)
+    }
+
+    /// Where the agent listens: --listen (default: every address) at --agent-port.
+    pub fn agent_addr(&self) -> SocketAddr {
+        SocketAddr::new(
+            self.runtime
+                .listen
+                .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            self.runtime.agent_port,
+        )
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: self.launch.transfer_attempts,
+            ..RetryPolicy::default()
+        }
+    }
+}
+
+/// The partitioner's settings from the options. `job_workers` is the job's
+/// worker count as the operator states it in a pod (ENV_NUM_WORKERS), if
+/// set: partitions for another count would only fail later, at the launcher.
+pub fn partition_config(
+    opts: &Options,
+    job_workers: Option<&str>,
+) -> anyhow::Result<PartitionConfig> {
+    match opts.job.partition_mode {
+        PartitionMode::Skip => bail!("partition mode Skip has no partitioner: the partitions must already be in each worker's workspace"),
+        PartitionMode::DistParMetis => bail!("partition mode DistParMETIS has no partitioner: the launcher runs one partition rank per worker (mpirun)"),
+        _ => {}
+    }
+    let native = opts.job.partition_mode.is_native();
+    let entry_point = if native {
+        opts.job.partition_entry_point.clone()
+    } else {
+        Some(
+            required(
+                &opts.job.partition_entry_point,
+                "--partition-entry-point",
+                "partitioner",
+            )?
+            .clone(),
+        )
+    };
+    let graph_name = opts.graph_name().map_err(|e| anyhow!(e))?.to_string();
+    let num_parts = *required(&opts.job.num_partitions, "--num-partitions", "partitioner")?;
+    check_worker_count(num_parts, job_workers)?;
+    if num_parts == 0 {
+        bail!("--num-partitions must be at least 1");
+    }
+    Ok(PartitionConfig {
+        python: opts.runtime.python.clone(),
+        entry_point,
+        native: native.then(|| native_config(opts, &graph_name, num_parts)),
+        graph_name,
+        num_parts,
+        balance_train: opts.job.balance_train,
+        balance_edges: opts.job.balance_edges,
+        workspace: opts.runtime.workspace.clone(),
+        extra_args: opts.job.partition_args.clone(),
+        stop_grace: opts.stop_grace(),
+    })
+}
+
+/// DGL needs one partition per worker.
+fn check_worker_count(num_parts: u32, job_workers: Option<&str>) -> anyhow::Result<()> {
+    match job_workers.map(|w| w.trim().parse::<u32>()) {
+        Some(Ok(workers)) if workers != num_parts => bail!(
+            "--num-partitions is {num_parts} but the job has {workers} worker(s) ({}); DGL needs one partition per worker",
+            names::ENV_NUM_WORKERS
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The worker's settings from the options (reads the token).
+pub fn worker_config(opts: &Options) -> anyhow::Result<WorkerConfig> {
+    Ok(WorkerConfig {
+        listen: opts.agent_addr().ip(),
+        agent_port: opts.runtime.agent_port,
+        token: opts.token()?,
+        retry: opts.retry_policy(),
+        train: TrainContext {
+            python: opts.runtime.python.clone(),
+            workspace: opts.runtime.workspace.clone(),
+            shm_path: opts.worker.shm_path.clone(),
+            index: opts.worker.index,
+            stop_grace: opts.stop_grace(),
+            server_start_timeout: Duration::from_secs(opts.worker.server_start_timeout),
+            server_exit_timeout: Duration::from_secs(120),
+            omp_threads: opts.worker.num_omp_threads,
+        },
+        partition_mode: opts.job.partition_mode,
+    })
+}
+
+/// The launcher's settings from the options and the files they name: the
+/// workers (hostfile), the partitioner, DGL's ip_config, the token and, in
+/// partition mode DistParMETIS, mpirun's.
+pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
+    let graph_name = opts.graph_name().map_err(|e| anyhow!(e))?.to_string();
+    let entry_point = required(
+        &opts.job.train_entry_point,
+        "--train-entry-point",
+        "launcher",
+    )?
+    .clone();
+    let num_epochs = *required(&opts.job.num_epochs, "--num-epochs", "launcher")?;
+    let batch_size = *required(&opts.job.batch_size, "--batch-size", "launcher")?;
+    let (hostfile, workers) = launch_workers(opts)?;
+    let partitioner = launch_partitioner(opts)?;
+    let ip_config = launch_ip_config(opts, &workers)?;
+    let num_trainers = opts
+        .job
+        .num_trainers
+        .or_else(|| workers[0].slots)
+        .unwrap_or(1);
+    let dist_partition = (opts.job.partition_mode == PartitionMode::DistParMetis)
+        .then(|| dist_partition(opts, &graph_name, &hostfile))
+        .transpose()?;
+    Ok(LaunchConfig {
+        spec: TrainSpec {
+            graph_name,
+            entry_point,
+            num_epochs,
+            batch_size,
+            num_trainers,
+            num_samplers: opts.job.num_samplers,
+            num_servers: opts.job.num_servers,
+            machine_rank: 0,
+            ip_config,
+            master_port: opts.launch.master_port,
+            extra_args: opts.extra.clone(),
+        },
+        workers,
+        partitioner,
+        token: opts.token()?,
+        wait_timeout: Duration::from_secs(opts.launch.wait_timeout),
+        stop_grace: opts.stop_grace(),
+        dist_partition,
+    })
+}
+
+/// The hostfile (--hostfile, else the ConfigMap's) and its workers, as many
+/// as --num-partitions says when given.
+fn launch_workers(opts: &Options) -> anyhow::Result<(PathBuf, Vec<Peer>)> {
+    let hostfile = opts
+        .launch
+        .hostfile
+        .clone()
+        .unwrap_or_else(|| opts.runtime.config_dir.join(names::HOSTFILE));
+    let workers = hosts::parse_hostfile(
+        &hostfile.display().to_string(),
+        &read(&hostfile)?,
+        opts.runtime.agent_port,
+    )?;
+    if let Some(p) = opts.job.num_partitions {
+        if p as usize != workers.len() {
+            bail!(
+                "--num-partitions is {p} but {} lists {} worker(s); DGL needs one partition per worker",
+                hostfile.display(),
+                workers.len()
+            );
+        }
+    }
+    Ok((hostfile, workers))
+}
+
+/// The partitioner's agent: --partitioner, else the ConfigMap's partfile;
+/// none in partition modes Skip and DistParMETIS.
+fn launch_partitioner(opts: &Options) -> anyhow::Result<Option<SocketAddr>> {
+    if matches!(
+        opts.job.partition_mode,
+        PartitionMode::Skip | PartitionMode::DistParMetis
+    ) {
+        return Ok(None);
+    }
+    let addr = match &opts.launch.partitioner {
+        Some(a) => hosts::parse_addr(a, opts.runtime.agent_port)
+            .map_err(|e| anyhow!("--partitioner: {e}"))?,
+        None => {
+            let f = opts.runtime.config_dir.join(names::PARTFILE);
+            hosts::parse_partfile(&f.display().to_string(), &read(&f)?)?
+        }
+    };
+    Ok(Some(addr))
+}
+
+/// DGL's ip_config: --ip-config, else the ConfigMap's when it has one
+/// (either checked against the workers), else made from the workers' IPs
+/// and --dgl-port.
+fn launch_ip_config(opts: &Options, workers: &[Peer]) -> anyhow::Result<String> {
+    let file = opts.launch.ip_config.clone().or_else(|| {
+        let f = opts.runtime.config_dir.join(names::IP_CONFIG);
+        f.is_file().then_some(f)
+    });
+    Ok(match file {
+        Some(f) => {
+            let content = read(&f)?;
+            hosts::check_ip_config(&f.display().to_string(), &content, workers)?;
+            content
+        }
+        None => dgl_api::files::render_ip_config(
+            &workers
+                .iter()
+                .map(|w| (w.ip, opts.launch.dgl_port))
+                .collect::<Vec<_>>(),
+        ),
+    })
+}
+
+/// Partition mode DistParMETIS: mpirun of `dgl-partition rank` on the
+/// workers, through `dglrun rsh` (this binary) with the launcher's token,
+/// agent port and hostfile.
+fn dist_partition(
+    opts: &Options,
+    graph_name: &str,
+    hostfile: &Path,
+) -> anyhow::Result<DistPartition> {
+    let program = distpart::rank_program(opts, &opts.launch.dgl_partition, graph_name)
+        .map_err(|e| anyhow!(e))?;
+    let dglrun = std::env::current_exe().context("cannot find the dglrun binary")?;
+    let env = [
+        (names::ENV_TOKEN_FILE, opts.runtime.token_file.clone()),
+        ("DGLRUN_AGENT_PORT", opts.runtime.agent_port.to_string()),
+        ("DGLRUN_RSH_HOSTFILE", hostfile.display().to_string()),
+    ];
+    Ok(DistPartition {
+        mpirun: opts.launch.mpirun.clone(),
+        dglrun: dglrun.display().to_string(),
+        program,
+        if_include: opts.launch.mpi_if_include.clone(),
+        own_ip: opts.runtime.listen.filter(|ip| !ip.is_unspecified()),
+        env: env.map(|(k, v)| (k.to_string(), v)).to_vec(),
+        marker: opts.partitioned_marker(),
+        stop_grace: opts.stop_grace(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -493,7 +752,7 @@ mod tests {
     }
 
     #[test]
-    fn seed_command_line_parses() {
+    fn the_example_jobs_command_line_parses() {
         let cli = Cli::try_parse_from([
             "dglrun",
             "--graph-name",
@@ -570,5 +829,168 @@ mod tests {
             .unwrap_err()
             .contains("not a role"));
         assert!(role_from_env(None).unwrap_err().contains(names::ENV_ROLE));
+    }
+
+    /// Options as the command line `dglrun <args>` gives them.
+    fn opts(args: &[&str]) -> Options {
+        Cli::try_parse_from(["dglrun"].iter().chain(args))
+            .unwrap()
+            .opts
+    }
+
+    #[test]
+    fn partition_config_checks_mode_flags_and_worker_count() {
+        let skip = opts(&["--partition-mode", "Skip", "--num-partitions", "2"]);
+        let e = partition_config(&skip, None).unwrap_err().to_string();
+        assert!(e.contains("Skip has no partitioner"), "{e}");
+        let e = partition_config(&opts(&["--graph-name", "g", "--num-partitions", "2"]), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--partition-entry-point is required"), "{e}");
+        let o = opts(&[
+            "--graph-name",
+            "g",
+            "--partition-entry-point",
+            "part.py",
+            "--num-partitions",
+            "2",
+            "--balance-train",
+            "--partition-arg",
+            "--x",
+        ]);
+        let e = partition_config(&o, Some("3")).unwrap_err().to_string();
+        assert!(e.contains("the job has 3 worker(s)"), "{e}");
+        let cfg = partition_config(&o, Some(" 2\n")).unwrap();
+        assert_eq!(cfg.entry_point.as_deref(), Some("part.py"));
+        assert_eq!((cfg.graph_name.as_str(), cfg.num_parts), ("g", 2));
+        assert!(cfg.balance_train && !cfg.balance_edges);
+        assert_eq!(cfg.extra_args, ["--x"]);
+        assert!(cfg.native.is_none());
+        let zero = opts(&[
+            "--graph-name",
+            "g",
+            "--partition-entry-point",
+            "p.py",
+            "--num-partitions",
+            "0",
+        ]);
+        assert!(partition_config(&zero, None)
+            .unwrap_err()
+            .to_string()
+            .contains("at least 1"));
+        // ParMETIS: the entry point is an optional loader.
+        let native = opts(&[
+            "--partition-mode",
+            "ParMETIS",
+            "--graph-name",
+            "g",
+            "--num-partitions",
+            "2",
+        ]);
+        let cfg = partition_config(&native, None).unwrap();
+        assert!(cfg.entry_point.is_none());
+        assert_eq!(cfg.native.unwrap().num_parts, 2);
+    }
+
+    /// A folder with a token file and a hostfile of two workers.
+    fn launcher_files() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "secret\n").unwrap();
+        std::fs::write(
+            dir.path().join(names::HOSTFILE),
+            "10.0.0.1 30049 j-worker-0 slots=3\n10.0.0.2 30049 j-worker-1 slots=3\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join(names::PARTFILE),
+            "10.0.0.9 30049 j-partitioner\n",
+        )
+        .unwrap();
+        dir
+    }
+
+    fn launcher_opts(dir: &Path, extra: &[&str]) -> Options {
+        let d = dir.display().to_string();
+        let token = dir.join("token").display().to_string();
+        let mut args = vec![
+            "--config-dir",
+            &d,
+            "--token-file",
+            &token,
+            "--graph-name",
+            "g",
+            "--train-entry-point",
+            "train.py",
+            "--num-epochs",
+            "2",
+            "--batch-size",
+            "100",
+        ];
+        args.extend(extra);
+        opts(&args)
+    }
+
+    #[test]
+    fn launch_config_reads_the_configmaps_files() {
+        let dir = launcher_files();
+        let cfg = launch_config(&launcher_opts(dir.path(), &["--", "--lr", "0.1"])).unwrap();
+        assert_eq!(cfg.workers.len(), 2);
+        assert_eq!(cfg.partitioner, Some("10.0.0.9:30049".parse().unwrap()));
+        assert_eq!(cfg.spec.ip_config, "10.0.0.1 30050\n10.0.0.2 30050\n");
+        assert_eq!(cfg.spec.num_trainers, 3, "the hostfile's slots");
+        assert_eq!(cfg.spec.extra_args, ["--lr", "0.1"]);
+        assert!(cfg.dist_partition.is_none());
+        // An ip_config in the ConfigMap is used, and checked.
+        std::fs::write(dir.path().join(names::IP_CONFIG), "10.0.0.2\n10.0.0.1\n").unwrap();
+        let e = launch_config(&launcher_opts(dir.path(), &[]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("partition order"), "{e}");
+        std::fs::write(
+            dir.path().join(names::IP_CONFIG),
+            "10.0.0.1 40000\n10.0.0.2 40000\n",
+        )
+        .unwrap();
+        let cfg = launch_config(&launcher_opts(dir.path(), &[])).unwrap();
+        assert_eq!(cfg.spec.ip_config, "10.0.0.1 40000\n10.0.0.2 40000\n");
+        let e = launch_config(&launcher_opts(dir.path(), &["--num-partitions", "3"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lists 2 worker(s)"), "{e}");
+        // Skip: no partitioner, the partfile is not read.
+        std::fs::remove_file(dir.path().join(names::PARTFILE)).unwrap();
+        let skip = launcher_opts(
+            dir.path(),
+            &["--partition-mode", "Skip", "--num-trainers", "1"],
+        );
+        let cfg = launch_config(&skip).unwrap();
+        assert_eq!((cfg.partitioner, cfg.spec.num_trainers), (None, 1));
+        let e = launch_config(&launcher_opts(dir.path(), &[])).unwrap_err();
+        assert!(format!("{e:#}").contains("cannot read"), "{e:#}");
+    }
+
+    #[test]
+    fn worker_config_from_the_options() {
+        let dir = launcher_files();
+        let token = dir.path().join("token").display().to_string();
+        let o = opts(&[
+            "--token-file",
+            &token,
+            "--listen",
+            "10.0.0.1",
+            "--index",
+            "1",
+            "--transfer-attempts",
+            "2",
+        ]);
+        let cfg = worker_config(&o).unwrap();
+        assert_eq!(
+            o.agent_addr(),
+            SocketAddr::new(cfg.listen, names::AGENT_PORT)
+        );
+        assert_eq!(cfg.train.index, Some(1));
+        assert_eq!(cfg.retry.max_attempts, 2);
+        let e = worker_config(&opts(&["--token-file", "/nonexistent/token"])).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/token"), "{e}");
     }
 }

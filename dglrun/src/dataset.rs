@@ -318,18 +318,7 @@ pub fn sha256_file(path: &Path) -> io::Result<(u64, String)> {
         hasher.update(&buf[..n]);
         size += n as u64;
     }
-    Ok((size, hex(&hasher.finalize())))
-}
-
-/// Lower-case hex of bytes.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
+    Ok((size, hex::encode(hasher.finalize())))
 }
 
 #[cfg(test)]
@@ -370,7 +359,7 @@ mod tests {
         assert_eq!(m.shard_files(1).len(), 4);
         let e = m.get("part0/graph.dgl").unwrap();
         assert_eq!(e.size, "0graph.dgl".len() as u64);
-        assert_eq!(e.sha256, hex(&Sha256::digest(b"0graph.dgl")));
+        assert_eq!(e.sha256, hex::encode(Sha256::digest(b"0graph.dgl")));
         assert_eq!(l.shard_bytes(1).unwrap(), 14 + 14 + 10);
     }
 

@@ -1,4 +1,5 @@
-//! DGL's launch contract (shared/reference/dgl-contract.md) as pure
+//! DGL's launch contract (docs/runtime-design.md, "Worker process tree";
+//! what DGL 2.1.0 does with it: docs/dgl-runtime-notes.md) as pure
 //! functions: the command lines and environments of one machine's DGL
 //! servers and of its `torch.distributed.run`.
 

@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use dgl_api::files::{self, FileFormatError};
+use dgl_api::files::{self, Comments, FileFormatError, Line};
 
 /// One worker as the launcher sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,12 +41,6 @@ impl Peer {
 pub enum HostsError {
     #[error(transparent)]
     Format(#[from] FileFormatError),
-    #[error("{file}: line {line}: {message}")]
-    Line {
-        file: String,
-        line: usize,
-        message: String,
-    },
     #[error("{file} lists no worker")]
     Empty { file: String },
     #[error("{0}")]
@@ -61,61 +55,46 @@ pub fn parse_hostfile(
     content: &str,
     default_port: u16,
 ) -> Result<Vec<Peer>, HostsError> {
-    let mut peers = Vec::new();
-    for (i, raw) in content.lines().enumerate() {
-        let line = raw.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let index = peers.len() as u32;
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let err = |message: String| HostsError::Line {
-            file: file.to_string(),
-            line: i + 1,
-            message,
-        };
-        if fields.len() == 1 {
-            let ip: IpAddr = fields[0]
-                .parse()
-                .map_err(|_| err(format!("expected an IP address, found {:?}", fields[0])))?;
-            peers.push(Peer {
-                index,
-                ip,
-                agent: SocketAddr::new(ip, default_port),
-                pod: None,
-                slots: None,
-            });
-            continue;
-        }
-        let parsed = files::parse_hosts(file, line).map_err(|e| HostsError::Line {
-            file: file.to_string(),
-            line: i + 1,
-            message: e.message,
-        })?;
-        let h = parsed
-            .into_iter()
-            .next()
-            .expect("one non-empty line parses to one host");
-        let ip = h.ip.ok_or_else(|| {
-            err(format!(
-                "pod {} has no IP yet (`-`); the launcher must start only when every worker has one",
-                h.pod
-            ))
-        })?;
-        peers.push(Peer {
-            index,
-            ip,
-            agent: SocketAddr::new(ip, h.port),
-            pod: Some(h.pod),
-            slots: h.slots,
-        });
-    }
+    let peers = files::lines(file, content, Comments::Skipped)
+        .zip(0..)
+        .map(|(line, index)| parse_peer(&line, index, default_port))
+        .collect::<Result<Vec<_>, _>>()?;
     if peers.is_empty() {
         return Err(HostsError::Empty {
             file: file.to_string(),
         });
     }
     Ok(peers)
+}
+
+/// Worker `index` from its hostfile line.
+fn parse_peer(line: &Line<'_>, index: u32, default_port: u16) -> Result<Peer, FileFormatError> {
+    if let [ip] = line.fields[..] {
+        let ip: IpAddr = ip
+            .parse()
+            .map_err(|_| line.error(format!("expected an IP address, found {ip:?}")))?;
+        return Ok(Peer {
+            index,
+            ip,
+            agent: SocketAddr::new(ip, default_port),
+            pod: None,
+            slots: None,
+        });
+    }
+    let h = files::parse_host_line(line)?;
+    let ip = h.ip.ok_or_else(|| {
+        line.error(format!(
+            "pod {} has no IP yet (`-`); the launcher must start only when every worker has one",
+            h.pod
+        ))
+    })?;
+    Ok(Peer {
+        index,
+        ip,
+        agent: SocketAddr::new(ip, h.port),
+        pod: Some(h.pod),
+        slots: h.slots,
+    })
 }
 
 /// Parses `--partitioner`: `IP` or `IP:PORT`.

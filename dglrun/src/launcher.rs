@@ -11,7 +11,8 @@ use dgl_api::wire::{
     AgentInfo, ExitInfo, Request, Response, ShardRequest, ShardSource, TrainResult, TrainSpec,
 };
 use dgl_api::ReplicaType;
-use tokio::net::tcp::OwnedWriteHalf;
+use tokio::io::BufReader;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -91,6 +92,19 @@ struct Failure {
     worker: String,
     exit: Option<ExitInfo>,
     reason: String,
+}
+
+impl Failure {
+    /// A failure the launcher noticed itself, now.
+    fn seen_now(worker: &Peer, reason: String) -> Failure {
+        Failure {
+            lost_peer: false,
+            at: now_ms(),
+            worker: worker.describe(),
+            exit: None,
+            reason,
+        }
+    }
 }
 
 fn now_ms() -> u64 {
@@ -180,39 +194,68 @@ enum Event {
 
 /// Runs the whole job. `Ok` only when every worker's training exited 0.
 pub async fn run(cfg: LaunchConfig) -> Result<(), LaunchError> {
-    let n = cfg.workers.len() as u32;
     // 1. Everyone up?
     if let Some(p) = cfg.partitioner {
-        wait_for(
-            &format!("the partitioner ({p})"),
-            p,
-            ReplicaType::Partitioner,
-            &cfg.token,
-            cfg.wait_timeout,
-        )
-        .await?;
-        match call(p, &cfg.token, &Request::GetManifest).await {
-            Ok(Response::Manifest(m)) if m.num_parts == n && m.graph_name == cfg.spec.graph_name => {
-                let bytes: u64 = m.files.iter().map(|f| f.size).sum();
-                tracing::info!(files = m.files.len(), bytes, "the partitioner serves {n} partitions");
-            }
-            Ok(Response::Manifest(m)) => {
-                return Err(LaunchError::Peer {
-                    what: "the partitioner".into(),
-                    message: format!(
-                        "it serves graph {:?} in {} partitions, but the job has graph {:?} and {n} workers",
-                        m.graph_name, m.num_parts, cfg.spec.graph_name
-                    ),
-                })
-            }
-            other => {
-                return Err(LaunchError::Peer {
-                    what: "the partitioner".into(),
-                    message: format!("cannot get its manifest: {other:?}"),
-                })
-            }
-        }
+        wait_for_partitioner(&cfg, p).await?;
     }
+    wait_for_workers(&cfg).await?;
+
+    // 2. Shards: made on the workers themselves (DistParMETIS), pulled from
+    // the partitioner, or already there (Skip); checked in place.
+    if let Err(e) = prepare_shards(&cfg).await {
+        shutdown_workers(&cfg, &e.to_string()).await;
+        return Err(e);
+    }
+
+    // 3. Start everywhere, then follow.
+    let (writers, events) = start_training(&cfg).await?;
+    tracing::info!("training started on {} workers", cfg.workers.len());
+    follow(&cfg, writers, events).await?;
+
+    // 4. Success: the partitioner may go.
+    if let Some(p) = cfg.partitioner {
+        release_partitioner(&cfg, p).await;
+    }
+    Ok(())
+}
+
+/// Waits until the partitioner answers and serves the job's partitions.
+async fn wait_for_partitioner(cfg: &LaunchConfig, p: SocketAddr) -> Result<(), LaunchError> {
+    let n = cfg.workers.len() as u32;
+    wait_for(
+        &format!("the partitioner ({p})"),
+        p,
+        ReplicaType::Partitioner,
+        &cfg.token,
+        cfg.wait_timeout,
+    )
+    .await?;
+    match call(p, &cfg.token, &Request::GetManifest).await {
+        Ok(Response::Manifest(m)) if m.num_parts == n && m.graph_name == cfg.spec.graph_name => {
+            let bytes: u64 = m.files.iter().map(|f| f.size).sum();
+            tracing::info!(
+                files = m.files.len(),
+                bytes,
+                "the partitioner serves {n} partitions"
+            );
+            Ok(())
+        }
+        Ok(Response::Manifest(m)) => Err(LaunchError::Peer {
+            what: "the partitioner".into(),
+            message: format!(
+                "it serves graph {:?} in {} partitions, but the job has graph {:?} and {n} workers",
+                m.graph_name, m.num_parts, cfg.spec.graph_name
+            ),
+        }),
+        other => Err(LaunchError::Peer {
+            what: "the partitioner".into(),
+            message: format!("cannot get its manifest: {other:?}"),
+        }),
+    }
+}
+
+/// Waits until every worker answers, as the worker the hostfile says it is.
+async fn wait_for_workers(cfg: &LaunchConfig) -> Result<(), LaunchError> {
     let mut set = JoinSet::new();
     for w in &cfg.workers {
         let (w, token, timeout) = (w.clone(), cfg.token.clone(), cfg.wait_timeout);
@@ -236,15 +279,16 @@ pub async fn run(cfg: LaunchConfig) -> Result<(), LaunchError> {
             }
         }
     }
-    tracing::info!(workers = n, "every worker answers");
+    tracing::info!(workers = cfg.workers.len(), "every worker answers");
+    Ok(())
+}
 
-    // 2. Shards: made on the workers themselves (DistParMETIS), pulled from
-    // the partitioner, or already there (Skip); checked in place.
+/// Gets every worker its shard: the ranks partition first (DistParMETIS),
+/// then every worker pulls its shard from the partitioner or checks the one
+/// in its workspace. The first error when any failed.
+async fn prepare_shards(cfg: &LaunchConfig) -> Result<(), LaunchError> {
     if let Some(d) = &cfg.dist_partition {
-        if let Err(e) = crate::distpart::run(d, &cfg.workers).await {
-            shutdown_workers(&cfg, &e.to_string()).await;
-            return Err(e);
-        }
+        crate::distpart::run(d, &cfg.workers).await?;
     }
     let source = match cfg.partitioner {
         Some(p) => ShardSource::Partitioner {
@@ -257,7 +301,7 @@ pub async fn run(cfg: LaunchConfig) -> Result<(), LaunchError> {
         let req = Request::PrepareShard(ShardRequest {
             graph_name: cfg.spec.graph_name.clone(),
             part_id: w.index,
-            num_parts: n,
+            num_parts: cfg.workers.len() as u32,
             source: source.clone(),
         });
         let (w, token) = (w.clone(), cfg.token.clone());
@@ -269,42 +313,40 @@ pub async fn run(cfg: LaunchConfig) -> Result<(), LaunchError> {
     let mut shard_error = None;
     while let Some(joined) = set.join_next().await {
         let (w, r) = joined.expect("shard tasks do not panic");
-        match r {
-            Ok(Response::ShardReady(s)) => tracing::info!(
-                worker = %w.label(),
-                files = s.files,
-                bytes = s.bytes,
-                transferred = s.transferred_bytes,
-                reused = s.reused_files,
-                retries = s.retries,
-                "shard ready"
-            ),
-            Ok(Response::Error { message }) => {
-                shard_error.get_or_insert(LaunchError::Shard {
-                    worker: w.describe(),
-                    message,
-                });
+        let message = match r {
+            Ok(Response::ShardReady(s)) => {
+                tracing::info!(
+                    worker = %w.label(),
+                    files = s.files,
+                    bytes = s.bytes,
+                    transferred = s.transferred_bytes,
+                    reused = s.reused_files,
+                    retries = s.retries,
+                    "shard ready"
+                );
+                continue;
             }
-            Ok(other) => {
-                shard_error.get_or_insert(LaunchError::Shard {
-                    worker: w.describe(),
-                    message: format!("unexpected reply {other:?}"),
-                });
-            }
-            Err(e) => {
-                shard_error.get_or_insert(LaunchError::Shard {
-                    worker: w.describe(),
-                    message: e.to_string(),
-                });
-            }
-        }
+            Ok(Response::Error { message }) => message,
+            Ok(other) => format!("unexpected reply {other:?}"),
+            Err(e) => e.to_string(),
+        };
+        shard_error.get_or_insert(LaunchError::Shard {
+            worker: w.describe(),
+            message,
+        });
     }
-    if let Some(e) = shard_error {
-        shutdown_workers(&cfg, &e.to_string()).await;
-        return Err(e);
-    }
+    shard_error.map_or(Ok(()), Err)
+}
 
-    // 3. Start everywhere, then follow.
+/// The training's connections: one writer per started worker (`None` once
+/// done with it) and the events of all of them, tagged with the worker's
+/// position.
+type Started = (Vec<Option<OwnedWriteHalf>>, mpsc::Receiver<(usize, Event)>);
+
+/// Sends `Start` to every worker, each as its machine rank. A worker that
+/// cannot be started fails the launch: the ones already started are
+/// stopped, and every worker is told to exit.
+async fn start_training(cfg: &LaunchConfig) -> Result<Started, LaunchError> {
     let (ev_tx, ev_rx) = mpsc::channel::<(usize, Event)>(4096);
     let mut writers: Vec<Option<OwnedWriteHalf>> = Vec::new();
     for w in &cfg.workers {
@@ -317,31 +359,9 @@ pub async fn run(cfg: LaunchConfig) -> Result<(), LaunchError> {
         }
         .await;
         match started {
-            Ok(ch) => {
-                let Channel {
-                    mut reader, writer, ..
-                } = ch;
+            Ok(Channel { reader, writer, .. }) => {
                 writers.push(Some(writer));
-                let (tx, i) = (ev_tx.clone(), writers.len() - 1);
-                tokio::spawn(async move {
-                    loop {
-                        match read_frame::<_, Response>(&mut reader).await {
-                            Ok(Some(m)) => {
-                                if tx.send((i, Event::Msg(m))).await.is_err() {
-                                    return;
-                                }
-                            }
-                            Ok(None) => {
-                                let _ = tx.send((i, Event::Closed(None))).await;
-                                return;
-                            }
-                            Err(e) => {
-                                let _ = tx.send((i, Event::Closed(Some(e.to_string())))).await;
-                                return;
-                            }
-                        }
-                    }
-                });
+                tokio::spawn(forward_events(writers.len() - 1, reader, ev_tx.clone()));
             }
             Err(e) => {
                 // Stop the ones already started; the rest are told to exit.
@@ -358,28 +378,51 @@ pub async fn run(cfg: LaunchConfig) -> Result<(), LaunchError> {
                     )
                     .await;
                 }
-                shutdown_workers(&cfg, &err.to_string()).await;
+                shutdown_workers(cfg, &err.to_string()).await;
                 return Err(err);
             }
         }
     }
-    drop(ev_tx);
-    tracing::info!("training started on {n} workers");
-    follow(&cfg, writers, ev_rx).await?;
+    Ok((writers, ev_rx))
+}
 
-    // 4. Success: the partitioner may go.
-    if let Some(p) = cfg.partitioner {
-        let req = Request::Shutdown {
-            reason: "training succeeded".into(),
-        };
-        match tokio::time::timeout(Duration::from_secs(10), call(p, &cfg.token, &req)).await {
-            Ok(Ok(_)) => tracing::info!("the partitioner was told to exit"),
-            _ => {
-                tracing::warn!("could not tell the partitioner to exit; it is left to the operator")
+/// Passes worker `i`'s messages on, then how its connection ended.
+async fn forward_events(
+    i: usize,
+    mut reader: BufReader<OwnedReadHalf>,
+    tx: mpsc::Sender<(usize, Event)>,
+) {
+    loop {
+        match read_frame::<_, Response>(&mut reader).await {
+            Ok(Some(m)) => {
+                if tx.send((i, Event::Msg(m))).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) => {
+                let _ = tx.send((i, Event::Closed(None))).await;
+                return;
+            }
+            Err(e) => {
+                let _ = tx.send((i, Event::Closed(Some(e.to_string())))).await;
+                return;
             }
         }
     }
-    Ok(())
+}
+
+/// Tells the partitioner to exit after a successful training (best effort:
+/// else the operator deletes it).
+async fn release_partitioner(cfg: &LaunchConfig, p: SocketAddr) {
+    let req = Request::Shutdown {
+        reason: "training succeeded".into(),
+    };
+    match tokio::time::timeout(Duration::from_secs(10), call(p, &cfg.token, &req)).await {
+        Ok(Ok(_)) => tracing::info!("the partitioner was told to exit"),
+        _ => {
+            tracing::warn!("could not tell the partitioner to exit; it is left to the operator")
+        }
+    }
 }
 
 fn print_line(worker: usize, process: &str, line: &str) {
@@ -394,29 +437,90 @@ fn print_line(worker: usize, process: &str, line: &str) {
 /// Follows the running training until every worker reported.
 async fn follow(
     cfg: &LaunchConfig,
-    mut writers: Vec<Option<OwnedWriteHalf>>,
+    writers: Vec<Option<OwnedWriteHalf>>,
     mut ev_rx: mpsc::Receiver<(usize, Event)>,
 ) -> Result<(), LaunchError> {
-    let n = cfg.workers.len();
-    let mut results: Vec<Option<TrainResult>> = vec![None; n];
-    let mut gone = vec![false; n];
-    let mut failures: Vec<Failure> = Vec::new();
-    let mut stopping = false;
-    let mut interrupted: Option<String> = None;
-    let mut deadline: Option<Instant> = None;
+    let mut p = Progress::new(cfg, writers);
     let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
     let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
-    // Workers finish stopping within their grace period plus the time to
-    // report; past that the launcher stops waiting.
-    let stop_bound = cfg.stop_grace + Duration::from_secs(20);
+    while p.waiting().next().is_some() {
+        let deadline = p.deadline;
+        let timer = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let (i, ev) = tokio::select! {
+            ev = ev_rx.recv() => match ev {
+                Some(ev) => ev,
+                None => break,
+            },
+            _ = timer => {
+                let waiting: Vec<String> = p.waiting().map(|i| cfg.workers[i].label()).collect();
+                tracing::error!(?waiting, "workers did not report within {:?} of the stop", p.stop_bound);
+                break;
+            }
+            _ = sigterm.recv(), if p.interrupted.is_none() => {
+                p.interrupt("SIGTERM").await;
+                continue;
+            }
+            _ = sigint.recv(), if p.interrupted.is_none() => {
+                p.interrupt("SIGINT").await;
+                continue;
+            }
+        };
+        p.on_event(i, ev).await;
+    }
+    p.outcome()
+}
 
-    async fn stop_others(
-        writers: &mut [Option<OwnedWriteHalf>],
-        results: &[Option<TrainResult>],
-        reason: &str,
-    ) {
-        for (j, w) in writers.iter_mut().enumerate() {
-            if results[j].is_some() {
+/// What the launcher knows while the training runs.
+struct Progress<'a> {
+    workers: &'a [Peer],
+    /// The `Start` connections; `None` once done with the worker.
+    writers: Vec<Option<OwnedWriteHalf>>,
+    results: Vec<Option<TrainResult>>,
+    /// Workers that will report nothing more (refused to start, connection lost).
+    gone: Vec<bool>,
+    failures: Vec<Failure>,
+    /// Whether the launcher told the workers to stop after a failure.
+    stopping: bool,
+    /// The signal that interrupted the launcher.
+    interrupted: Option<String>,
+    /// When to stop waiting for the workers, once they were told to stop.
+    deadline: Option<Instant>,
+    /// Workers finish stopping within their grace period plus the time to
+    /// report; past that the launcher stops waiting.
+    stop_bound: Duration,
+}
+
+impl<'a> Progress<'a> {
+    fn new(cfg: &'a LaunchConfig, writers: Vec<Option<OwnedWriteHalf>>) -> Progress<'a> {
+        let n = cfg.workers.len();
+        Progress {
+            workers: &cfg.workers,
+            writers,
+            results: vec![None; n],
+            gone: vec![false; n],
+            failures: Vec::new(),
+            stopping: false,
+            interrupted: None,
+            deadline: None,
+            stop_bound: cfg.stop_grace + Duration::from_secs(20),
+        }
+    }
+
+    /// The workers still expected to report.
+    fn waiting(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.workers.len()).filter(|&i| self.results[i].is_none() && !self.gone[i])
+    }
+
+    /// Tells every worker without a result to stop, and from now on waits
+    /// at most `stop_bound` for them.
+    async fn stop_others(&mut self, reason: &str) {
+        for (j, w) in self.writers.iter_mut().enumerate() {
+            if self.results[j].is_some() {
                 continue;
             }
             if let Some(wr) = w {
@@ -431,172 +535,142 @@ async fn follow(
                 }
             }
         }
+        self.deadline = Some(Instant::now() + self.stop_bound);
     }
 
-    while (0..n).any(|i| results[i].is_none() && !gone[i]) {
-        let timer = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        let (i, ev) = tokio::select! {
-            ev = ev_rx.recv() => match ev {
-                Some(ev) => ev,
-                None => break,
-            },
-            _ = timer => {
-                let waiting: Vec<String> = (0..n)
-                    .filter(|&i| results[i].is_none() && !gone[i])
-                    .map(|i| cfg.workers[i].label())
-                    .collect();
-                tracing::error!(?waiting, "workers did not report within {stop_bound:?} of the stop");
-                break;
-            }
-            _ = sigterm.recv(), if interrupted.is_none() => {
-                interrupted = Some("SIGTERM".into());
-                stop_others(&mut writers, &results, "the launcher received SIGTERM").await;
-                deadline = Some(Instant::now() + stop_bound);
-                continue;
-            }
-            _ = sigint.recv(), if interrupted.is_none() => {
-                interrupted = Some("SIGINT".into());
-                stop_others(&mut writers, &results, "the launcher received SIGINT").await;
-                deadline = Some(Instant::now() + stop_bound);
-                continue;
-            }
-        };
-        let label = cfg.workers[i].label();
+    /// The first failure stops the others.
+    async fn stop_after_failure(&mut self, reason: String) {
+        if !self.stopping {
+            self.stopping = true;
+            self.stop_others(&reason).await;
+        }
+    }
+
+    async fn interrupt(&mut self, signal: &str) {
+        self.interrupted = Some(signal.into());
+        self.stop_others(&format!("the launcher received {signal}"))
+            .await;
+    }
+
+    async fn on_event(&mut self, i: usize, ev: Event) {
+        let label = self.workers[i].label();
         match ev {
             Event::Msg(Response::Output(l)) => print_line(i, &l.process, &l.line),
             Event::Msg(Response::Exited(e)) => {
                 tracing::info!(worker = %label, process = %e.process, status = %e.exit, "process exited")
             }
-            Event::Msg(Response::Finished(r)) => {
-                if r.exit.success() {
-                    tracing::info!(worker = %label, "{}", r.message);
-                } else if r.stopped {
-                    tracing::warn!(worker = %label, status = %r.exit, "{}", r.message);
-                } else {
-                    tracing::error!(worker = %label, status = %r.exit, "{}", r.message);
-                }
-                // A stop the launcher did not ask for (SIGTERM to the worker,
-                // eviction) is a failure of that worker like any other.
-                if !r.exit.success() && (!r.stopped || !stopping) && interrupted.is_none() {
-                    failures.push(Failure {
-                        lost_peer: r.lost_peer,
-                        at: r.failed_at_ms.unwrap_or_else(now_ms),
-                        worker: cfg.workers[i].describe(),
-                        exit: Some(r.exit),
-                        reason: format!("{}: {}", r.exit, r.message),
-                    });
-                }
-                results[i] = Some(r);
-                if !failures.is_empty() && !stopping {
-                    stopping = true;
-                    let reason = format!("{} failed", cfg.workers[i].label());
-                    stop_others(&mut writers, &results, &reason).await;
-                    deadline = Some(Instant::now() + stop_bound);
-                }
-                // Done with this worker: closing lets it exit at once.
-                writers[i] = None;
-            }
+            Event::Msg(Response::Finished(r)) => self.on_finished(i, r).await,
             Event::Msg(Response::Error { message }) => {
                 // A worker that refused Start: it is not training.
-                gone[i] = true;
-                failures.push(Failure {
-                    lost_peer: false,
-                    at: now_ms(),
-                    worker: cfg.workers[i].describe(),
-                    exit: None,
-                    reason: format!("refused to start: {message}"),
-                });
-                if !stopping {
-                    stopping = true;
-                    let reason = format!("{} refused to start", cfg.workers[i].label());
-                    stop_others(&mut writers, &results, &reason).await;
-                    deadline = Some(Instant::now() + stop_bound);
-                }
+                self.gone[i] = true;
+                let reason = format!("refused to start: {message}");
+                self.failures
+                    .push(Failure::seen_now(&self.workers[i], reason));
+                self.stop_after_failure(format!("{label} refused to start"))
+                    .await;
             }
             Event::Msg(other) => tracing::warn!(worker = %label, ?other, "unexpected message"),
             Event::Closed(detail) => {
-                gone[i] = true;
-                if results[i].is_none() && interrupted.is_none() {
-                    failures.push(Failure {
-                        lost_peer: false,
-                        at: now_ms(),
-                        worker: cfg.workers[i].describe(),
-                        exit: None,
-                        reason: format!(
-                            "lost the connection to its agent before it reported a result{}",
-                            detail.map(|d| format!(" ({d})")).unwrap_or_default()
-                        ),
-                    });
-                    if !stopping {
-                        stopping = true;
-                        let reason = format!("lost {}", cfg.workers[i].label());
-                        stop_others(&mut writers, &results, &reason).await;
-                        deadline = Some(Instant::now() + stop_bound);
-                    }
+                self.gone[i] = true;
+                if self.results[i].is_none() && self.interrupted.is_none() {
+                    let reason = format!(
+                        "lost the connection to its agent before it reported a result{}",
+                        detail.map(|d| format!(" ({d})")).unwrap_or_default()
+                    );
+                    self.failures
+                        .push(Failure::seen_now(&self.workers[i], reason));
+                    self.stop_after_failure(format!("lost {label}")).await;
                 }
             }
         }
     }
 
-    for (i, r) in results.iter().enumerate() {
-        let label = cfg.workers[i].label();
-        match r {
-            Some(r) => tracing::info!(worker = %label, status = %r.exit, "{}", r.message),
-            None => tracing::warn!(worker = %label, "no result"),
+    async fn on_finished(&mut self, i: usize, r: TrainResult) {
+        let label = self.workers[i].label();
+        if r.exit.success() {
+            tracing::info!(worker = %label, "{}", r.message);
+        } else if r.stopped {
+            tracing::warn!(worker = %label, status = %r.exit, "{}", r.message);
+        } else {
+            tracing::error!(worker = %label, status = %r.exit, "{}", r.message);
         }
+        // A stop the launcher did not ask for (SIGTERM to the worker,
+        // eviction) is a failure of that worker like any other.
+        if !r.exit.success() && (!r.stopped || !self.stopping) && self.interrupted.is_none() {
+            self.failures.push(Failure {
+                lost_peer: r.lost_peer,
+                at: r.failed_at_ms.unwrap_or_else(now_ms),
+                worker: self.workers[i].describe(),
+                exit: Some(r.exit),
+                reason: format!("{}: {}", r.exit, r.message),
+            });
+        }
+        self.results[i] = Some(r);
+        if !self.failures.is_empty() {
+            self.stop_after_failure(format!("{label} failed")).await;
+        }
+        // Done with this worker: closing lets it exit at once.
+        self.writers[i] = None;
     }
-    if !failures.is_empty() {
-        // Timestamps alone cannot order a crash and its echo on the other
-        // machines (milliseconds apart, seen through torchrun's polling), so
-        // failures that report a lost peer come after those that do not.
-        failures.sort_by_key(|f| (f.lost_peer, f.at));
-        let first = failures.remove(0);
-        return Err(LaunchError::Failed {
-            worker: first.worker,
-            exit: first.exit,
-            reason: first.reason,
-            also: failures
-                .into_iter()
-                .map(|f| {
-                    let echo = if f.lost_peer {
-                        " (it lost a peer first)"
-                    } else {
-                        ""
-                    };
-                    format!("{}: {}{echo}", f.worker, f.reason)
-                })
-                .collect(),
-        });
-    }
-    if let Some(signal) = interrupted {
-        return Err(LaunchError::Interrupted { signal });
-    }
-    for (i, r) in results.into_iter().enumerate() {
-        match r {
-            Some(r) if r.exit.success() => {}
-            Some(r) => {
-                return Err(LaunchError::Failed {
-                    worker: cfg.workers[i].describe(),
-                    exit: Some(r.exit),
-                    reason: format!("{}: {}", r.exit, r.message),
-                    also: Vec::new(),
-                })
-            }
-            None => {
-                return Err(LaunchError::Failed {
-                    worker: cfg.workers[i].describe(),
-                    exit: None,
-                    reason: "reported no result".into(),
-                    also: Vec::new(),
-                })
+
+    /// How the training ended: the first failure (naming the others), the
+    /// interruption, a worker without a success, or success.
+    fn outcome(self) -> Result<(), LaunchError> {
+        for (i, r) in self.results.iter().enumerate() {
+            let label = self.workers[i].label();
+            match r {
+                Some(r) => tracing::info!(worker = %label, status = %r.exit, "{}", r.message),
+                None => tracing::warn!(worker = %label, "no result"),
             }
         }
+        if let Some(failed) = first_failure(self.failures) {
+            return Err(failed);
+        }
+        if let Some(signal) = self.interrupted {
+            return Err(LaunchError::Interrupted { signal });
+        }
+        for (i, r) in self.results.into_iter().enumerate() {
+            let (exit, reason) = match r {
+                Some(r) if r.exit.success() => continue,
+                Some(r) => (Some(r.exit), format!("{}: {}", r.exit, r.message)),
+                None => (None, "reported no result".into()),
+            };
+            return Err(LaunchError::Failed {
+                worker: self.workers[i].describe(),
+                exit,
+                reason,
+                also: Vec::new(),
+            });
+        }
+        tracing::info!("training succeeded on every worker");
+        Ok(())
     }
-    tracing::info!("training succeeded on every worker");
-    Ok(())
+}
+
+/// The failure to blame, the others as `also`; `None` without failures.
+fn first_failure(mut failures: Vec<Failure>) -> Option<LaunchError> {
+    if failures.is_empty() {
+        return None;
+    }
+    // Timestamps alone cannot order a crash and its echo on the other
+    // machines (milliseconds apart, seen through torchrun's polling), so
+    // failures that report a lost peer come after those that do not.
+    failures.sort_by_key(|f| (f.lost_peer, f.at));
+    let first = failures.remove(0);
+    Some(LaunchError::Failed {
+        worker: first.worker,
+        exit: first.exit,
+        reason: first.reason,
+        also: failures
+            .into_iter()
+            .map(|f| {
+                let echo = if f.lost_peer {
+                    " (it lost a peer first)"
+                } else {
+                    ""
+                };
+                format!("{}: {}{echo}", f.worker, f.reason)
+            })
+            .collect(),
+    })
 }

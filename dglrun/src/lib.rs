@@ -3,6 +3,7 @@
 //!
 //! Modules, bottom up:
 //! - [`channel`]: the authenticated control channel (HMAC handshake, frames);
+//! - [`agent`]: the accept loop the partitioner and the workers share;
 //! - [`dataset`]: the partition layout on disk, its checks, the manifest;
 //! - [`transfer`]: shard files pod to pod, resumed, verified, retried;
 //! - [`procs`]: child processes in their own process groups;
@@ -15,8 +16,9 @@
 //! - [`distpart`]: the launcher's side of DistParMETIS (mpirun of
 //!   `dgl-partition rank`, one rank per worker);
 //! - [`hosts`]: hostfile / partfile / ip_config;
-//! - [`cli`]: the command line.
+//! - [`cli`]: the command line, and each role's settings from it.
 
+pub mod agent;
 pub mod channel;
 pub mod cli;
 pub mod dataset;

@@ -17,6 +17,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
+use crate::agent::{self, Ended};
 use crate::channel::{Channel, ChannelError, Token};
 use crate::dataset::Layout;
 use crate::procs::{ProcSpec, Supervisor};
@@ -169,45 +170,17 @@ async fn run_script(cfg: &PartitionConfig, entry_point: &str) -> anyhow::Result<
 pub async fn serve(listener: TcpListener, server: FileServer, token: Token) -> anyhow::Result<()> {
     tracing::info!(addr = %listener.local_addr()?, "serving the partitions");
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<String>();
-    let token = Arc::new(token);
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                };
-                let (server, token, done) = (server.clone(), token.clone(), done_tx.clone());
-                tokio::spawn(async move {
-                    match Channel::accept(stream, peer, &token).await {
-                        Ok(ch) => {
-                            if let Err(e) = handle(ch, &server, &done).await {
-                                tracing::debug!(%peer, error = %e, "connection ended");
-                            }
-                        }
-                        Err(e) => tracing::warn!(%peer, error = %e, "refused a connection"),
-                    }
-                });
-            }
-            reason = done_rx.recv() => {
-                tracing::info!(reason = reason.as_deref().unwrap_or(""), "shutting down");
-                return Ok(());
-            }
-            _ = sigterm.recv() => {
-                tracing::info!("SIGTERM: stop serving");
-                return Ok(());
-            }
-            _ = sigint.recv() => {
-                tracing::info!("SIGINT: stop serving");
-                return Ok(());
-            }
+    let handler = move |ch| {
+        let (server, done) = (server.clone(), done_tx.clone());
+        async move { handle(ch, &server, &done).await }
+    };
+    match agent::accept_until(&listener, Arc::new(token), done_rx.recv(), handler).await? {
+        Ended::Done(reason) => {
+            tracing::info!(reason = reason.as_deref().unwrap_or(""), "shutting down")
         }
+        Ended::Signal(name) => tracing::info!("{name}: stop serving"),
     }
+    Ok(())
 }
 
 async fn handle(

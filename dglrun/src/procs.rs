@@ -57,8 +57,26 @@ pub struct Supervisor {
     sink: mpsc::Sender<OutputLine>,
     exits_tx: mpsc::UnboundedSender<ProcessExit>,
     exits_rx: mpsc::UnboundedReceiver<ProcessExit>,
-    /// (name, process group id, leader still running)
-    groups: Vec<(String, Pid, bool)>,
+    groups: Vec<Group>,
+}
+
+/// One started process and the group it leads.
+struct Group {
+    name: String,
+    pgid: Pid,
+    leader: Leader,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leader {
+    Running,
+    Exited,
+}
+
+impl Group {
+    fn running(&self) -> bool {
+        self.leader == Leader::Running
+    }
 }
 
 impl Supervisor {
@@ -134,7 +152,11 @@ impl Supervisor {
                 exit,
             });
         });
-        self.groups.push((spec.name.clone(), pid, true));
+        self.groups.push(Group {
+            name: spec.name.clone(),
+            pgid: pid,
+            leader: Leader::Running,
+        });
         Ok(pid)
     }
 
@@ -142,19 +164,23 @@ impl Supervisor {
     pub fn running(&self) -> Vec<String> {
         self.groups
             .iter()
-            .filter(|g| g.2)
-            .map(|g| g.0.clone())
+            .filter(|g| g.running())
+            .map(|g| g.name.clone())
             .collect()
     }
 
     /// The next process to end. `None` only when nothing was ever started.
     pub async fn next_exit(&mut self) -> Option<ProcessExit> {
-        if !self.groups.iter().any(|g| g.2) {
+        if !self.groups.iter().any(Group::running) {
             return None;
         }
         let e = self.exits_rx.recv().await?;
-        if let Some(g) = self.groups.iter_mut().find(|g| g.0 == e.process && g.2) {
-            g.2 = false;
+        if let Some(g) = self
+            .groups
+            .iter_mut()
+            .find(|g| g.name == e.process && g.running())
+        {
+            g.leader = Leader::Exited;
         }
         tracing::info!(process = %e.process, status = %e.exit, "exited");
         Some(e)
@@ -165,14 +191,14 @@ impl Supervisor {
     /// Returns the exits of the leaders that were still running.
     pub async fn stop_all(&mut self, grace: Duration) -> Vec<ProcessExit> {
         let mut exits = Vec::new();
-        for (name, pgid, _) in &self.groups {
+        for Group { name, pgid, .. } in &self.groups {
             if group_alive(*pgid) {
                 tracing::info!(process = %name, pgid = pgid.as_raw(), "sending SIGTERM to the process group");
                 signal_group(*pgid, Signal::SIGTERM);
             }
         }
         let deadline = tokio::time::Instant::now() + grace;
-        while self.groups.iter().any(|g| g.2) {
+        while self.groups.iter().any(Group::running) {
             match tokio::time::timeout_at(deadline, self.next_exit()).await {
                 Ok(Some(e)) => exits.push(e),
                 Ok(None) | Err(_) => break,
@@ -180,13 +206,13 @@ impl Supervisor {
         }
         // Whatever is left after the grace period (leaders that ignored
         // SIGTERM, children that outlived their leader) is killed.
-        for (name, pgid, _) in &self.groups {
+        for Group { name, pgid, .. } in &self.groups {
             if group_alive(*pgid) {
                 tracing::warn!(process = %name, pgid = pgid.as_raw(), "still running after {grace:?}: SIGKILL to the process group");
                 signal_group(*pgid, Signal::SIGKILL);
             }
         }
-        while self.groups.iter().any(|g| g.2) {
+        while self.groups.iter().any(Group::running) {
             match tokio::time::timeout(Duration::from_secs(10), self.next_exit()).await {
                 Ok(Some(e)) => exits.push(e),
                 Ok(None) => break,

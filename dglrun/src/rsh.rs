@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
+use dgl_api::logging::{self, LogFormat, Output};
 use dgl_api::names;
 use dgl_api::wire::{ExecSpec, Request, Response, Stream, EXEC_PROGRAMS};
 
@@ -184,13 +185,7 @@ async fn relay(ch: &mut Channel, agent: SocketAddr) -> anyhow::Result<i32> {
 /// The `dglrun rsh` subcommand: its own small runtime; dglrun's messages go
 /// to stderr (warnings only), stdout carries the command's output alone.
 pub fn main(args: RshArgs) -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+    logging::init(LogFormat::Text, "warn", Output::Stderr);
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -263,6 +263,9 @@ pub async fn run(
     report.explain(result)
 }
 
+/// A step's value, or how the training ended early (failed or stopped).
+type Step<T> = Result<T, TrainResult>;
+
 async fn supervise(
     ctx: &TrainContext,
     spec: &TrainSpec,
@@ -270,119 +273,164 @@ async fn supervise(
     sup: &mut Supervisor,
     stop: &mut StopSignal,
 ) -> TrainResult {
-    let pre = |message: String| failed("preflight", ExitInfo::code(1), message);
+    let steps = async {
+        // Where am I in the job?
+        let place = locate(ctx, spec)?;
+        // Preflight: everything that would otherwise fail later and obscurely.
+        let (ifname, layout) = preflight_checks(ctx, spec, &place, events, stop).await?;
+        let ip_config_path = ctx.workspace.join(names::IP_CONFIG);
+        if let Err(e) = std::fs::write(&ip_config_path, &spec.ip_config) {
+            return Err(preflight_failed(format!(
+                "cannot write {}: {e}",
+                ip_config_path.display()
+            )));
+        }
+        let part_config_path = layout.json_path();
+        let trainer_threads = ctx.omp_threads.unwrap_or_else(|| {
+            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+            (cpus / spec.num_trainers.max(1)).max(1)
+        });
+        let machine = Machine {
+            python: &ctx.python,
+            ip_config_path: &ip_config_path,
+            part_config_path: &part_config_path,
+            num_machines: place.num_machines,
+            master_addr: place.master_addr,
+            ifname: Some(&ifname),
+            trainer_threads,
+        };
+        // DGL servers first; trainers only once every local server listens.
+        start_servers(ctx, spec, &machine, &place, events, sup, stop).await?;
+        run_trainers(ctx, spec, &machine, events, sup, stop).await
+    };
+    steps.await.unwrap_or_else(|ended| ended)
+}
 
-    // Where am I in the job?
+/// This machine in the job, from the launcher's ip_config and rank.
+struct Place {
+    rank: u32,
+    my_ip: IpAddr,
+    /// The first DGL server's port.
+    dgl_port: u16,
+    num_machines: u32,
+    /// Machine 0's IP: torch.distributed's master.
+    master_addr: IpAddr,
+}
+
+fn preflight_failed(message: String) -> TrainResult {
+    failed("preflight", ExitInfo::code(1), message)
+}
+
+fn locate(ctx: &TrainContext, spec: &TrainSpec) -> Step<Place> {
     let machines = match files::parse_ip_config("ip_config", &spec.ip_config) {
         Ok(m) if !m.is_empty() => m,
-        Ok(_) => return pre("the launcher sent an empty ip_config".into()),
-        Err(e) => return pre(e.to_string()),
+        Ok(_) => {
+            return Err(preflight_failed(
+                "the launcher sent an empty ip_config".into(),
+            ))
+        }
+        Err(e) => return Err(preflight_failed(e.to_string())),
     };
     let rank = spec.machine_rank;
     if let Some(index) = ctx.index {
         if index != rank {
-            return pre(format!(
+            return Err(preflight_failed(format!(
                 "this worker has index {index} but the launcher started it as machine {rank}; the hostfile order and the worker indexes disagree"
-            ));
+            )));
         }
     }
     let Some(&(my_ip, dgl_port)) = machines.get(rank as usize) else {
-        return pre(format!(
+        return Err(preflight_failed(format!(
             "machine {rank} is not in ip_config ({} lines)",
             machines.len()
-        ));
+        )));
     };
-    let num_machines = machines.len() as u32;
-    let master_addr = machines[0].0;
+    Ok(Place {
+        rank,
+        my_ip,
+        dgl_port,
+        num_machines: machines.len() as u32,
+        master_addr: machines[0].0,
+    })
+}
 
-    // Preflight: everything that would otherwise fail later and obscurely.
-    let ifname = match preflight::interface_of(my_ip) {
-        Ok(i) => i,
-        Err(e) => return pre(e.to_string()),
-    };
-    if let Err(e) = preflight::check_entry_point(&spec.entry_point) {
-        return pre(e.to_string());
-    }
+/// The checks before DGL starts: interface, entry point, shard, shared
+/// memory, ports, DGL itself. Gives the interface's name and the layout.
+async fn preflight_checks(
+    ctx: &TrainContext,
+    spec: &TrainSpec,
+    place: &Place,
+    events: &mpsc::Sender<Response>,
+    stop: &mut StopSignal,
+) -> Step<(String, Layout)> {
+    let pre = |e: &dyn std::fmt::Display| preflight_failed(e.to_string());
+    let Place { rank, my_ip, .. } = *place;
+    let ifname = preflight::interface_of(my_ip).map_err(|e| pre(&e))?;
+    preflight::check_entry_point(&spec.entry_point).map_err(|e| pre(&e))?;
     let layout = Layout::new(&ctx.workspace, &spec.graph_name);
-    if let Err(e) = layout.check_shard(rank, Some(num_machines)) {
-        return pre(e.to_string());
-    }
-    let need = match layout.shard_bytes(rank) {
-        Ok(n) => n,
-        Err(e) => return pre(format!("cannot size partition {rank}: {e}")),
-    };
-    match preflight::check_shm(&ctx.shm_path, need) {
-        Ok(free) => {
-            say(
-                events,
-                format!(
-                    "shared memory {}: {free} bytes free, partition {rank} needs {need}",
-                    ctx.shm_path.display()
-                ),
-            )
-            .await
-        }
-        Err(e) => return pre(e.to_string()),
-    }
+    layout
+        .check_shard(rank, Some(place.num_machines))
+        .map_err(|e| pre(&e))?;
+    let need = layout
+        .shard_bytes(rank)
+        .map_err(|e| preflight_failed(format!("cannot size partition {rank}: {e}")))?;
+    let free = preflight::check_shm(&ctx.shm_path, need).map_err(|e| pre(&e))?;
+    say(
+        events,
+        format!(
+            "shared memory {}: {free} bytes free, partition {rank} needs {need}",
+            ctx.shm_path.display()
+        ),
+    )
+    .await;
     for i in 0..spec.num_servers {
-        let Some(port) = dgl_port.checked_add(i as u16) else {
-            return pre(format!("DGL server port {dgl_port}+{i} overflows"));
+        let Some(port) = place.dgl_port.checked_add(i as u16) else {
+            return Err(preflight_failed(format!(
+                "DGL server port {}+{i} overflows",
+                place.dgl_port
+            )));
         };
-        if let Err(e) = preflight::check_port_free(my_ip, port, &format!("DGL server {i}")) {
-            return pre(e.to_string());
-        }
+        preflight::check_port_free(my_ip, port, &format!("DGL server {i}")).map_err(|e| pre(&e))?;
     }
     if rank == 0 {
-        if let Err(e) =
-            preflight::check_port_free(my_ip, spec.master_port, "torch.distributed master")
-        {
-            return pre(e.to_string());
-        }
+        preflight::check_port_free(my_ip, spec.master_port, "torch.distributed master")
+            .map_err(|e| pre(&e))?;
     }
     let version = tokio::select! {
         v = preflight::dgl_version(&ctx.python) => v,
-        r = stopped(stop) => return stopped_result(r),
+        r = stopped(stop) => return Err(stopped_result(r)),
     };
-    match version {
-        Ok(v) => {
-            say(
-                events,
-                format!(
-                    "DGL {v} ({}), machine {rank} of {num_machines} at {my_ip} on {ifname}",
-                    ctx.python
-                ),
-            )
-            .await
-        }
-        Err(e) => return pre(e.to_string()),
-    }
+    let v = version.map_err(|e| pre(&e))?;
+    say(
+        events,
+        format!(
+            "DGL {v} ({}), machine {rank} of {} at {my_ip} on {ifname}",
+            ctx.python, place.num_machines
+        ),
+    )
+    .await;
+    Ok((ifname, layout))
+}
 
-    let ip_config_path = ctx.workspace.join(names::IP_CONFIG);
-    if let Err(e) = std::fs::write(&ip_config_path, &spec.ip_config) {
-        return pre(format!("cannot write {}: {e}", ip_config_path.display()));
-    }
-    let part_config_path = layout.json_path();
-    let trainer_threads = ctx.omp_threads.unwrap_or_else(|| {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
-        (cpus / spec.num_trainers.max(1)).max(1)
-    });
-    let machine = Machine {
-        python: &ctx.python,
-        ip_config_path: &ip_config_path,
-        part_config_path: &part_config_path,
-        num_machines,
-        master_addr,
-        ifname: Some(&ifname),
-        trainer_threads,
-    };
-
-    // DGL servers first; trainers only once every local server listens.
-    for s in dglenv::server_specs(spec, &machine) {
+/// Starts the DGL servers and waits until every one listens.
+async fn start_servers(
+    ctx: &TrainContext,
+    spec: &TrainSpec,
+    machine: &Machine<'_>,
+    place: &Place,
+    events: &mpsc::Sender<Response>,
+    sup: &mut Supervisor,
+    stop: &mut StopSignal,
+) -> Step<()> {
+    for s in dglenv::server_specs(spec, machine) {
         if let Err(e) = sup.spawn(&s) {
-            return failed(&s.name, ExitInfo::code(1), e.to_string());
+            return Err(failed(&s.name, ExitInfo::code(1), e.to_string()));
         }
     }
-    let ports: Vec<u16> = (0..spec.num_servers).map(|i| dgl_port + i as u16).collect();
+    let my_ip = place.my_ip;
+    let ports: Vec<u16> = (0..spec.num_servers)
+        .map(|i| place.dgl_port + i as u16)
+        .collect();
     let deadline = Instant::now() + ctx.server_start_timeout;
     loop {
         if ports.iter().all(|&p| is_listening(my_ip, p)) {
@@ -392,16 +440,16 @@ async fn supervise(
             e = sup.next_exit() => {
                 let Some(e) = e else { break };
                 let _ = events.send(Response::Exited(e.clone())).await;
-                return failed(&e.process, failure_exit(e.exit), format!(
+                return Err(failed(&e.process, failure_exit(e.exit), format!(
                     "{} exited with {} before listening on its port", e.process, e.exit
-                ));
+                )));
             }
-            r = stopped(stop) => return stopped_result(r),
+            r = stopped(stop) => return Err(stopped_result(r)),
             _ = tokio::time::sleep_until(deadline) => {
-                return failed("server-0", ExitInfo::code(1), format!(
+                return Err(failed("server-0", ExitInfo::code(1), format!(
                     "the DGL servers did not listen on {my_ip} ports {ports:?} within {:?}",
                     ctx.server_start_timeout
-                ));
+                )));
             }
             _ = tokio::time::sleep(Duration::from_millis(200)) => {}
         }
@@ -411,12 +459,23 @@ async fn supervise(
         format!("DGL servers listening on {my_ip} ports {ports:?}; starting the trainers"),
     )
     .await;
+    Ok(())
+}
 
-    let trainer = dglenv::trainer_spec(spec, &machine);
+/// Starts the trainers (`torch.distributed.run`) and follows every process
+/// until all exited: success only if every one exited 0.
+async fn run_trainers(
+    ctx: &TrainContext,
+    spec: &TrainSpec,
+    machine: &Machine<'_>,
+    events: &mpsc::Sender<Response>,
+    sup: &mut Supervisor,
+    stop: &mut StopSignal,
+) -> Step<TrainResult> {
+    let trainer = dglenv::trainer_spec(spec, machine);
     if let Err(e) = sup.spawn(&trainer) {
-        return failed(TRAINER, ExitInfo::code(1), e.to_string());
+        return Err(failed(TRAINER, ExitInfo::code(1), e.to_string()));
     }
-
     let mut server_deadline: Option<Instant> = None;
     loop {
         let servers_late = async {
@@ -430,7 +489,7 @@ async fn supervise(
                 let Some(e) = e else { break };
                 let _ = events.send(Response::Exited(e.clone())).await;
                 if !e.exit.success() {
-                    return failed(&e.process, failure_exit(e.exit), format!("{} failed with {}", e.process, e.exit));
+                    return Err(failed(&e.process, failure_exit(e.exit), format!("{} failed with {}", e.process, e.exit)));
                 }
                 if e.process == TRAINER {
                     // DGL servers exit once every machine's trainers are done.
@@ -440,7 +499,7 @@ async fn supervise(
                     break;
                 }
             }
-            r = stopped(stop) => return stopped_result(r),
+            r = stopped(stop) => return Err(stopped_result(r)),
             _ = servers_late => {
                 // The training itself succeeded; servers that linger are
                 // stopped by the caller, and that is not a failure.
@@ -452,14 +511,14 @@ async fn supervise(
             }
         }
     }
-    TrainResult {
+    Ok(TrainResult {
         exit: ExitInfo::SUCCESS,
         failed_process: None,
         message: "training finished; every process exited 0".into(),
         stopped: false,
         failed_at_ms: None,
         lost_peer: false,
-    }
+    })
 }
 
 /// A failure must never read as success: a process that "exited 0" where
@@ -475,7 +534,7 @@ fn failure_exit(e: ExitInfo) -> ExitInfo {
 /// Whether something listens on `ip:port` in this network namespace, read
 /// from /proc/net/tcp{,6}. Connecting to find out is not an option: DGL's
 /// socket receiver would accept the probe as one of its clients.
-pub fn is_listening(ip: IpAddr, port: u16) -> bool {
+fn is_listening(ip: IpAddr, port: u16) -> bool {
     let table = match ip {
         IpAddr::V4(_) => "/proc/net/tcp",
         IpAddr::V6(_) => "/proc/net/tcp6",
@@ -487,7 +546,7 @@ pub fn is_listening(ip: IpAddr, port: u16) -> bool {
 
 /// Parses a /proc/net/tcp table: a LISTEN (state 0A) socket bound to `ip`
 /// or to the unspecified address on `port`.
-pub fn listening_in(table: &str, ip: IpAddr, port: u16) -> bool {
+fn listening_in(table: &str, ip: IpAddr, port: u16) -> bool {
     table.lines().skip(1).any(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
         if f.len() < 4 || f[3] != "0A" {

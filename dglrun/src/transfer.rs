@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dgl_api::wire::{is_safe_relative_path, FileEntry, FileHeader, Manifest, Request, Response};
-use tokio::io::{AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
 use crate::channel::{Channel, ChannelError, Token};
 use crate::dataset::sha256_file;
@@ -289,6 +289,7 @@ impl Fetcher {
         }
     }
 
+    /// One attempt at the rest of `entry` from `offset`, appended to `partial`.
     async fn try_fetch(
         &mut self,
         entry: &FileEntry,
@@ -299,40 +300,7 @@ impl Fetcher {
         let addr = self.addr;
         let idle = self.policy.idle_timeout;
         let ch = self.channel().await?;
-        let req = Request::Fetch {
-            path: entry.path.clone(),
-            offset,
-        };
-        let header = match ch.call::<_, Response>(&req).await {
-            Ok(Response::File(h)) => h,
-            Ok(Response::Error { message }) => {
-                return Err(Attempt::Fatal(TransferError::Remote {
-                    addr,
-                    what: entry.path.clone(),
-                    message,
-                }))
-            }
-            Ok(other) => {
-                return Err(Attempt::Fatal(TransferError::Protocol {
-                    addr,
-                    got: format!("{other:?}"),
-                }))
-            }
-            Err(e) => return Err(classify(addr, e)),
-        };
-        let expected = FileHeader {
-            path: entry.path.clone(),
-            size: entry.size,
-            offset,
-            sha256: entry.sha256.clone(),
-        };
-        if header != expected {
-            return Err(Attempt::Fatal(TransferError::Changed {
-                path: entry.path.clone(),
-                expected: format!("{expected:?}"),
-                got: format!("{header:?}"),
-            }));
-        }
+        request_file(ch, addr, entry, offset).await?;
         let local = |source| {
             Attempt::Fatal(TransferError::Local {
                 path: partial.display().to_string(),
@@ -345,41 +313,117 @@ impl Fetcher {
             .open(partial)
             .await
             .map_err(local)?;
-        let mut remaining = entry.size - offset;
-        let mut buf = vec![0u8; 256 * 1024];
-        while remaining > 0 {
-            let want = buf
-                .len()
-                .min(usize::try_from(remaining).unwrap_or(usize::MAX));
-            let n = match tokio::time::timeout(idle, ch.reader.read(&mut buf[..want])).await {
-                Err(_) => {
-                    file.flush().await.map_err(local)?;
-                    return Err(Attempt::Retry(format!(
-                        "no data for {idle:?} with {remaining} of {} bytes to go",
-                        entry.size
-                    )));
-                }
-                Ok(Err(e)) => {
-                    file.flush().await.map_err(local)?;
-                    return Err(Attempt::Retry(format!("read failed: {e}")));
-                }
-                Ok(Ok(0)) => {
-                    file.flush().await.map_err(local)?;
-                    return Err(Attempt::Retry(format!(
-                        "connection closed with {remaining} of {} bytes to go",
-                        entry.size
-                    )));
-                }
-                Ok(Ok(n)) => n,
-            };
-            file.write_all(&buf[..n]).await.map_err(local)?;
-            remaining -= n as u64;
-            stats.transferred += n as u64;
+        let remaining = entry.size - offset;
+        match receive(
+            &mut ch.reader,
+            &mut file,
+            remaining,
+            entry.size,
+            idle,
+            stats,
+        )
+        .await
+        {
+            Ok(()) => {
+                file.flush().await.map_err(local)?;
+                file.sync_all().await.map_err(local)
+            }
+            Err(Received::Interrupted(message)) => {
+                file.flush().await.map_err(local)?;
+                Err(Attempt::Retry(message))
+            }
+            Err(Received::Write(e)) => Err(local(e)),
         }
-        file.flush().await.map_err(local)?;
-        file.sync_all().await.map_err(local)?;
-        Ok(())
     }
+}
+
+/// Asks for `entry` from `offset`; the partitioner must announce exactly
+/// that file.
+async fn request_file(
+    ch: &mut Channel,
+    addr: SocketAddr,
+    entry: &FileEntry,
+    offset: u64,
+) -> Result<(), Attempt> {
+    let req = Request::Fetch {
+        path: entry.path.clone(),
+        offset,
+    };
+    let header = match ch.call::<_, Response>(&req).await {
+        Ok(Response::File(h)) => h,
+        Ok(Response::Error { message }) => {
+            return Err(Attempt::Fatal(TransferError::Remote {
+                addr,
+                what: entry.path.clone(),
+                message,
+            }))
+        }
+        Ok(other) => {
+            return Err(Attempt::Fatal(TransferError::Protocol {
+                addr,
+                got: format!("{other:?}"),
+            }))
+        }
+        Err(e) => return Err(classify(addr, e)),
+    };
+    let expected = FileHeader {
+        path: entry.path.clone(),
+        size: entry.size,
+        offset,
+        sha256: entry.sha256.clone(),
+    };
+    if header != expected {
+        return Err(Attempt::Fatal(TransferError::Changed {
+            path: entry.path.clone(),
+            expected: format!("{expected:?}"),
+            got: format!("{header:?}"),
+        }));
+    }
+    Ok(())
+}
+
+/// Why [`receive`] stopped early.
+enum Received {
+    /// The connection: what happened.
+    Interrupted(String),
+    /// The local file.
+    Write(std::io::Error),
+}
+
+/// Copies the last `remaining` bytes of a `size`-byte file from `reader` to
+/// `file`; a read that brings no byte for `idle` interrupts the transfer.
+async fn receive(
+    reader: &mut (impl AsyncRead + Unpin),
+    file: &mut tokio::fs::File,
+    mut remaining: u64,
+    size: u64,
+    idle: Duration,
+    stats: &mut FetchStats,
+) -> Result<(), Received> {
+    let mut buf = vec![0u8; 256 * 1024];
+    while remaining > 0 {
+        let want = buf
+            .len()
+            .min(usize::try_from(remaining).unwrap_or(usize::MAX));
+        let n = match tokio::time::timeout(idle, reader.read(&mut buf[..want])).await {
+            Err(_) => {
+                return Err(Received::Interrupted(format!(
+                    "no data for {idle:?} with {remaining} of {size} bytes to go"
+                )))
+            }
+            Ok(Err(e)) => return Err(Received::Interrupted(format!("read failed: {e}"))),
+            Ok(Ok(0)) => {
+                return Err(Received::Interrupted(format!(
+                    "connection closed with {remaining} of {size} bytes to go"
+                )))
+            }
+            Ok(Ok(n)) => n,
+        };
+        file.write_all(&buf[..n]).await.map_err(Received::Write)?;
+        remaining -= n as u64;
+        stats.transferred += n as u64;
+    }
+    Ok(())
 }
 
 /// Network trouble is worth another attempt; a wrong token or a foreign

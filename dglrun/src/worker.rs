@@ -13,9 +13,9 @@ use dgl_api::wire::{
 };
 use dgl_api::{PartitionMode, ReplicaType};
 use tokio::net::TcpListener;
-use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch, Mutex};
 
+use crate::agent::{self, Ended};
 use crate::channel::{read_frame, write_frame, Channel, Token};
 use crate::dataset::Layout;
 use crate::hosts::parse_addr;
@@ -106,34 +106,14 @@ pub async fn run(cfg: WorkerConfig) -> anyhow::Result<i32> {
         exit_tx,
         exec_busy: watch::channel(false).0,
     });
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sigint = signal(SignalKind::interrupt())?;
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                };
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    match Channel::accept(stream, peer, &shared.cfg.token).await {
-                        Ok(ch) => {
-                            if let Err(e) = serve(shared, ch).await {
-                                tracing::debug!(%peer, error = %e, "connection ended");
-                            }
-                        }
-                        Err(e) => tracing::warn!(%peer, error = %e, "refused a connection"),
-                    }
-                });
-            }
-            code = exit_rx.recv() => return Ok(code.unwrap_or(1)),
-            _ = sigterm.recv() => return Ok(on_signal(&shared, &mut exit_rx, "SIGTERM", grace).await),
-            _ = sigint.recv() => return Ok(on_signal(&shared, &mut exit_rx, "SIGINT", grace).await),
-        }
+    let token = Arc::new(shared.cfg.token.clone());
+    let handler = {
+        let shared = shared.clone();
+        move |ch| serve(shared.clone(), ch)
+    };
+    match agent::accept_until(&listener, token, exit_rx.recv(), handler).await? {
+        Ended::Done(code) => Ok(code.unwrap_or(1)),
+        Ended::Signal(name) => Ok(on_signal(&shared, &mut exit_rx, name, grace).await),
     }
 }
 
@@ -182,21 +162,9 @@ async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channe
                 ch.send(&resp).await?
             }
             Request::Start(spec) => {
-                {
-                    let mut phase = shared.phase.lock().await;
-                    let message = if *phase != Phase::Idle {
-                        Some(format!("training already {:?} on this worker", *phase))
-                    } else if *shared.exec_busy.borrow() {
-                        Some("MPI's daemon started by dglrun rsh still runs on this worker (the partitioning has not ended)".to_string())
-                    } else {
-                        None
-                    };
-                    if let Some(message) = message {
-                        drop(phase);
-                        ch.send(&Response::Error { message }).await?;
-                        continue;
-                    }
-                    *phase = Phase::Training;
+                if let Some(message) = start_refusal(&shared).await {
+                    ch.send(&Response::Error { message }).await?;
+                    continue;
                 }
                 // The connection now belongs to the session.
                 return session(shared, ch, spec).await;
@@ -212,30 +180,14 @@ async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channe
                     continue;
                 }
                 // The connection now belongs to the command.
-                let result = crate::exec::session(
-                    ch,
-                    spec,
-                    shared.stop_tx.subscribe(),
-                    shared.cfg.train.workspace.clone(),
-                    crate::exec::worker_env(&shared.cfg.train.workspace, shared.cfg.train.index),
-                    shared.cfg.train.stop_grace,
-                )
-                .await;
-                shared.exec_busy.send_replace(false);
-                return result.map(|_| ());
+                return exec(&shared, ch, spec).await;
             }
             Request::Shutdown { reason } => {
-                shared.stop_exec(&format!("launcher: {reason}")).await;
-                let mut phase = shared.phase.lock().await;
-                if *phase == Phase::Training {
-                    drop(phase);
-                    shared.stop(&format!("launcher: {reason}"));
-                    ch.send(&Response::Ack).await?;
+                let phase = shut_down(&shared, &reason).await;
+                ch.send(&Response::Ack).await?;
+                if phase == Phase::Training {
                     continue;
                 }
-                tracing::warn!(reason, "shut down by the launcher before training");
-                *phase = Phase::Done;
-                ch.send(&Response::Ack).await?;
                 // Never trained: not a success.
                 let _ = shared.exit_tx.send(1);
                 return Ok(());
@@ -249,6 +201,56 @@ async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channe
         }
     }
     Ok(())
+}
+
+/// Why this worker does not start the training now; `None` when it does,
+/// and then it is training.
+async fn start_refusal(shared: &Shared) -> Option<String> {
+    let mut phase = shared.phase.lock().await;
+    if *phase != Phase::Idle {
+        return Some(format!("training already {:?} on this worker", *phase));
+    }
+    if *shared.exec_busy.borrow() {
+        return Some("MPI's daemon started by dglrun rsh still runs on this worker (the partitioning has not ended)".to_string());
+    }
+    *phase = Phase::Training;
+    None
+}
+
+/// Runs a command of `dglrun rsh` on this connection to its end.
+async fn exec(
+    shared: &Shared,
+    ch: Channel,
+    spec: dgl_api::wire::ExecSpec,
+) -> Result<(), crate::channel::ChannelError> {
+    let train = &shared.cfg.train;
+    let result = crate::exec::session(
+        ch,
+        spec,
+        shared.stop_tx.subscribe(),
+        train.workspace.clone(),
+        crate::exec::worker_env(&train.workspace, train.index),
+        train.stop_grace,
+    )
+    .await;
+    shared.exec_busy.send_replace(false);
+    result.map(|_| ())
+}
+
+/// The launcher's `Shutdown`: stops what runs. Gives the phase after it:
+/// still `Training` (until the training stopped) or `Done` (it never
+/// trained).
+async fn shut_down(shared: &Shared, reason: &str) -> Phase {
+    shared.stop_exec(&format!("launcher: {reason}")).await;
+    let mut phase = shared.phase.lock().await;
+    if *phase == Phase::Training {
+        drop(phase);
+        shared.stop(&format!("launcher: {reason}"));
+        return Phase::Training;
+    }
+    tracing::warn!(reason, "shut down by the launcher before training");
+    *phase = Phase::Done;
+    Phase::Done
 }
 
 /// Why this worker does not run `spec` now; `None` when it does, and then

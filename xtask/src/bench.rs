@@ -1065,22 +1065,14 @@ async fn scale_async(
     let seen = Arc::new(Mutex::new(Seen::default()));
     let watches = start_watches(&client, seen.clone(), pods_per_job).await?;
 
-    let mut components = component_pids(cluster).await;
-    if let Some(pid) = scheduler_pid {
-        components.push(("kube-scheduler (bench)".into(), pid));
-    }
-    let comp_cpu0: Vec<(String, f64)> = components
-        .iter()
-        .map(|(n, p)| {
-            (
-                n.clone(),
-                proc_sample(*p).map(|s| s.cpu_seconds).unwrap_or(0.0),
-            )
-        })
-        .collect();
-    let kwok_cpu0 = proc_sample(kwok_pid)?.cpu_seconds;
-    let bench_cpu0 = proc_sample(std::process::id())?.cpu_seconds;
-    let (apiserver0, write_latency0) = apiserver_metrics(&client).await?;
+    let Baseline {
+        components,
+        comp_cpu0,
+        kwok_cpu0,
+        bench_cpu0,
+        apiserver0,
+        write_latency0,
+    } = baseline(cluster, &client, scheduler_pid, kwok_pid).await?;
 
     eprintln!(
         "==> creating {} DGLJobs x {} workers ({} mode, {} pods each)",
@@ -1125,41 +1117,25 @@ async fn scale_async(
     let write_latency = [0.5, 0.99]
         .map(|q| histogram_quantile(q, &write_latency0, &write_latency1).map(|s| s * 1000.0));
 
-    // Settle: cleanPodPolicy deletions, then the final memory.
-    let settle_end = Instant::now() + Duration::from_secs(args.settle_seconds);
-    while Instant::now() < settle_end {
-        if let Ok(s) = proc_sample(op_pid) {
-            peak_rss = peak_rss.max(s.rss_kib);
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    peak_rss = settle(args, op_pid, peak_rss).await;
     procs.check_running()?;
     let fin = proc_sample(op_pid)?;
     let m2 = scrape(metrics_port).await?;
     for w in watches {
         w.abort();
     }
+    let since = |pid: u32, c0: f64| proc_sample(pid).map(|s| s.cpu_seconds - c0).unwrap_or(0.0);
     let comp_cpu: Vec<(String, f64)> = components
         .iter()
         .zip(comp_cpu0)
-        .map(|((n, p), (_, c0))| {
+        .map(|((n, p), (_, c0))| (n.clone(), since(*p, c0)))
+        .chain([
+            ("kwok".to_string(), since(kwok_pid, kwok_cpu0)),
             (
-                n.clone(),
-                proc_sample(*p).map(|s| s.cpu_seconds - c0).unwrap_or(0.0),
-            )
-        })
-        .chain(std::iter::once((
-            "kwok".to_string(),
-            proc_sample(kwok_pid)
-                .map(|s| s.cpu_seconds - kwok_cpu0)
-                .unwrap_or(0.0),
-        )))
-        .chain(std::iter::once((
-            "this bench (watches, creates)".to_string(),
-            proc_sample(std::process::id())
-                .map(|s| s.cpu_seconds - bench_cpu0)
-                .unwrap_or(0.0),
-        )))
+                "this bench (watches, creates)".to_string(),
+                since(std::process::id(), bench_cpu0),
+            ),
+        ])
         .collect();
 
     let (log_warnings, first_warnings) = log_warnings(&op_log);
@@ -1177,26 +1153,7 @@ async fn scale_async(
     } = job_times(&seen.lock().unwrap(), &names, args, t0);
 
     let n = args.jobs.max(1) as f64;
-    let verbs0 = m0.requests_by_verb();
-    let requests_per_job: BTreeMap<String, f64> = m1
-        .requests_by_verb()
-        .into_iter()
-        .map(|(v, c)| {
-            let before = verbs0.get(&v).copied().unwrap_or(0.0);
-            (v, (c - before) / n)
-        })
-        .filter(|(_, c)| *c > 0.0)
-        .collect();
-    let vr0 = m0.requests_by_verb_resource();
-    let requests_detail: BTreeMap<String, f64> = m1
-        .requests_by_verb_resource()
-        .into_iter()
-        .map(|((v, r), c)| {
-            let before = vr0.get(&(v.clone(), r.clone())).copied().unwrap_or(0.0);
-            (format!("{v} {r}"), (c - before) / n)
-        })
-        .filter(|(_, c)| *c > 0.0)
-        .collect();
+    let (requests_per_job, requests_detail) = requests_per_job(&m0, &m1, n);
     let hist = "dgl_operator_reconcile_duration_seconds";
     let status_writes =
         m1.get("dgl_operator_status_writes_total") - m0.get("dgl_operator_status_writes_total");
@@ -1263,6 +1220,89 @@ async fn scale_async(
         load_start,
         load_end,
     })
+}
+
+/// CPU seconds and API server counters before the jobs are created.
+struct Baseline {
+    components: Vec<(String, u32)>,
+    comp_cpu0: Vec<(String, f64)>,
+    kwok_cpu0: f64,
+    bench_cpu0: f64,
+    apiserver0: f64,
+    write_latency0: Vec<(f64, f64)>,
+}
+
+async fn baseline(
+    cluster: &LocalCluster,
+    client: &Client,
+    scheduler_pid: Option<u32>,
+    kwok_pid: u32,
+) -> Result<Baseline> {
+    let mut components = component_pids(cluster).await;
+    if let Some(pid) = scheduler_pid {
+        components.push(("kube-scheduler (bench)".into(), pid));
+    }
+    let comp_cpu0 = components
+        .iter()
+        .map(|(n, p)| {
+            (
+                n.clone(),
+                proc_sample(*p).map(|s| s.cpu_seconds).unwrap_or(0.0),
+            )
+        })
+        .collect();
+    let (apiserver0, write_latency0) = apiserver_metrics(client).await?;
+    Ok(Baseline {
+        components,
+        comp_cpu0,
+        kwok_cpu0: proc_sample(kwok_pid)?.cpu_seconds,
+        bench_cpu0: proc_sample(std::process::id())?.cpu_seconds,
+        apiserver0,
+        write_latency0,
+    })
+}
+
+/// Settle: cleanPodPolicy deletions, then the final memory; returns the
+/// peak RSS seen so far.
+async fn settle(args: &ScaleArgs, op_pid: u32, mut peak_rss: u64) -> u64 {
+    let settle_end = Instant::now() + Duration::from_secs(args.settle_seconds);
+    while Instant::now() < settle_end {
+        if let Ok(s) = proc_sample(op_pid) {
+            peak_rss = peak_rss.max(s.rss_kib);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    peak_rss
+}
+
+/// The operator's requests between two scrapes, per job: by verb, and by
+/// verb and resource.
+fn requests_per_job(
+    m0: &Metrics,
+    m1: &Metrics,
+    n: f64,
+) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
+    let verbs0 = m0.requests_by_verb();
+    let by_verb = m1
+        .requests_by_verb()
+        .into_iter()
+        .map(|(v, c)| {
+            let before = verbs0.get(&v).copied().unwrap_or(0.0);
+            (v, (c - before) / n)
+        })
+        .filter(|(_, c)| *c > 0.0)
+        .collect();
+    let vr0 = m0.requests_by_verb_resource();
+    let detail = m1
+        .requests_by_verb_resource()
+        .into_iter()
+        .map(|((v, r), c)| {
+            let before = vr0.get(&(v.clone(), r.clone())).copied().unwrap_or(0.0);
+            (format!("{v} {r}"), (c - before) / n)
+        })
+        .filter(|(_, c)| *c > 0.0)
+        .collect();
+    (by_verb, detail)
 }
 
 /// The API server's own metrics: requests served (all clients, watches

@@ -11,7 +11,10 @@
 //!   counted);
 //! - dglrun, partition mode ParMETIS (`dglrun partition --no-serve`, release
 //!   build, every core): reading the chunked files, adjacency, METIS with the
-//!   same constraints, shuffle, features and graph.dgl, all counted.
+//!   same constraints, shuffle, features and graph.dgl, all counted;
+//! - DistParMETIS's ranks: `mpirun -n <parts> dgl-partition rank` on this one
+//!   machine (ranks oversubscribe the cores; shared memory transport), the
+//!   same stages spread over the ranks plus the MPI exchange.
 //!
 //! Each is a process tree whose resident memory is sampled every 20 ms
 //! (peak of the sum over the tree). The edge cut and balance of both outputs
@@ -48,6 +51,9 @@ pub struct PartitionArgs {
     /// Skip DGL's partition_graph (e.g. where its memory is the wall).
     #[arg(long)]
     skip_dgl: bool,
+    /// Skip the DistParMETIS ranks (mpirun on this machine).
+    #[arg(long)]
+    skip_dist: bool,
     /// Give up on a tool after this many seconds (reported as such).
     #[arg(long, default_value_t = 3600)]
     timeout: u64,
@@ -78,7 +84,7 @@ struct Measured {
 
 pub fn run(args: PartitionArgs) -> Result<()> {
     let python = crate::pyenv::ensure_venv(&repo_root())?;
-    let dglrun = build_dglrun()?;
+    let (dglrun, dgl_partition) = build_binaries()?;
     let work = match &args.work_dir {
         Some(w) => w.clone(),
         None => localkube::cache_dir()?.join("bench-partition"),
@@ -95,6 +101,16 @@ pub fn run(args: PartitionArgs) -> Result<()> {
     rows.push(run_native(
         &dglrun, &python, &script, &graph_dir, &work, &args,
     )?);
+    if !args.skip_dist {
+        rows.push(run_dist(
+            &dgl_partition,
+            &python,
+            &script,
+            &graph_dir,
+            &work,
+            &args,
+        )?);
+    }
     print_table(&args, &rows);
     if let Some(path) = &args.json {
         append_json(path, &args, &rows)?;
@@ -102,14 +118,28 @@ pub fn run(args: PartitionArgs) -> Result<()> {
     Ok(())
 }
 
-fn build_dglrun() -> Result<PathBuf> {
-    eprintln!("==> building dglrun (release)");
+/// dglrun and dgl-partition (with MPI), release builds.
+fn build_binaries() -> Result<(PathBuf, PathBuf)> {
+    eprintln!("==> building dglrun and dgl-partition (release)");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run_cmd(Command::new(&cargo).args(["build", "--release", "-q", "-p", "dglrun"]))?;
+    run_cmd(Command::new(&cargo).args([
+        "build",
+        "--release",
+        "-q",
+        "-p",
+        "dglrun",
+        "-p",
+        "dgl-partition",
+        "--features",
+        crate::test::WORKSPACE_FEATURES,
+    ]))?;
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target"));
-    Ok(target.join("release/dglrun"))
+    Ok((
+        target.join("release/dglrun"),
+        target.join("release/dgl-partition"),
+    ))
 }
 
 /// Generates the graph once per size (a stamp marks a complete one).
@@ -206,6 +236,63 @@ fn run_native(
     let stages = m
         .stderr
         .lines()
+        .filter_map(|l| l.split_once("stage ").map(|(_, s)| s.trim().to_string()))
+        .collect();
+    Ok(Row {
+        m,
+        inner_seconds: None,
+        quality,
+        stages,
+    })
+}
+
+/// DistParMETIS on one machine: one rank per part under mpirun, all writing
+/// into one folder (each its part, every rank the same JSON).
+fn run_dist(
+    dgl_partition: &Path,
+    python: &Path,
+    script: &Path,
+    graph: &Path,
+    work: &Path,
+    args: &PartitionArgs,
+) -> Result<Row> {
+    let out = work.join("out-dist");
+    let _ = std::fs::remove_dir_all(&out);
+    eprintln!(
+        "==> mpirun -n {} dgl-partition rank (DistParMETIS ranks)",
+        args.parts
+    );
+    let threads =
+        (std::thread::available_parallelism().map_or(1, |p| p.get()) / args.parts as usize).max(1);
+    let mut cmd = Command::new("mpirun");
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    .args(["-n", &args.parts.to_string()])
+    .args(["--mca", "btl", "self,vader", "--mca", "pml", "ob1"])
+    .arg(dgl_partition)
+    .args(["rank", "--graph-name", "rmat", "--part-method", "metis"])
+    .args(["--balance-train=train_mask", "--balance-edges"])
+    .args(["--threads", &threads.to_string()])
+    .arg("--input")
+    .arg(graph.join("chunked/metadata.json"))
+    .arg("--out")
+    .arg(&out)
+    .arg("--workspace")
+    .arg(work)
+    .arg("--python")
+    .arg(python);
+    let m = measure("DistParMETIS ranks (mpirun, 1 machine)", &mut cmd, args)?;
+    let quality =
+        m.ok.then(|| evaluate(python, script, &out.join("rmat.json"), graph))
+            .transpose()?;
+    let stages = m
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("rank 0 of") && l.contains("stage "))
         .filter_map(|l| l.split_once("stage ").map(|(_, s)| s.trim().to_string()))
         .collect();
     Ok(Row {

@@ -68,6 +68,31 @@ pub struct PartitionArgs {
     /// Append the figures as one JSON line to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Use the debug binaries `cargo test --workspace` builds (the test
+    /// command's small run) instead of release builds: the figures are then
+    /// not for comparison.
+    #[arg(long)]
+    dev: bool,
+}
+
+impl PartitionArgs {
+    /// The test command's small run: every tool on a 20 k-node graph with the
+    /// debug binaries, the outputs evaluated (a tool that fails, fails it).
+    pub fn small() -> Self {
+        PartitionArgs {
+            nodes: 20_000,
+            edges: 200_000,
+            feat: 16,
+            parts: 4,
+            skip_dgl: false,
+            skip_dist: false,
+            timeout: 600,
+            memory_limit_gib: None,
+            work_dir: None,
+            json: None,
+            dev: true,
+        }
+    }
 }
 
 /// One tool's run.
@@ -84,7 +109,7 @@ struct Measured {
 
 pub fn run(args: PartitionArgs) -> Result<()> {
     let python = crate::pyenv::ensure_venv(&repo_root())?;
-    let (dglrun, dgl_partition) = build_binaries()?;
+    let (dglrun, dgl_partition) = build_binaries(args.dev)?;
     let work = match &args.work_dir {
         Some(w) => w.clone(),
         None => localkube::cache_dir()?.join("bench-partition"),
@@ -112,33 +137,51 @@ pub fn run(args: PartitionArgs) -> Result<()> {
         )?);
     }
     print_table(&args, &rows);
+    if let Some(r) = rows.iter().find(|r| !r.m.ok || r.quality.is_none()) {
+        bail!("{} did not produce an evaluated partition", r.m.tool);
+    }
     if let Some(path) = &args.json {
         append_json(path, &args, &rows)?;
     }
     Ok(())
 }
 
-/// dglrun and dgl-partition (with MPI), release builds.
-fn build_binaries() -> Result<(PathBuf, PathBuf)> {
-    eprintln!("==> building dglrun and dgl-partition (release)");
+/// dglrun and dgl-partition (with MPI): release builds, or with `dev` the
+/// debug ones exactly as `cargo test --workspace` builds them (a no-op then).
+fn build_binaries(dev: bool) -> Result<(PathBuf, PathBuf)> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    run_cmd(Command::new(&cargo).args([
-        "build",
-        "--release",
-        "-q",
-        "-p",
-        "dglrun",
-        "-p",
-        "dgl-partition",
-        "--features",
-        crate::test::WORKSPACE_FEATURES,
-    ]))?;
+    let features = ["--features", crate::test::WORKSPACE_FEATURES];
+    let profile = if dev {
+        eprintln!("==> dglrun and dgl-partition (debug, as cargo test builds them)");
+        run_cmd(
+            Command::new(&cargo)
+                .args(["test", "--workspace", "--no-run", "-q"])
+                .args(features),
+        )?;
+        "debug"
+    } else {
+        eprintln!("==> building dglrun and dgl-partition (release)");
+        run_cmd(
+            Command::new(&cargo)
+                .args([
+                    "build",
+                    "--release",
+                    "-q",
+                    "-p",
+                    "dglrun",
+                    "-p",
+                    "dgl-partition",
+                ])
+                .args(features),
+        )?;
+        "release"
+    };
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target"));
     Ok((
-        target.join("release/dglrun"),
-        target.join("release/dgl-partition"),
+        target.join(profile).join("dglrun"),
+        target.join(profile).join("dgl-partition"),
     ))
 }
 
@@ -503,6 +546,9 @@ fn tree_rss(root: u32) -> u64 {
 }
 
 fn print_table(args: &PartitionArgs, rows: &[Row]) {
+    if args.dev {
+        println!("\n(debug binaries: a smoke run of every tool, not figures to compare)");
+    }
     println!(
         "\nR-MAT {} nodes, {} raw edges, {} float32 features, {} parts; {} CPUs, load {}",
         args.nodes,

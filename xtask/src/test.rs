@@ -178,6 +178,13 @@ pub fn run(args: Args) -> Result<()> {
     }
     result?;
 
+    // The partition benchmark's small run: DGL's partition_graph, the
+    // ParMETIS pipeline and DistParMETIS's ranks on one 20 k-node graph, each
+    // output loaded and evaluated (the full run: `cargo xtask bench partition`).
+    let t = step("partition benchmark, small (cargo xtask bench partition --dev)");
+    crate::bench_partition::run(crate::bench_partition::PartitionArgs::small())?;
+    done(t);
+
     if !args.no_e2e {
         let t = step("end-to-end: cargo xtask e2e");
         crate::e2e::run(crate::e2e::Args {

@@ -718,9 +718,21 @@ async fn parmetis(client: &Client) -> Result<String> {
     .await
 }
 
-async fn parmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
-    let job = example_job_at(EXAMPLE_PARMETIS, name)?;
-    println!("    kubectl apply -f {EXAMPLE_PARMETIS} -n {ns}   (through kube-rs)");
+/// Applies the example `example` as job `name` and follows it to its end,
+/// showing `on_poll` every state read; fails unless it Succeeded. Returns
+/// the time from apply to Succeeded.
+async fn example_succeeds<F>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    example: &str,
+    on_poll: F,
+) -> Result<Duration>
+where
+    F: FnMut(&DGLJob, &[Pod], Duration),
+{
+    let job = example_job_at(example, name)?;
+    println!("    kubectl apply -f {example} -n {ns}   (through kube-rs)");
     let applied = Instant::now();
     apply_job(client, ns, &job).await?;
     let done = follow(
@@ -729,10 +741,9 @@ async fn parmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
         name,
         JOB_TIMEOUT,
         |p| p.is_some_and(JobPhase::is_terminal),
-        |_, _, _| {},
+        on_poll,
     )
     .await?;
-    let total = applied.elapsed();
     if phase(&done) != Some(JobPhase::Succeeded) {
         bail!(
             "DGLJob {ns}/{name} ended {:?}: {:?}",
@@ -740,6 +751,11 @@ async fn parmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
             condition_message(&done, JobPhase::Failed)
         );
     }
+    Ok(applied.elapsed())
+}
+
+async fn parmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
+    let total = example_succeeds(client, ns, name, EXAMPLE_PARMETIS, |_, _, _| {}).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pname = dgl_api::names::partitioner_name(name);
     let plog = pods
@@ -779,36 +795,17 @@ async fn distparmetis(client: &Client) -> Result<String> {
 }
 
 async fn distparmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
-    let job = example_job_at(EXAMPLE_DISTPARMETIS, name)?;
-    println!("    kubectl apply -f {EXAMPLE_DISTPARMETIS} -n {ns}   (through kube-rs)");
-    let applied = Instant::now();
-    apply_job(client, ns, &job).await?;
     let (mut phases, mut partitioner) = (Vec::new(), false);
-    let done = follow(
-        client,
-        ns,
-        name,
-        JOB_TIMEOUT,
-        |p| p.is_some_and(JobPhase::is_terminal),
-        |j, pods, _| {
-            if let Some(p) = phase(j) {
-                if phases.last() != Some(&p) {
-                    phases.push(p);
-                }
+    let total = example_succeeds(client, ns, name, EXAMPLE_DISTPARMETIS, |j, pods, _| {
+        if let Some(p) = phase(j) {
+            if phases.last() != Some(&p) {
+                phases.push(p);
             }
-            partitioner |= pods.iter().any(|p| p.name_any().ends_with("-partitioner"));
-        },
-    )
+        }
+        partitioner |= pods.iter().any(|p| p.name_any().ends_with("-partitioner"));
+    })
     .await?;
     ensure!(!partitioner, "DistParMETIS created a partitioner pod");
-    let total = applied.elapsed();
-    if phase(&done) != Some(JobPhase::Succeeded) {
-        bail!(
-            "DGLJob {ns}/{name} ended {:?}: {:?}",
-            phase(&done),
-            condition_message(&done, JobPhase::Failed)
-        );
-    }
     ensure!(
         phases.contains(&JobPhase::Partitioning) && phases.contains(&JobPhase::Running),
         "the job did not pass through Partitioning and Running: {phases:?}"

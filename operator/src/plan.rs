@@ -8,12 +8,13 @@
 //!     │                                 └─ pod failed ─► Restarting ─► (new run) ─► ...
 //!     └─ suspend ─► Suspended ─ resume ─► Created path again
 //! ```
-//! Failed comes from a failed pod with no restarts left, the deadline, or an
-//! unsupported mode. cleanPodPolicy is applied on every terminal path. The
+//! Failed comes from a failed pod with no restarts left or the deadline.
+//! DistParMETIS is Partitioning while its running launcher is not Ready.
+//! cleanPodPolicy is applied on every terminal path. The
 //! same diagram, with the triggers, is in docs/architecture.md.
 //!
 //! [`plan`] reads like that diagram: one function per situation (finished,
-//! unsupported, suspended, deadline exceeded, a failed run, succeeded, moving
+//! suspended, deadline exceeded, a failed run, succeeded, moving
 //! forward), each ending in the one way a [`Plan`] is built
 //! ([`Planner::done`]).
 

@@ -112,28 +112,39 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
     env.wait_pod_gone("full-partitioner").await;
     assert_eq!(env.pod_names().await, vec!["full-launcher"]);
 
-    // An Event per transition.
+    // An Event per transition. Events are written after the status they
+    // announce, so the last one may land a moment after Succeeded: wait (bounded).
     let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
-    let reasons: Vec<String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("full"))
-        .filter_map(|e| e.reason)
-        .collect();
-    for r in [
+    let want = [
         "JobCreated",
         "JobPartitioning",
         "JobPartitioned",
         "JobRunning",
         "JobSucceeded",
-    ] {
+    ];
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let reasons: Vec<String> = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("full"))
+            .filter_map(|e| e.reason)
+            .collect();
+        let missing: Vec<_> = want
+            .iter()
+            .filter(|r| !reasons.iter().any(|x| x == *r))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
         assert!(
-            reasons.iter().any(|x| x == r),
-            "no {r} event in {reasons:?}"
+            std::time::Instant::now() < deadline,
+            "no {missing:?} event within 15 s of Succeeded in {reasons:?}"
         );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let metrics = env.metrics.render();
     assert!(

@@ -29,6 +29,12 @@
 //!      dglrun's agent; the job must pass through Partitioning, reach
 //!      Succeeded with falling losses, the launcher's log must show every
 //!      rank's report, and no shard may be shipped.
+//!    - `chaos`: every fault of `cargo xtask chaos` once (`chaos.rs`).
+//!    - `namespaced` (last): the Helm release is replaced by the
+//!      single-namespace install `deploy/namespaced` (kustomize), whose
+//!      namespace enforces Pod Security "restricted"; the example must train
+//!      to Succeeded there, so every container the operator injects passes
+//!      admission (`e2e_namespaced.rs`).
 //!
 //! On a failure, the job's status, its pods, Events and the operator's and
 //! pods' logs are printed before the cluster is stopped.
@@ -58,7 +64,7 @@ pub const OPERATOR_NAMESPACE: &str = "dgl-operator-system";
 /// The node cluster `cargo xtask e2e` (and so `cargo xtask test`) uses.
 pub const DEFAULT_CLUSTER: &str = "e2e";
 /// Field manager of what this tool applies.
-const MANAGER: &str = "xtask-e2e";
+pub(crate) const MANAGER: &str = "xtask-e2e";
 /// The example the train and fail scenarios run.
 pub const EXAMPLE: &str = "examples/graphsage/dgljob.yaml";
 /// The example of partition mode ParMETIS.
@@ -66,7 +72,7 @@ pub const EXAMPLE_PARMETIS: &str = "examples/parmetis/dgljob.yaml";
 /// The example of partition mode DistParMETIS.
 pub const EXAMPLE_DISTPARMETIS: &str = "examples/distparmetis/dgljob.yaml";
 /// How long one GraphSAGE job may take from apply to a final phase.
-const JOB_TIMEOUT: Duration = Duration::from_secs(900);
+pub(crate) const JOB_TIMEOUT: Duration = Duration::from_secs(900);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Scenario {
@@ -78,6 +84,10 @@ pub enum Scenario {
     Parmetis,
     /// The DistParMETIS example (one MPI rank per worker, nothing shipped) trains to Succeeded; then delete it.
     Distparmetis,
+    /// Every `cargo xtask chaos` fault once (operator killed, worker deleted, churn).
+    Chaos,
+    /// Replaces the Helm release with deploy/namespaced (PSA restricted) and trains the example there. Runs last.
+    Namespaced,
 }
 
 #[derive(clap::Args)]
@@ -144,6 +154,8 @@ pub fn run(args: Args) -> Result<()> {
             Scenario::Fail,
             Scenario::Parmetis,
             Scenario::Distparmetis,
+            Scenario::Chaos,
+            Scenario::Namespaced,
         ]
     } else {
         let mut s = args.only.clone();
@@ -161,6 +173,14 @@ pub fn run(args: Args) -> Result<()> {
                 Scenario::Fail => fail(&stack.client).await,
                 Scenario::Parmetis => parmetis(&stack.client).await,
                 Scenario::Distparmetis => distparmetis(&stack.client).await,
+                Scenario::Chaos => {
+                    use crate::chaos::Fault;
+                    let all = [Fault::OperatorKill, Fault::WorkerDelete, Fault::Churn];
+                    crate::chaos::run_all(&stack.client, &all, 1, 4).await
+                }
+                Scenario::Namespaced => {
+                    crate::e2e_namespaced::namespaced(&stack.client, &stack.kubeconfig).await
+                }
             }
         });
         done(t);
@@ -288,7 +308,7 @@ fn operator_pods_lp() -> ListParams {
     ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}"))
 }
 
-fn pod_ready(p: &Pod) -> bool {
+pub(crate) fn pod_ready(p: &Pod) -> bool {
     p.metadata.deletion_timestamp.is_none()
         && p.status
             .as_ref()
@@ -487,7 +507,11 @@ fn condition_message(job: &DGLJob, type_: JobPhase) -> Option<(String, String)> 
 
 /// Deletes the job and waits until the garbage collector has removed every
 /// child (pods, ConfigMap, Secret, Service, ServiceAccounts, Roles, RoleBindings).
-async fn delete_and_check_children(client: &Client, ns: &str, name: &str) -> Result<Duration> {
+pub(crate) async fn delete_and_check_children(
+    client: &Client,
+    ns: &str,
+    name: &str,
+) -> Result<Duration> {
     let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
     let before = children(client, ns, name).await?;
     ensure!(
@@ -520,7 +544,7 @@ async fn delete_and_check_children(client: &Client, ns: &str, name: &str) -> Res
 }
 
 /// `Kind/name` of every object labelled as the job's.
-async fn children(client: &Client, ns: &str, job: &str) -> Result<Vec<String>> {
+pub(crate) async fn children(client: &Client, ns: &str, job: &str) -> Result<Vec<String>> {
     let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={job}"));
     let mut out = Vec::new();
     macro_rules! collect {
@@ -721,7 +745,7 @@ async fn parmetis(client: &Client) -> Result<String> {
 /// Applies the example `example` as job `name` and follows it to its end,
 /// showing `on_poll` every state read; fails unless it Succeeded. Returns
 /// the time from apply to Succeeded.
-async fn example_succeeds<F>(
+pub(crate) async fn example_succeeds<F>(
     client: &Client,
     ns: &str,
     name: &str,

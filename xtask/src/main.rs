@@ -4,9 +4,11 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod bench_partition;
 mod bench_shards;
+mod chaos;
 mod cluster;
 mod demo;
 mod e2e;
+mod e2e_namespaced;
 mod images;
 mod pyenv;
 mod test;
@@ -36,6 +38,8 @@ enum Task {
     Bench(bench::Args),
     /// Ship >= 1 GiB of partition files to workers in network namespaces with dglrun; MB/s vs plain TCP.
     BenchShards(bench_shards::Args),
+    /// Fault injection on the real node: operator killed, worker deleted, churn; outcome table.
+    Chaos(chaos::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,5 +53,6 @@ fn main() -> anyhow::Result<()> {
         Task::E2e(args) => e2e::run(args),
         Task::Bench(args) => bench::run(args),
         Task::BenchShards(args) => bench_shards::run(args),
+        Task::Chaos(args) => chaos::run(args),
     }
 }

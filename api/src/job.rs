@@ -61,7 +61,10 @@ use serde::{Deserialize, Serialize};
     "self.partitionMode != 'DistParMETIS' || !('Partitioner' in self.dglReplicaSpecs)"
 ).message("spec.dglReplicaSpecs.Partitioner: must not be set when spec.partitionMode is DistParMETIS (the workers partition the graph themselves)"))]
 #[x_kube(validation = Rule::new(
-    "!has(self.runPolicy) || !has(self.runPolicy.schedulingPolicy) || !has(self.runPolicy.schedulingPolicy.minAvailable) || self.runPolicy.schedulingPolicy.minAvailable <= ('Worker' in self.dglReplicaSpecs && has(self.dglReplicaSpecs.Worker.replicas) ? self.dglReplicaSpecs.Worker.replicas : 1) + 2"
+    "'Worker' in self.dglReplicaSpecs || self.partitionMode == 'Skip'"
+).message("spec.dglReplicaSpecs.Worker: is required unless spec.partitionMode is Skip (a job without workers runs its training in the launcher pod, as one process)"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.runPolicy) || !has(self.runPolicy.schedulingPolicy) || !has(self.runPolicy.schedulingPolicy.minAvailable) || self.runPolicy.schedulingPolicy.minAvailable <= ('Worker' in self.dglReplicaSpecs ? (has(self.dglReplicaSpecs.Worker.replicas) ? self.dglReplicaSpecs.Worker.replicas : 1) : 0) + 2"
 ).message("spec.runPolicy.schedulingPolicy.minAvailable: must not exceed the number of pods of the job (workers + launcher + partitioner)"))]
 #[serde(rename_all = "camelCase")]
 pub struct DGLJobSpec {
@@ -74,15 +77,15 @@ pub struct DGLJobSpec {
     #[serde(default)]
     pub partition_mode: PartitionMode,
 
-    /// Pod templates per role. `Launcher` (exactly one replica) and `Worker`
-    /// (one or more) are required; `Partitioner` is optional (at most one) and
-    /// defaults to the Launcher's template.
+    /// Pod templates per role. `Launcher` (exactly one replica) is required,
+    /// `Worker` (one or more) too unless `partitionMode` is `Skip`: a job
+    /// without workers runs its training in the launcher pod, as one
+    /// process. `Partitioner` is optional (at most one) and defaults to the
+    /// Launcher's template.
     #[x_kube(validation = Rule::new("self.all(k, k in ['Launcher', 'Worker', 'Partitioner'])")
         .message("spec.dglReplicaSpecs: the only allowed keys are Launcher, Worker and Partitioner"))]
     #[x_kube(validation = Rule::new("'Launcher' in self")
         .message("spec.dglReplicaSpecs.Launcher: is required"))]
-    #[x_kube(validation = Rule::new("'Worker' in self")
-        .message("spec.dglReplicaSpecs.Worker: is required"))]
     #[x_kube(validation = Rule::new("!('Launcher' in self) || !has(self.Launcher.replicas) || self.Launcher.replicas == 1")
         .message("spec.dglReplicaSpecs.Launcher.replicas: must be exactly 1"))]
     #[x_kube(validation = Rule::new("!('Worker' in self) || !has(self.Worker.replicas) || self.Worker.replicas >= 1")
@@ -431,6 +434,12 @@ impl DGLJobSpec {
             .as_ref()
             .and_then(|p| p.suspend)
             .unwrap_or(false)
+    }
+
+    /// Whether the job has no workers: its launcher runs the training
+    /// itself, as one process (partition mode Skip only).
+    pub fn is_standalone(&self) -> bool {
+        self.num_workers() == 0
     }
 
     /// Whether the job has a partitioner pod: the mode needs one and

@@ -273,6 +273,12 @@ pub struct TrainSpec {
     pub master_port: u16,
     /// Arguments appended to the training script's command line.
     pub extra_args: Vec<String>,
+    /// The launch.py convention: the user's whole training command, split
+    /// into words, with `{name}` placeholders the worker fills; then
+    /// `entry_point` and `extra_args` are unused and `num_epochs` /
+    /// `batch_size` are 0 unless given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
 }
 
 /// The programs a worker runs for [`Request::Exec`], by file name: OpenMPI's

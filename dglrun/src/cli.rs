@@ -16,10 +16,13 @@ use dgl_api::wire::TrainSpec;
 use dgl_api::{PartitionMode, ReplicaType};
 
 use crate::channel::Token;
+use crate::command::{Template, Value, Values};
+use crate::dglenv;
 use crate::distpart::{self, DistPartition};
 use crate::hosts::{self, Peer};
 use crate::launcher::LaunchConfig;
 use crate::partition::PartitionConfig;
+use crate::standalone::{self, StandaloneConfig};
 use crate::training::TrainContext;
 use crate::transfer::RetryPolicy;
 use crate::worker::WorkerConfig;
@@ -37,6 +40,15 @@ use crate::worker::WorkerConfig;
 ///                 --train-entry-point train.py --num-epochs 3 --batch-size 1000 -- --lr 0.01
 ///
 /// Arguments after `--` are appended to the training script's command line.
+///
+/// Or, as DGL's tools/launch.py takes them, the user's own command lines with
+/// placeholders, run as written (nothing appended):
+///
+///   dglrun launch --hostfile hosts.txt --graph-name g --num-trainers 1 --num-servers 1
+///     --train-command "python3 train.py --graph_name {graph_name} --ip_config {ip_config}"
+///
+/// With no workers (--num-partitions 0, a job with only a Launcher) the
+/// launcher runs the training itself as one local process.
 #[derive(Parser, Debug)]
 #[command(
     name = "dglrun",
@@ -100,7 +112,28 @@ pub struct JobArgs {
     /// [--balance_train] [--balance_edges] [<--partition-arg>...]`.
     #[arg(long, env = "DGLRUN_PARTITION_ENTRY_POINT", value_name = "FILE")]
     pub partition_entry_point: Option<String>,
-    /// Number of partitions; must equal the number of workers.
+    /// The partition command as the user runs it by hand (DGL's own
+    /// examples' way), as ONE string, instead of --partition-entry-point;
+    /// run as written, with placeholders filled and nothing appended, e.g.
+    /// "python3 partition_graph.py --dataset {graph_name} --num_parts
+    /// {num_parts} --output {dataset_dir}". DGL-API mode: it must write
+    /// {part_config} and {dataset_dir}/part<i>/; ParMETIS mode: it is the
+    /// loader writing {chunked_dir}/metadata.json. Placeholders:
+    /// {graph_name} {workspace} {num_parts} {dataset_dir} {part_config}
+    /// {chunked_dir}; {{ and }} are literal braces; any other name is an
+    /// error. Split into words as a shell would (quotes, backslashes), never
+    /// run by a shell.
+    #[arg(
+        long,
+        env = "DGLRUN_PARTITION_COMMAND",
+        value_name = "COMMAND",
+        conflicts_with_all = ["partition_entry_point", "partition_args"],
+        verbatim_doc_comment
+    )]
+    pub partition_command: Option<String>,
+    /// Number of partitions; must equal the number of workers. 0 (a job
+    /// without workers): the launcher runs the training itself, as one local
+    /// process without DGL's distributed environment.
     #[arg(long, env = names::ENV_NUM_WORKERS, value_name = "N")]
     pub num_partitions: Option<u32>,
     /// Pass --balance_train to the partition script.
@@ -115,10 +148,34 @@ pub struct JobArgs {
     /// through `python -m torch.distributed.run` for the trainers.
     #[arg(long, env = "DGLRUN_TRAIN_ENTRY_POINT", value_name = "FILE")]
     pub train_entry_point: Option<String>,
+    /// The training command as DGL's tools/launch.py takes it: the user's
+    /// whole command line as ONE string, instead of --train-entry-point, e.g.
+    /// "python3 train.py --graph_name {graph_name} --ip_config {ip_config}
+    /// --num_epochs 30". Every worker runs it as written, placeholders filled
+    /// and nothing appended: the DGL servers as is, the trainers as
+    /// `<python> -m torch.distributed.run <its options> <the rest>` (so it
+    /// starts with the interpreter, then the script or `-m module`). DGL's
+    /// environment (DGL_IP_CONFIG, DGL_CONF_PATH, DGL_NUM_SERVER,
+    /// DGL_NUM_SAMPLER, DGL_ROLE, ...) is set as with --train-entry-point.
+    /// Placeholders: {ip_config} {part_config} {graph_name} {workspace}
+    /// {num_trainers} {num_samplers} {num_servers} {num_machines}
+    /// {machine_rank}, and {num_epochs} {batch_size} when those flags are
+    /// given; {{ and }} are literal braces; any other name is an error.
+    /// Split into words as a shell would (quotes, backslashes), never run by
+    /// a shell.
+    #[arg(
+        long,
+        env = "DGLRUN_TRAIN_COMMAND",
+        value_name = "COMMAND",
+        conflicts_with_all = ["train_entry_point", "extra"],
+        verbatim_doc_comment
+    )]
+    pub train_command: Option<String>,
     /// Training epochs (--num_epochs of the training script).
     #[arg(long, env = "DGLRUN_NUM_EPOCHS", value_name = "N")]
     pub num_epochs: Option<u32>,
-    /// Mini-batch size (--batch_size of the training script).
+    /// Mini-batch size (--batch_size of the training script; with
+    /// --train-command only the value of {batch_size}).
     #[arg(long, env = "DGLRUN_BATCH_SIZE", value_name = "N")]
     pub batch_size: Option<u32>,
     /// Trainer processes per worker [default: the hostfile's slots=, else 1].
@@ -534,13 +591,14 @@ pub fn partition_config(
         _ => {}
     }
     let native = opts.job.partition_mode.is_native();
-    let entry_point = if native {
+    let user_command = opts.job.partition_command.is_some();
+    let entry_point = if native || user_command {
         opts.job.partition_entry_point.clone()
     } else {
         Some(
             required(
                 &opts.job.partition_entry_point,
-                "--partition-entry-point",
+                "--partition-entry-point (or --partition-command)",
                 "partitioner",
             )?
             .clone(),
@@ -552,9 +610,14 @@ pub fn partition_config(
     if num_parts == 0 {
         bail!("--num-partitions must be at least 1");
     }
+    let command = match &opts.job.partition_command {
+        Some(line) => Some(partition_words(opts, line, &graph_name, num_parts)?),
+        None => None,
+    };
     Ok(PartitionConfig {
         python: opts.runtime.python.clone(),
         entry_point,
+        command,
         native: native.then(|| native_config(opts, &graph_name, num_parts)),
         graph_name,
         num_parts,
@@ -565,6 +628,45 @@ pub fn partition_config(
         stop_grace: opts.stop_grace(),
     })
 }
+
+/// The placeholders of a partition command and their values.
+pub fn partition_values(workspace: &Path, graph_name: &str, num_parts: u32) -> Values {
+    let dataset = workspace.join(names::DATASET_DIR);
+    vec![
+        ("graph_name", Value::of(graph_name)),
+        ("workspace", Value::of(workspace.display())),
+        ("num_parts", Value::of(num_parts)),
+        ("dataset_dir", Value::of(dataset.display())),
+        (
+            "part_config",
+            Value::of(dataset.join(format!("{graph_name}.json")).display()),
+        ),
+        (
+            "chunked_dir",
+            Value::of(workspace.join(names::CHUNKED_DIR).display()),
+        ),
+    ]
+}
+
+/// --partition-command, split and filled. In DGL-API mode the balance flags
+/// would be silently lost: the user writes them into the command instead.
+fn partition_words(
+    opts: &Options,
+    line: &str,
+    graph_name: &str,
+    num_parts: u32,
+) -> anyhow::Result<Vec<String>> {
+    let native = opts.job.partition_mode.is_native();
+    if !native && (opts.job.balance_train || opts.job.balance_edges) {
+        bail!("--balance-train and --balance-edges add nothing to --partition-command (nothing is appended to it): write the partition script's own flags into the command");
+    }
+    let template = Template::parse(PARTITION_COMMAND_FLAG, line)?;
+    let values = partition_values(&opts.runtime.workspace, graph_name, num_parts);
+    Ok(template.fill(&values)?)
+}
+
+/// The flag of the launch.py convention's partition command.
+pub const PARTITION_COMMAND_FLAG: &str = "--partition-command";
 
 /// DGL needs one partition per worker.
 fn check_worker_count(num_parts: u32, job_workers: Option<&str>) -> anyhow::Result<()> {
@@ -603,14 +705,26 @@ pub fn worker_config(opts: &Options) -> anyhow::Result<WorkerConfig> {
 /// partition mode DistParMETIS, mpirun's.
 pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
     let graph_name = opts.graph_name().map_err(|e| anyhow!(e))?.to_string();
-    let entry_point = required(
-        &opts.job.train_entry_point,
-        "--train-entry-point",
-        "launcher",
-    )?
-    .clone();
-    let num_epochs = *required(&opts.job.num_epochs, "--num-epochs", "launcher")?;
-    let batch_size = *required(&opts.job.batch_size, "--batch-size", "launcher")?;
+    let command = train_template(opts)?;
+    // The seed's convention passes these to the script; launch.py's only
+    // fills them into placeholders, when given (0: not given).
+    let (entry_point, num_epochs, batch_size) = match &command {
+        Some(_) => (
+            String::new(),
+            opts.job.num_epochs.unwrap_or(0),
+            opts.job.batch_size.unwrap_or(0),
+        ),
+        None => (
+            required(
+                &opts.job.train_entry_point,
+                "--train-entry-point (or --train-command)",
+                "launcher",
+            )?
+            .clone(),
+            *required(&opts.job.num_epochs, "--num-epochs", "launcher")?,
+            *required(&opts.job.batch_size, "--batch-size", "launcher")?,
+        ),
+    };
     let (hostfile, workers) = launch_workers(opts)?;
     let partitioner = launch_partitioner(opts)?;
     let ip_config = launch_ip_config(opts, &workers)?;
@@ -622,20 +736,23 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
     let dist_partition = (opts.job.partition_mode == PartitionMode::DistParMetis)
         .then(|| dist_partition(opts, &graph_name, &hostfile))
         .transpose()?;
+    let spec = TrainSpec {
+        graph_name,
+        entry_point,
+        num_epochs,
+        batch_size,
+        num_trainers,
+        num_samplers: opts.job.num_samplers,
+        num_servers: opts.job.num_servers,
+        machine_rank: 0,
+        ip_config,
+        master_port: opts.launch.master_port,
+        extra_args: opts.extra.clone(),
+        command: command.map(|t| t.words),
+    };
+    check_train_command(opts, &spec, workers.len() as u32)?;
     Ok(LaunchConfig {
-        spec: TrainSpec {
-            graph_name,
-            entry_point,
-            num_epochs,
-            batch_size,
-            num_trainers,
-            num_samplers: opts.job.num_samplers,
-            num_servers: opts.job.num_servers,
-            machine_rank: 0,
-            ip_config,
-            master_port: opts.launch.master_port,
-            extra_args: opts.extra.clone(),
-        },
+        spec,
         workers,
         partitioner,
         token: opts.token()?,
@@ -643,6 +760,62 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
         stop_grace: opts.stop_grace(),
         dist_partition,
     })
+}
+
+/// --train-command, split into words.
+fn train_template(opts: &Options) -> anyhow::Result<Option<Template>> {
+    let Some(line) = &opts.job.train_command else {
+        return Ok(None);
+    };
+    Ok(Some(Template::parse(dglenv::TRAIN_COMMAND_FLAG, line)?))
+}
+
+/// Refuses a training command a worker could not fill (an unknown
+/// placeholder, {num_epochs} without --num-epochs, no interpreter) before
+/// any worker is started, with this launcher's workspace for the paths.
+fn check_train_command(opts: &Options, spec: &TrainSpec, machines: u32) -> anyhow::Result<()> {
+    if spec.command.is_none() {
+        return Ok(());
+    }
+    let ws = &opts.runtime.workspace;
+    let paths = dglenv::Paths {
+        workspace: ws,
+        ip_config: &ws.join(names::IP_CONFIG),
+        part_config: &ws
+            .join(names::DATASET_DIR)
+            .join(format!("{}.json", spec.graph_name)),
+        num_machines: machines,
+    };
+    dglenv::user_command(spec, &opts.runtime.python, paths)?;
+    Ok(())
+}
+
+/// A job without workers (--num-partitions 0): the launcher's one local
+/// process.
+pub fn standalone_config(opts: &Options) -> anyhow::Result<StandaloneConfig> {
+    let template = train_template(opts)?;
+    let values = standalone::values(
+        &opts.runtime.workspace,
+        opts.job.graph_name.as_deref(),
+        opts.job.num_epochs,
+        opts.job.batch_size,
+    );
+    let spec = standalone::process(
+        &opts.runtime.python,
+        opts.job.train_entry_point.as_deref(),
+        &opts.extra,
+        template.as_ref().map(|t| (t, &values)),
+    )
+    .map_err(|e| anyhow!(e))?;
+    Ok(StandaloneConfig {
+        spec,
+        stop_grace: opts.stop_grace(),
+    })
+}
+
+/// Whether the job has no workers: the launcher runs the training itself.
+pub fn is_standalone(opts: &Options) -> bool {
+    opts.job.num_partitions == Some(0)
 }
 
 /// The hostfile (--hostfile, else the ConfigMap's) and its workers, as many
@@ -846,7 +1019,10 @@ mod tests {
         let e = partition_config(&opts(&["--graph-name", "g", "--num-partitions", "2"]), None)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--partition-entry-point is required"), "{e}");
+        assert!(
+            e.contains("--partition-entry-point (or --partition-command) is required"),
+            "{e}"
+        );
         let o = opts(&[
             "--graph-name",
             "g",
@@ -967,6 +1143,162 @@ mod tests {
         assert_eq!((cfg.partitioner, cfg.spec.num_trainers), (None, 1));
         let e = launch_config(&launcher_opts(dir.path(), &[])).unwrap_err();
         assert!(format!("{e:#}").contains("cannot read"), "{e:#}");
+    }
+
+    #[test]
+    fn a_train_command_is_checked_at_the_launcher_and_sent_unfilled() {
+        let dir = launcher_files();
+        let d = dir.path().display().to_string();
+        let token = dir.path().join("token").display().to_string();
+        let base = [
+            "--config-dir",
+            &d,
+            "--token-file",
+            &token,
+            "--graph-name",
+            "g",
+        ];
+        let with = |cmd: &str, more: &[&str]| {
+            let mut a: Vec<&str> = base.to_vec();
+            a.extend(["--train-command", cmd]);
+            a.extend(more);
+            Cli::try_parse_from(["dglrun"].iter().chain(&a)).map(|c| c.opts)
+        };
+        // Neither --num-epochs nor --batch-size is needed, nothing appended.
+        let line =
+            "python3 nc.py --graph_name {graph_name} --ip_config {ip_config} --num_epochs 30";
+        let cfg = launch_config(&with(line, &[]).unwrap()).unwrap();
+        let words = cfg.spec.command.as_deref().unwrap();
+        assert_eq!(words.last().map(String::as_str), Some("30"));
+        assert!(
+            words.contains(&"{ip_config}".to_string()),
+            "filled on the worker"
+        );
+        assert_eq!((cfg.spec.num_epochs, cfg.spec.batch_size), (0, 0));
+        // Refused before any worker is contacted, naming flag and placeholder.
+        for (cmd, want) in [
+            (
+                "python3 nc.py --x {ipconfig}",
+                "--train-command: unknown placeholder {ipconfig}",
+            ),
+            (
+                "python3 nc.py --e {num_epochs}",
+                "--num-epochs was not given",
+            ),
+            ("python3 'nc.py", "a quote is not closed"),
+            ("./run.sh", "must start with the Python interpreter"),
+        ] {
+            let e = launch_config(&with(cmd, &[]).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{cmd}: {e}");
+        }
+        let o = with("python3 nc.py --e {num_epochs}", &["--num-epochs", "4"]).unwrap();
+        assert!(launch_config(&o).is_ok());
+        // One convention at a time.
+        assert!(with(line, &["--train-entry-point", "t.py"]).is_err());
+        assert!(with(line, &["--", "--lr", "0.1"]).is_err());
+    }
+
+    #[test]
+    fn a_partition_command_is_filled_at_the_partitioner() {
+        let o = opts(&[
+            "--graph-name",
+            "g",
+            "--num-partitions",
+            "2",
+            "--workspace",
+            "/ws",
+            "--partition-command",
+            "python3 partition_graph.py --dataset {graph_name} --num_parts {num_parts} --output {dataset_dir} --balance_train",
+        ]);
+        let cfg = partition_config(&o, None).unwrap();
+        assert!(cfg.entry_point.is_none());
+        let spec = crate::partition::user_command(cfg.command.as_deref().unwrap());
+        assert_eq!(spec.program, "python3");
+        assert_eq!(
+            spec.args.join(" "),
+            "partition_graph.py --dataset g --num_parts 2 --output /ws/dataset --balance_train"
+        );
+        let all =
+            "p {graph_name} {workspace} {num_parts} {dataset_dir} {part_config} {chunked_dir}";
+        let o = opts(&[
+            "--graph-name",
+            "g",
+            "--num-partitions",
+            "2",
+            "--workspace",
+            "/ws",
+            "--partition-command",
+            all,
+        ]);
+        let words = partition_config(&o, None).unwrap().command.unwrap();
+        assert_eq!(
+            words.join(" "),
+            "p g /ws 2 /ws/dataset /ws/dataset/g.json /ws/chunked"
+        );
+        let bad = opts(&[
+            "--graph-name",
+            "g",
+            "--num-partitions",
+            "2",
+            "--partition-command",
+            "p {output}",
+        ]);
+        let e = partition_config(&bad, None).unwrap_err().to_string();
+        assert!(
+            e.starts_with("--partition-command: unknown placeholder {output}"),
+            "{e}"
+        );
+        let balance = opts(&[
+            "--graph-name",
+            "g",
+            "--num-partitions",
+            "2",
+            "--balance-train",
+            "--partition-command",
+            "p",
+        ]);
+        let e = partition_config(&balance, None).unwrap_err().to_string();
+        assert!(e.contains("write the partition script's own flags"), "{e}");
+        assert!(Cli::try_parse_from([
+            "dglrun",
+            "--partition-command",
+            "p",
+            "--partition-entry-point",
+            "x.py"
+        ])
+        .is_err());
+    }
+
+    #[test]
+    fn no_workers_means_the_launcher_trains_alone() {
+        // The operator sets DGL_OPERATOR_NUM_WORKERS=0 for a job without workers.
+        let o = opts(&[
+            "--num-partitions",
+            "0",
+            "--train-entry-point",
+            "code/nc.py",
+            "--python",
+            "/py",
+        ]);
+        assert!(is_standalone(&o));
+        let cfg = standalone_config(&o).unwrap();
+        assert_eq!(cfg.spec.program, "/py");
+        assert_eq!(
+            cfg.spec.args,
+            ["code/nc.py"],
+            "nothing appended (the seed's dglrun ran `python $TRAIN_ENTRY_POINT`)"
+        );
+        let o = opts(&[
+            "--num-partitions",
+            "0",
+            "--train-command",
+            "python3 nc.py --ip {ip_config}",
+        ]);
+        let e = standalone_config(&o).unwrap_err().to_string();
+        assert!(e.contains("{ip_config} has no value here"), "{e}");
+        assert!(!is_standalone(&opts(&["--num-partitions", "2"])));
     }
 
     #[test]

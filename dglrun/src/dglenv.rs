@@ -8,6 +8,7 @@ use std::path::Path;
 
 use dgl_api::wire::TrainSpec;
 
+use crate::command::{self, CommandError, Value, Values};
 use crate::procs::ProcSpec;
 
 /// torchrun checks its children this often (seconds). Its default, 5 s,
@@ -17,7 +18,10 @@ const TORCHRUN_MONITOR_INTERVAL: &str = "1";
 /// Everything one machine needs besides the launcher's [`TrainSpec`].
 #[derive(Debug, Clone)]
 pub struct Machine<'a> {
-    pub python: &'a str,
+    /// The user's program (the Python interpreter) and its arguments (the
+    /// script and the script's arguments): [`user_command`].
+    pub program: &'a str,
+    pub script: &'a [String],
     pub ip_config_path: &'a Path,
     pub part_config_path: &'a Path,
     pub num_machines: u32,
@@ -35,17 +39,59 @@ pub fn num_clients(spec: &TrainSpec, machines: u32) -> u32 {
     spec.num_trainers * (1 + spec.num_samplers) * machines
 }
 
-/// The training script and its arguments, as the earlier operator passed them
-/// (plus --part_config), then the pass-through arguments.
-pub fn script_args(spec: &TrainSpec, m: &Machine) -> Vec<String> {
+/// The flag of the launch.py convention's training command.
+pub const TRAIN_COMMAND_FLAG: &str = "--train-command";
+
+/// Where one machine's files are, for the placeholders.
+#[derive(Debug, Clone, Copy)]
+pub struct Paths<'a> {
+    pub workspace: &'a Path,
+    pub ip_config: &'a Path,
+    pub part_config: &'a Path,
+    pub num_machines: u32,
+}
+
+/// The placeholders of a training command and their values on one machine.
+pub fn train_values(spec: &TrainSpec, p: Paths) -> Values {
+    let given = |v: u32, flag| Value::from_flag((v > 0).then_some(v), flag);
+    vec![
+        ("ip_config", Value::of(p.ip_config.display())),
+        ("part_config", Value::of(p.part_config.display())),
+        ("graph_name", Value::of(&spec.graph_name)),
+        ("workspace", Value::of(p.workspace.display())),
+        ("num_trainers", Value::of(spec.num_trainers)),
+        ("num_samplers", Value::of(spec.num_samplers)),
+        ("num_servers", Value::of(spec.num_servers)),
+        ("num_machines", Value::of(p.num_machines)),
+        ("machine_rank", Value::of(spec.machine_rank)),
+        ("num_epochs", given(spec.num_epochs, "--num-epochs")),
+        ("batch_size", given(spec.batch_size, "--batch-size")),
+    ]
+}
+
+/// The user's program and its arguments on this machine. The seed's
+/// convention: `python` with the entry point and the arguments the earlier
+/// operator passed (plus --part_config), then the pass-through arguments.
+/// The launch.py convention: the user's command, placeholders filled,
+/// nothing added.
+pub fn user_command(
+    spec: &TrainSpec,
+    python: &str,
+    p: Paths,
+) -> Result<(String, Vec<String>), CommandError> {
+    if let Some(words) = &spec.command {
+        let filled = command::fill_words(TRAIN_COMMAND_FLAG, words, &train_values(spec, p))?;
+        command::python_script(TRAIN_COMMAND_FLAG, &filled)?;
+        return Ok((filled[0].clone(), filled[1..].to_vec()));
+    }
     let mut a = vec![
         spec.entry_point.clone(),
         "--graph_name".into(),
         spec.graph_name.clone(),
         "--ip_config".into(),
-        m.ip_config_path.display().to_string(),
+        p.ip_config.display().to_string(),
         "--part_config".into(),
-        m.part_config_path.display().to_string(),
+        p.part_config.display().to_string(),
         "--num_epochs".into(),
         spec.num_epochs.to_string(),
         "--batch_size".into(),
@@ -54,7 +100,7 @@ pub fn script_args(spec: &TrainSpec, m: &Machine) -> Vec<String> {
         spec.num_samplers.to_string(),
     ];
     a.extend(spec.extra_args.iter().cloned());
-    a
+    Ok((python.to_string(), a))
 }
 
 fn common_env(spec: &TrainSpec, m: &Machine) -> Vec<(String, String)> {
@@ -102,8 +148,8 @@ pub fn server_specs(spec: &TrainSpec, m: &Machine) -> Vec<ProcSpec> {
             ]);
             ProcSpec {
                 name: format!("server-{i}"),
-                program: m.python.to_string(),
-                args: script_args(spec, m),
+                program: m.program.to_string(),
+                args: m.script.to_vec(),
                 env,
                 cwd: None,
             }
@@ -130,10 +176,10 @@ pub fn trainer_spec(spec: &TrainSpec, m: &Machine) -> ProcSpec {
         format!("--master_port={}", spec.master_port),
         format!("--monitor-interval={TORCHRUN_MONITOR_INTERVAL}"),
     ];
-    args.extend(script_args(spec, m));
+    args.extend(m.script.iter().cloned());
     ProcSpec {
         name: "trainer".into(),
-        program: m.python.to_string(),
+        program: m.program.to_string(),
         args,
         env,
         cwd: None,
@@ -157,6 +203,29 @@ mod tests {
             ip_config: String::new(),
             master_port: 29500,
             extra_args: vec!["--lr".into(), "0.1".into()],
+            command: None,
+        }
+    }
+
+    fn paths() -> Paths<'static> {
+        Paths {
+            workspace: Path::new("/w"),
+            ip_config: Path::new("/w/ip_config"),
+            part_config: Path::new("/w/dataset/g.json"),
+            num_machines: 3,
+        }
+    }
+
+    fn machine<'a>(program: &'a str, script: &'a [String]) -> Machine<'a> {
+        Machine {
+            program,
+            script,
+            ip_config_path: Path::new("/w/ip_config"),
+            part_config_path: Path::new("/w/dataset/g.json"),
+            num_machines: 3,
+            master_addr: "10.0.0.1".parse().unwrap(),
+            ifname: Some("eth0"),
+            trainer_threads: 4,
         }
     }
 
@@ -167,15 +236,9 @@ mod tests {
     #[test]
     fn servers_and_trainers_follow_dgls_contract() {
         let s = spec();
-        let m = Machine {
-            python: "/venv/bin/python",
-            ip_config_path: Path::new("/w/ip_config"),
-            part_config_path: Path::new("/w/dataset/g.json"),
-            num_machines: 3,
-            master_addr: "10.0.0.1".parse().unwrap(),
-            ifname: Some("eth0"),
-            trainer_threads: 4,
-        };
+        let (program, script) = user_command(&s, "/venv/bin/python", paths()).unwrap();
+        assert_eq!(program, "/venv/bin/python");
+        let m = machine(&program, &script);
         let servers = server_specs(&s, &m);
         assert_eq!(servers.len(), 2);
         assert_eq!(env_of(&servers[1], "DGL_SERVER_ID").as_deref(), Some("3"));
@@ -210,5 +273,82 @@ mod tests {
         assert!(args.ends_with(
             "train.py --graph_name g --ip_config /w/ip_config --part_config /w/dataset/g.json --num_epochs 3 --batch_size 100 --num_workers 1 --lr 0.1"
         ), "{args}");
+    }
+
+    /// launch.py's convention: the user's words, placeholders filled, and
+    /// nothing else; the same DGL environment as the seed's convention.
+    #[test]
+    fn a_users_command_runs_as_written() {
+        let mut s = spec();
+        s.num_epochs = 0;
+        let line = "python3 node_classification.py --graph_name {graph_name} --ip_config {ip_config} --part_config={part_config} --num_epochs 30 --note {{x}}";
+        s.command = Some(
+            crate::command::Template::parse(TRAIN_COMMAND_FLAG, line)
+                .unwrap()
+                .words,
+        );
+        let (program, script) = user_command(&s, "/venv/bin/python", paths()).unwrap();
+        assert_eq!(
+            program, "python3",
+            "the interpreter is the user's, not --python"
+        );
+        assert_eq!(
+            script.join(" "),
+            "node_classification.py --graph_name g --ip_config /w/ip_config --part_config=/w/dataset/g.json --num_epochs 30 --note {x}"
+        );
+        let m = machine(&program, &script);
+        let server = &server_specs(&s, &m)[0];
+        assert_eq!(
+            (server.program.as_str(), &server.args),
+            ("python3", &script)
+        );
+        assert_eq!(
+            env_of(server, "DGL_CONF_PATH").as_deref(),
+            Some("/w/dataset/g.json")
+        );
+        let t = trainer_spec(&s, &m);
+        assert_eq!(t.program, "python3");
+        assert_eq!(&t.args[..2], ["-m", "torch.distributed.run"]);
+        assert!(t.args.join(" ").ends_with(&script.join(" ")));
+        assert_eq!(env_of(&t, "DGL_IP_CONFIG").as_deref(), Some("/w/ip_config"));
+        assert_eq!(env_of(&t, "DGL_NUM_SERVER").as_deref(), Some("2"));
+
+        // Every documented placeholder has a value on a worker.
+        let all = "python3 t.py {ip_config} {part_config} {graph_name} {workspace} {num_trainers} {num_samplers} {num_servers} {num_machines} {machine_rank}";
+        s.command = Some(
+            crate::command::Template::parse(TRAIN_COMMAND_FLAG, all)
+                .unwrap()
+                .words,
+        );
+        let (_, a) = user_command(&s, "python3", paths()).unwrap();
+        assert_eq!(
+            a.join(" "),
+            "t.py /w/ip_config /w/dataset/g.json g /w 2 1 2 3 1"
+        );
+        // {num_epochs} without --num-epochs, an unknown name, no script.
+        for (line, want) in [
+            (
+                "python3 t.py {num_epochs}",
+                "placeholder {num_epochs} has no value here: --num-epochs was not given",
+            ),
+            ("python3 t.py {ip}", "unknown placeholder {ip}"),
+            (
+                "bash -c {ip_config}",
+                "must start with the Python interpreter",
+            ),
+        ] {
+            s.command = Some(
+                crate::command::Template::parse(TRAIN_COMMAND_FLAG, line)
+                    .unwrap()
+                    .words,
+            );
+            let e = user_command(&s, "python3", paths())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("--train-command: ") && e.contains(want),
+                "{line}: {e}"
+            );
+        }
     }
 }

@@ -63,7 +63,7 @@ pub fn rank_program(
                 .into(),
         );
     }
-    if opts.job.partition_entry_point.is_some() {
+    if opts.job.partition_entry_point.is_some() || opts.job.partition_command.is_some() {
         return Err(
             "partition mode DistParMETIS runs no loader script: put the chunked \
                     graph in the image or on a volume every worker mounts, and name its \

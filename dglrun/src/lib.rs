@@ -7,10 +7,12 @@
 //! - [`dataset`]: the partition layout on disk, its checks, the manifest;
 //! - [`transfer`]: shard files pod to pod, resumed, verified, retried;
 //! - [`procs`]: child processes in their own process groups;
+//! - [`command`]: users' own command lines with placeholders (launch.py's convention);
 //! - [`dglenv`]: DGL's environment contract for servers and trainers;
 //! - [`preflight`]: checks before DGL starts;
 //! - [`training`]: one machine's servers + trainers, supervised;
 //! - [`partition`], [`worker`], [`launcher`]: the three roles;
+//! - [`standalone`]: the launcher of a job without workers (one local process);
 //! - [`exec`], [`rsh`]: MPI's daemons on the workers for partition mode
 //!   DistParMETIS, started by `mpirun` through `dglrun rsh` (no ssh);
 //! - [`distpart`]: the launcher's side of DistParMETIS (mpirun of
@@ -21,6 +23,7 @@
 pub mod agent;
 pub mod channel;
 pub mod cli;
+pub mod command;
 pub mod dataset;
 pub mod dglenv;
 pub mod distpart;
@@ -31,6 +34,7 @@ pub mod partition;
 pub mod preflight;
 pub mod procs;
 pub mod rsh;
+pub mod standalone;
 pub mod training;
 pub mod transfer;
 pub mod worker;

@@ -15,6 +15,7 @@ use dglrun::channel::Channel;
 use dglrun::cli::{self, Cli, Command, Options, ProbeArgs, Role};
 use dglrun::launcher::{self, LaunchError};
 use dglrun::partition;
+use dglrun::standalone;
 use dglrun::worker;
 
 fn main() -> ExitCode {
@@ -106,6 +107,10 @@ async fn run_worker(opts: &Options) -> anyhow::Result<i32> {
 }
 
 async fn run_launcher(opts: &Options) -> anyhow::Result<i32> {
+    if cli::is_standalone(opts) {
+        let cfg = cli::standalone_config(opts)?;
+        return standalone::run(&cfg).await;
+    }
     let cfg = cli::launch_config(opts)?;
     tracing::info!(
         workers = cfg.workers.len(),

@@ -30,6 +30,9 @@ pub struct PartitionConfig {
     /// The partition script (DGL-API) or the loader that writes the chunked
     /// graph (ParMETIS, optional).
     pub entry_point: Option<String>,
+    /// Instead of the entry point: the user's own command line
+    /// (--partition-command), split and filled, run as written.
+    pub command: Option<Vec<String>>,
     pub graph_name: String,
     pub num_parts: u32,
     pub balance_train: bool,
@@ -77,13 +80,26 @@ pub fn partition_command(cfg: &PartitionConfig, entry_point: &str) -> ProcSpec {
     }
 }
 
+/// The user's own partition command (filled words), as written.
+pub fn user_command(words: &[String]) -> ProcSpec {
+    ProcSpec {
+        name: "partition".into(),
+        program: words[0].clone(),
+        args: words[1..].to_vec(),
+        env: vec![("PYTHONUNBUFFERED".into(), "1".into())],
+        cwd: None,
+    }
+}
+
 /// Runs the partition script and/or the native pipeline and checks the
 /// output; returns the file server for the result.
 pub async fn partition(cfg: &PartitionConfig) -> anyhow::Result<FileServer> {
     std::fs::create_dir_all(&cfg.workspace)
         .with_context(|| format!("cannot create the workspace {}", cfg.workspace.display()))?;
-    if let Some(entry_point) = &cfg.entry_point {
-        run_script(cfg, entry_point).await?;
+    if let Some(words) = &cfg.command {
+        run_script(cfg, user_command(words)).await?;
+    } else if let Some(entry_point) = &cfg.entry_point {
+        run_script(cfg, partition_command(cfg, entry_point)).await?;
     }
     if let Some(native) = &cfg.native {
         run_native(native.clone()).await?;
@@ -131,7 +147,7 @@ async fn run_native(native: dgl_partition::run::Config) -> anyhow::Result<()> {
 }
 
 /// Runs the user's script (partition script or loader) to its end.
-async fn run_script(cfg: &PartitionConfig, entry_point: &str) -> anyhow::Result<()> {
+async fn run_script(cfg: &PartitionConfig, spec: ProcSpec) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::channel::<dgl_api::wire::OutputLine>(1024);
     let printer = tokio::spawn(async move {
         while let Some(l) = rx.recv().await {
@@ -142,7 +158,6 @@ async fn run_script(cfg: &PartitionConfig, entry_point: &str) -> anyhow::Result<
     // behind is re-parented to us and killed with the rest.
     crate::procs::become_subreaper();
     let mut sup = Supervisor::new(tx);
-    let spec = partition_command(cfg, entry_point);
     sup.spawn(&spec)?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -157,7 +172,7 @@ async fn run_script(cfg: &PartitionConfig, entry_point: &str) -> anyhow::Result<
     match exit {
         None => bail!("interrupted while partitioning; the partition script was stopped"),
         Some(e) if !e.success() => bail!(
-            "the partition entry point {entry_point} exited with {e} (command: {})",
+            "the partition command exited with {e} (command: {})",
             spec.display()
         ),
         Some(_) => Ok(()),
@@ -240,6 +255,7 @@ mod tests {
         let cfg = PartitionConfig {
             python: "python3".into(),
             entry_point: Some("code/part.py".into()),
+            command: None,
             graph_name: "g".into(),
             num_parts: 2,
             balance_train: true,

@@ -276,22 +276,32 @@ async fn supervise(
     let steps = async {
         // Where am I in the job?
         let place = locate(ctx, spec)?;
-        // Preflight: everything that would otherwise fail later and obscurely.
-        let (ifname, layout) = preflight_checks(ctx, spec, &place, events, stop).await?;
         let ip_config_path = ctx.workspace.join(names::IP_CONFIG);
+        let part_config_path = Layout::new(&ctx.workspace, &spec.graph_name).json_path();
+        let paths = dglenv::Paths {
+            workspace: &ctx.workspace,
+            ip_config: &ip_config_path,
+            part_config: &part_config_path,
+            num_machines: place.num_machines,
+        };
+        let (program, script) = dglenv::user_command(spec, &ctx.python, paths)
+            .map_err(|e| preflight_failed(e.to_string()))?;
+        // Preflight: everything that would otherwise fail later and obscurely.
+        let user = (program.as_str(), script.as_slice());
+        let ifname = preflight_checks(ctx, spec, &place, user, events, stop).await?;
         if let Err(e) = std::fs::write(&ip_config_path, &spec.ip_config) {
             return Err(preflight_failed(format!(
                 "cannot write {}: {e}",
                 ip_config_path.display()
             )));
         }
-        let part_config_path = layout.json_path();
         let trainer_threads = ctx.omp_threads.unwrap_or_else(|| {
             let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
             (cpus / spec.num_trainers.max(1)).max(1)
         });
         let machine = Machine {
-            python: &ctx.python,
+            program: &program,
+            script: &script,
             ip_config_path: &ip_config_path,
             part_config_path: &part_config_path,
             num_machines: place.num_machines,
@@ -355,18 +365,23 @@ fn locate(ctx: &TrainContext, spec: &TrainSpec) -> Step<Place> {
 }
 
 /// The checks before DGL starts: interface, entry point, shard, shared
-/// memory, ports, DGL itself. Gives the interface's name and the layout.
+/// memory, ports, DGL itself (with the user's interpreter). Gives the
+/// interface's name.
 async fn preflight_checks(
     ctx: &TrainContext,
     spec: &TrainSpec,
     place: &Place,
+    (program, script): (&str, &[String]),
     events: &mpsc::Sender<Response>,
     stop: &mut StopSignal,
-) -> Step<(String, Layout)> {
+) -> Step<String> {
     let pre = |e: &dyn std::fmt::Display| preflight_failed(e.to_string());
     let Place { rank, my_ip, .. } = *place;
     let ifname = preflight::interface_of(my_ip).map_err(|e| pre(&e))?;
-    preflight::check_entry_point(&spec.entry_point).map_err(|e| pre(&e))?;
+    // The script, unless the command runs a module (`python -m pkg`).
+    if let Some(script) = script.first().filter(|s| *s != "-m") {
+        preflight::check_entry_point(script).map_err(|e| pre(&e))?;
+    }
     let layout = Layout::new(&ctx.workspace, &spec.graph_name);
     layout
         .check_shard(rank, Some(place.num_machines))
@@ -397,19 +412,19 @@ async fn preflight_checks(
             .map_err(|e| pre(&e))?;
     }
     let version = tokio::select! {
-        v = preflight::dgl_version(&ctx.python) => v,
+        v = preflight::dgl_version(program) => v,
         r = stopped(stop) => return Err(stopped_result(r)),
     };
     let v = version.map_err(|e| pre(&e))?;
     say(
         events,
         format!(
-            "DGL {v} ({}), machine {rank} of {} at {my_ip} on {ifname}",
-            ctx.python, place.num_machines
+            "DGL {v} ({program}), machine {rank} of {} at {my_ip} on {ifname}",
+            place.num_machines
         ),
     )
     .await;
-    Ok((ifname, layout))
+    Ok(ifname)
 }
 
 /// Starts the DGL servers and waits until every one listens.

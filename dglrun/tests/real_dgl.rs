@@ -18,6 +18,14 @@
 //!   in the middle of training: it tells the workers to stop, they kill
 //!   their process groups, the launcher exits 143, nothing remains.
 //!
+//! - `launchpy_commands_train_on_two_machines`: the same with DGL's own
+//!   convention (`--partition-command`, `--train-command` with
+//!   placeholders) and scripts that parse strictly, declaring only what
+//!   DGL's GraphSAGE example declares (examples/launchpy).
+//! - `a_launcher_without_workers_trains_alone`: a job without workers; the
+//!   launcher runs examples/standalone/node_classification.py itself, exits
+//!   with its status.
+//!
 //! Needs root (network namespaces) and the DGL venv (`cargo xtask pyenv`).
 //! `DGLRUN_TEST_KEEP_LOGS=1` keeps every process's log and workspace.
 
@@ -527,83 +535,119 @@ fn trains_on_two_machines(
 ) -> String {
     require_root();
     let job = Job::new(ips);
-    let mut m = TwoMachines::create(tag, ips);
-    let started = Instant::now();
-
     let mut part = job.partition_args("partitioner");
-    part.extend(["--listen", ips[0], "--agent-port", PARTITIONER_PORT].map(String::from));
     part.extend(["--partition-mode", mode].map(String::from));
     part.extend(partition_args.iter().map(|a| a.to_string()));
-    let partitioner = m.spawn(0, &part, env, &job.path("partitioner.log"));
-    let w0 = m.spawn(
-        0,
-        &job.worker_args(0, ips[0]),
-        env,
-        &job.path("worker-0.log"),
-    );
-    let w1 = m.spawn(
-        1,
-        &job.worker_args(1, ips[1]),
-        env,
-        &job.path("worker-1.log"),
-    );
     let launch = job.launch_args(mode, 3, 0, Some(&format!("{}:{PARTITIONER_PORT}", ips[0])));
-    let launcher = m.spawn(0, &launch, &[], &job.path("launcher.log"));
+    let run = TwoMachineRun {
+        tag,
+        ips,
+        graph: "sage",
+        partition: part,
+        launch,
+        env,
+    };
+    run.trains(&job)
+}
 
-    let status = m.wait(launcher, Duration::from_secs(900));
-    let elapsed = started.elapsed();
-    let all = logs(job.dir.path());
-    let status = status.unwrap_or_else(|| panic!("the launcher did not finish within 900 s{all}"));
-    assert!(status.success(), "the launcher failed: {status}{all}");
-    for (name, idx) in [
-        ("worker-0", w0),
-        ("worker-1", w1),
-        ("partitioner", partitioner),
-    ] {
-        let s = m
-            .wait(idx, Duration::from_secs(60))
-            .unwrap_or_else(|| panic!("{name} did not exit after the launcher{all}"));
-        assert!(s.success(), "{name} exited with {s}{all}");
-    }
+/// One job on two machines: the partitioner's and the launcher's command
+/// lines (the workers' are always the same).
+struct TwoMachineRun<'a> {
+    tag: &'a str,
+    ips: [&'a str; 2],
+    /// The graph's name: the partition JSON is `<graph>.json`.
+    graph: &'a str,
+    partition: Vec<String>,
+    launch: Vec<String>,
+    env: &'a [(&'a str, &'a str)],
+}
 
-    let log = read(&job.path("launcher.log"));
-    assert!(
-        log.contains("DGL 2.1.0"),
-        "the preflight prints DGL's version{all}"
-    );
-    let losses = losses(&log);
-    assert_eq!(
-        losses.len(),
-        2,
-        "loss lines of both ranks in the launcher log{all}"
-    );
-    for (rank, per_epoch) in &losses {
-        let epochs: Vec<u32> = per_epoch.iter().map(|e| e.0).collect();
-        assert_eq!(epochs, [0, 1, 2], "rank {rank}{all}");
-        let (first, last) = (per_epoch[0].1, per_epoch[2].1);
-        assert!(
-            last < first,
-            "rank {rank}: loss did not fall: {per_epoch:?}{all}"
+impl TwoMachineRun<'_> {
+    /// Runs it until the training has run 3 epochs with falling losses;
+    /// returns the partitioner's log.
+    fn trains(self, job: &Job) -> String {
+        let TwoMachineRun {
+            tag,
+            ips,
+            graph,
+            partition: mut part,
+            launch,
+            env,
+        } = self;
+        let mut m = TwoMachines::create(tag, ips);
+        let started = Instant::now();
+        part.extend(["--listen", ips[0], "--agent-port", PARTITIONER_PORT].map(String::from));
+        let partitioner = m.spawn(0, &part, env, &job.path("partitioner.log"));
+        let w0 = m.spawn(
+            0,
+            &job.worker_args(0, ips[0]),
+            env,
+            &job.path("worker-0.log"),
         );
-        eprintln!("rank {rank}: loss per epoch {per_epoch:?}");
-    }
-    for w in ["worker-0", "worker-1"] {
-        assert!(
-            log.lines().any(|l| l.starts_with(&format!("[{w}] epoch="))),
-            "{w}'s progress appears with its prefix{all}"
+        let w1 = m.spawn(
+            1,
+            &job.worker_args(1, ips[1]),
+            env,
+            &job.path("worker-1.log"),
         );
+        let launcher = m.spawn(0, &launch, &[], &job.path("launcher.log"));
+
+        let status = m.wait(launcher, Duration::from_secs(900));
+        let elapsed = started.elapsed();
+        let all = logs(job.dir.path());
+        let status =
+            status.unwrap_or_else(|| panic!("the launcher did not finish within 900 s{all}"));
+        assert!(status.success(), "the launcher failed: {status}{all}");
+        for (name, idx) in [
+            ("worker-0", w0),
+            ("worker-1", w1),
+            ("partitioner", partitioner),
+        ] {
+            let s = m
+                .wait(idx, Duration::from_secs(60))
+                .unwrap_or_else(|| panic!("{name} did not exit after the launcher{all}"));
+            assert!(s.success(), "{name} exited with {s}{all}");
+        }
+
+        let log = read(&job.path("launcher.log"));
+        assert!(
+            log.contains("DGL 2.1.0"),
+            "the preflight prints DGL's version{all}"
+        );
+        let losses = losses(&log);
+        assert_eq!(
+            losses.len(),
+            2,
+            "loss lines of both ranks in the launcher log{all}"
+        );
+        for (rank, per_epoch) in &losses {
+            let epochs: Vec<u32> = per_epoch.iter().map(|e| e.0).collect();
+            assert_eq!(epochs, [0, 1, 2], "rank {rank}{all}");
+            let (first, last) = (per_epoch[0].1, per_epoch[2].1);
+            assert!(
+                last < first,
+                "rank {rank}: loss did not fall: {per_epoch:?}{all}"
+            );
+            eprintln!("rank {rank}: loss per epoch {per_epoch:?}");
+        }
+        for w in ["worker-0", "worker-1"] {
+            assert!(
+                log.lines().any(|l| l.starts_with(&format!("[{w}] epoch="))),
+                "{w}'s progress appears with its prefix{all}"
+            );
+        }
+        // The worker fetched its shard: JSON + own part only.
+        assert!(job.path(&format!("w1/dataset/{graph}.json")).is_file());
+        assert!(job.path("w1/dataset/part1").is_dir());
+        assert!(
+            !job.path("w1/dataset/part0").exists(),
+            "worker 1 received part0"
+        );
+        let left = [m.ns_pids(), m.marked_pids()].concat();
+        assert!(left.is_empty(), "processes left behind: {left:?}{all}");
+        eprintln!("{tag} on two machines: {elapsed:?} until the launcher exited");
+        read(&job.path("partitioner.log"))
     }
-    // The worker fetched its shard: JSON + own part only.
-    assert!(job.path("w1/dataset/sage.json").is_file());
-    assert!(job.path("w1/dataset/part1").is_dir());
-    assert!(
-        !job.path("w1/dataset/part0").exists(),
-        "worker 1 received part0"
-    );
-    let left = [m.ns_pids(), m.marked_pids()].concat();
-    assert!(left.is_empty(), "processes left behind: {left:?}{all}");
-    eprintln!("{mode} on two machines: {elapsed:?} until the launcher exited");
-    read(&job.path("partitioner.log"))
 }
 
 #[test]
@@ -789,6 +833,146 @@ fn sigterm_to_the_launcher_stops_every_worker() {
     let left = [m.ns_pids(), m.marked_pids()].concat();
     assert!(left.is_empty(), "processes left behind: {left:?}{all}");
     eprintln!("sigterm_to_the_launcher_stops_every_worker: launcher exited {took:?} after SIGTERM");
+}
+
+/// DGL's own way (tools/launch.py): the user's command lines, with
+/// placeholders, run as written. The scripts parse strictly and declare only
+/// what DGL's GraphSAGE example declares (no --num_workers, no --workspace):
+/// anything dglrun appended would end them with "unrecognized arguments".
+#[test]
+fn launchpy_commands_train_on_two_machines() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    require_root();
+    let ips = ["10.213.0.25", "10.213.0.26"];
+    let job = Job::new(ips);
+    let py = job.python.display().to_string();
+    let dir = repo_root().join("examples/launchpy");
+    let graph = "synthetic-5000";
+    let mut part = vec!["partition".to_string()];
+    part.extend(job.common("partitioner"));
+    part.extend(["--graph-name", graph, "--num-partitions", "2"].map(String::from));
+    part.push("--partition-command".into());
+    part.push(format!(
+        "{py} {}/partition_graph.py --dataset {graph} --num_parts {{num_parts}} --balance_train --balance_edges --undirected --output {{dataset_dir}}",
+        dir.display()
+    ));
+    let mut launch = vec!["launch".to_string()];
+    launch.extend(job.common("launcher"));
+    let hostfile = job.hostfile.display().to_string();
+    let partitioner = format!("{}:{PARTITIONER_PORT}", ips[0]);
+    launch.extend(
+        [
+            "--hostfile",
+            &hostfile,
+            "--agent-port",
+            AGENT_PORT,
+            "--partitioner",
+            &partitioner,
+            "--graph-name",
+            graph,
+            "--num-trainers",
+            "1",
+            "--num-samplers",
+            "0",
+            "--num-servers",
+            "1",
+            "--wait-timeout",
+            "300",
+            "--train-command",
+        ]
+        .map(String::from),
+    );
+    launch.push(format!(
+        "{py} {}/train_dist.py --graph_name {{graph_name}} --ip_config {{ip_config}} --num_epochs 3 --batch_size 100 --num_hidden 32 --fan_out 10,10 --lr 0.01 --dropout 0.2 --log_every 5",
+        dir.display()
+    ));
+    let run = TwoMachineRun {
+        tag: "l",
+        ips,
+        graph,
+        partition: part,
+        launch,
+        env: &[],
+    };
+    let partitioner_log = run.trains(&job);
+    assert!(
+        partitioner_log.contains("partitioned synthetic-5000 into 2 parts"),
+        "the user's partition command ran:\n{partitioner_log}"
+    );
+    let log = read(&job.path("launcher.log"));
+    assert!(!log.contains("unrecognized arguments"), "{log}");
+    for rank in 0..2 {
+        assert!(log.contains(&format!("training done rank={rank}")), "{log}");
+    }
+}
+
+/// A job without workers: `dglrun` in the launcher pod (role from the
+/// environment, DGL_OPERATOR_NUM_WORKERS=0 as the operator sets it) runs
+/// the single-process script itself and exits with its status.
+#[test]
+fn a_launcher_without_workers_trains_alone() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let py = python().display().to_string();
+    let ws = tempfile::tempdir().unwrap();
+    let script = repo_root().join("examples/standalone/node_classification.py");
+    let run = |args: &[&str]| {
+        Command::new(DGLRUN)
+            .args(["--python", &py, "--workspace"])
+            .arg(ws.path())
+            .args(args)
+            .env("DGL_OPERATOR_PHASE_ENV", "Launcher")
+            .env("DGL_OPERATOR_NUM_WORKERS", "0")
+            .env("DGL_OPERATOR_CONFIG_DIR", "/nonexistent")
+            .output()
+            .unwrap()
+    };
+    let started = Instant::now();
+    let script = script.display().to_string();
+    let out = run(&["--train-entry-point", &script, "--", "--num_epochs", "30"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{}: {all}", out.status);
+    let losses: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("epoch="))
+        .filter_map(|l| l.split_whitespace().find_map(|kv| kv.strip_prefix("loss=")))
+        .map(|l| l.parse().unwrap())
+        .collect();
+    assert!(
+        losses.len() >= 6,
+        "one line per 5 epochs and the last: {all}"
+    );
+    assert!(
+        losses.last() < losses.first(),
+        "the loss did not fall: {losses:?}"
+    );
+    assert!(
+        !all.contains("DGL_ROLE"),
+        "no DGL distributed environment: {all}"
+    );
+    eprintln!("standalone: loss {losses:?} in {:?}", started.elapsed());
+
+    // Its exit status is the job's: the user's command, as written.
+    let out = run(&[
+        "--train-command",
+        &format!("{py} -c 'import sys; sys.exit(7)'"),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Distributed placeholders have no value without workers.
+    let out = run(&[
+        "--train-command",
+        &format!("{py} {script} --x {{ip_config}}"),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("{ip_config} has no value here"),
+        "{err}"
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -148,10 +148,17 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
             slots: None,
         }])
     };
-    let mut data = BTreeMap::from([
-        (HOSTFILE.to_string(), render_hosts(&workers)),
-        (LEADFILE.to_string(), single(launcher_name(&name))),
-    ]);
+    let mut data = BTreeMap::from([(LEADFILE.to_string(), single(launcher_name(&name)))]);
+    // A job without workers has no hostfile and no ip_config: its launcher
+    // trains alone.
+    if job.spec.is_standalone() {
+        return with_hash(ConfigMap {
+            metadata: meta(job, config_name(&name), job_labels(job)),
+            data: Some(data),
+            ..Default::default()
+        });
+    }
+    data.insert(HOSTFILE.to_string(), render_hosts(&workers));
     if job.spec.has_partitioner() {
         data.insert(PARTFILE.to_string(), single(partitioner_name(&name)));
     }
@@ -197,15 +204,21 @@ pub fn launcher_rbac(job: &DGLJob) -> (ServiceAccount, Role, RoleBinding) {
         automount_service_account_token: Some(false),
         ..Default::default()
     });
-    let role = with_hash(Role {
-        metadata: meta(job, name.clone(), job_labels(job)),
-        rules: Some(vec![PolicyRule {
+    // No workers, no rule: an empty resourceNames would grant every pod.
+    let rules = if workers.is_empty() {
+        Vec::new()
+    } else {
+        vec![PolicyRule {
             api_groups: Some(vec!["".into()]),
             resources: Some(vec!["pods".into()]),
             verbs: vec!["get".into(), "list".into(), "watch".into()],
             resource_names: Some(workers),
             ..Default::default()
-        }]),
+        }]
+    };
+    let role = with_hash(Role {
+        metadata: meta(job, name.clone(), job_labels(job)),
+        rules: Some(rules),
     });
     let binding = with_hash(RoleBinding {
         metadata: meta(job, name.clone(), job_labels(job)),
@@ -587,6 +600,11 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
     );
     let spec = pod.spec.as_mut().expect("base_pod sets a spec");
     spec.service_account_name = Some(rbac_name(&job_name, ReplicaType::Launcher));
+    if job.spec.is_standalone() {
+        // Nothing to wait for and no API to call: it trains alone.
+        spec.automount_service_account_token = Some(false);
+        return pod;
+    }
     spec.automount_service_account_token = Some(true);
     let image = cfg
         .watcher_image
@@ -828,6 +846,33 @@ mod tests {
             ["dgl-graphsage-worker-0", "dgl-graphsage-worker-1"]
         );
         assert_eq!(binding.role_ref.name, "dgl-graphsage-launcher");
+    }
+
+    #[test]
+    fn a_standalone_launcher_trains_alone_without_any_api_right() {
+        let mut j = seed();
+        j.spec.partition_mode = PartitionMode::Skip;
+        j.spec.dgl_replica_specs.remove(&ReplicaType::Worker);
+        let pod = launcher_pod(&j, 0, &BuildConfig::default());
+        let spec = pod.spec.as_ref().unwrap();
+        assert!(spec.init_containers.is_none(), "no workers to wait for");
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        let c = main_container(&pod);
+        // dglrun reads DGL_OPERATOR_NUM_WORKERS=0 as "train alone".
+        assert_eq!(env(c, ENV_NUM_WORKERS).unwrap().value.as_deref(), Some("0"));
+        assert_eq!(
+            c.args.as_ref().unwrap()[1],
+            "graphsage",
+            "the template's args kept"
+        );
+        // An empty resourceNames would mean every pod: no rule at all.
+        let (_, role, _) = launcher_rbac(&j);
+        assert_eq!(role.rules, Some(vec![]));
+        let cm = config_map(&j, &[]);
+        let keys: Vec<&String> = cm.data.as_ref().unwrap().keys().collect();
+        assert_eq!(keys, [LEADFILE], "no hostfile, no ip_config");
+        let group = pod_group(&j, GangScheduler::Volcano);
+        assert_eq!(group.data["spec"]["minMember"], 1);
     }
 
     #[test]

@@ -432,8 +432,11 @@ impl<'a> Planner<'a> {
     ) -> Plan {
         let partitioned = self.partition(current, cfg);
         let workers_ready = partitioned && self.workers(current, cfg);
+        // Without workers the launcher reads no file of the ConfigMap (which
+        // is applied before any pod is created): it starts at once.
+        let config_ready = config_map == ConfigMapState::Current || self.job.spec.is_standalone();
         match find(current, &self.launcher) {
-            None if workers_ready && config_map == ConfigMapState::Current => {
+            None if workers_ready && config_ready => {
                 self.create(builders::launcher_pod(self.job, self.epoch, cfg))
             }
             Some(p) if matches!(p.state, PodState::Running { .. }) => self.launcher_running(p),
@@ -938,6 +941,72 @@ mod tests {
         let p = step(&mut j, &[], t(0));
         assert_eq!(created(&p), vec![worker_name(JOB, 0), worker_name(JOB, 1)]);
         assert!(cond(&p, JobPhase::Partitioning).is_none());
+    }
+
+    /// The seed's Launcher-only jobs (partitionMode Skip, no Worker).
+    fn standalone_job() -> DGLJob {
+        let mut j = job();
+        j.spec.partition_mode = PartitionMode::Skip;
+        j.spec.dgl_replica_specs.remove(&ReplicaType::Worker);
+        j
+    }
+
+    #[test]
+    fn a_standalone_job_is_its_launcher() {
+        let mut j = standalone_job();
+        j.spec.run_policy = Some(RunPolicy {
+            backoff_limit: Some(1),
+            active_deadline_seconds: Some(600),
+            ..Default::default()
+        });
+        // At once: no partitioner, no worker, no ConfigMap to wait for.
+        let p = plan(
+            &j,
+            &[],
+            t(0),
+            &BuildConfig::default(),
+            ConfigMapState::Behind,
+        );
+        assert_eq!(created(&p), vec![launcher_name(JOB)]);
+        assert!(cond(&p, JobPhase::Partitioning).is_none());
+        assert_eq!(
+            p.requeue_after,
+            Some(Duration::from_secs(600)),
+            "the deadline applies"
+        );
+        step(&mut j, &[], t(0));
+        let mut pods = vec![pod(
+            ReplicaType::Launcher,
+            0,
+            0,
+            PodState::Running { ready: false },
+        )];
+        let p = step(&mut j, &pods, t(1));
+        assert_eq!(p.status.phase, Some(JobPhase::Running));
+        assert!(!p.status.replica_statuses.contains_key(&ReplicaType::Worker));
+
+        // Its failure is the job's; backoffLimit restarts it.
+        pods[0].state = failed("pod l: container c exited with code 3");
+        let p = step(&mut j, &pods, t(2));
+        assert_eq!(p.status.phase, Some(JobPhase::Restarting));
+        assert_eq!(deleted(&p), vec![launcher_name(JOB)]);
+        let p = step(&mut j, &[], t(3));
+        let launcher = p.steps.iter().find_map(|s| match s {
+            Step::CreatePod(pod) => Some(pod.clone()),
+            _ => None,
+        });
+        let labels = launcher.unwrap().metadata.labels.unwrap();
+        assert_eq!(labels[dgl_api::names::LABEL_RUN], "1");
+        let mut pods = vec![pod(ReplicaType::Launcher, 0, 1, PodState::Succeeded)];
+        let p = step(&mut j, &pods, t(4));
+        assert_eq!(p.status.phase, Some(JobPhase::Succeeded));
+
+        // No restarts left: the second failure fails the job.
+        let mut j = standalone_job();
+        step(&mut j, &[], t(0));
+        pods[0] = pod(ReplicaType::Launcher, 0, 0, failed("exited with code 2"));
+        let p = step(&mut j, &pods, t(1));
+        assert_eq!(cond(&p, JobPhase::Failed).unwrap().reason, "LauncherFailed");
     }
 
     #[test]

@@ -593,3 +593,83 @@ async fn distparmetis_partitions_on_the_workers() {
     env.wait_phase("dp", JobPhase::Succeeded).await;
     let _ = ReplicaType::Worker;
 }
+
+/// The seed's Launcher-only jobs (partitionMode Skip, no Worker): accepted,
+/// the launcher created at once with no worker pods, no Service, no API
+/// rights; its exit status is the job's, backoffLimit restarts it.
+#[tokio::test]
+async fn a_job_without_workers_is_its_launcher() {
+    let env = Env::new("op-solo").await;
+    let standalone = |j: &mut dgl_api::DGLJob| {
+        j.spec.partition_mode = PartitionMode::Skip;
+        j.spec.dgl_replica_specs.remove(&ReplicaType::Worker);
+        j.spec.run_policy = Some(RunPolicy {
+            backoff_limit: Some(1),
+            ..Default::default()
+        });
+    };
+    env.create_job("solo", standalone).await;
+    let pod = env.wait_pod("solo-launcher").await;
+    let spec = pod.spec.unwrap();
+    assert!(
+        spec.init_containers.is_none(),
+        "no watcher: nothing to wait for"
+    );
+    assert_eq!(spec.automount_service_account_token, Some(false));
+    assert_eq!(env.pod_names().await, vec!["solo-launcher"]);
+    let role: Role = Api::namespaced(env.client.clone(), &env.ns)
+        .get("solo-launcher")
+        .await
+        .unwrap();
+    assert!(
+        role.rules.unwrap_or_default().is_empty(),
+        "no rights at all"
+    );
+    let cm: ConfigMap = Api::namespaced(env.client.clone(), &env.ns)
+        .get("solo-config")
+        .await
+        .unwrap();
+    assert!(!cm.data.unwrap_or_default().contains_key(HOSTFILE));
+    let services: Api<Service> = Api::namespaced(env.client.clone(), &env.ns);
+    assert!(services.get_opt("solo-worker").await.unwrap().is_none());
+
+    env.kubelet_running("solo-launcher", "10.244.0.3", false)
+        .await;
+    env.wait_phase("solo", JobPhase::Running).await;
+    // The launcher's failure is the job's: restarted once (backoffLimit 1).
+    let first = pod.metadata.uid.unwrap();
+    env.kubelet_failed("solo-launcher", 3).await;
+    env.wait_job("solo", "restart 1", |j| {
+        j.status.as_ref().and_then(|s| s.restart_count) == Some(1)
+    })
+    .await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match env.pod_uids().await.get("solo-launcher") {
+            Some(uid) if *uid != first => break,
+            _ => assert!(
+                std::time::Instant::now() < deadline,
+                "no new launcher after the restart"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(env.pod_names().await, vec!["solo-launcher"]);
+    env.kubelet_running("solo-launcher", "10.244.0.4", false)
+        .await;
+    env.kubelet_succeeded("solo-launcher").await;
+    env.wait_phase("solo", JobPhase::Succeeded).await;
+
+    // Without restarts left, its failure fails the job, naming it.
+    env.create_job("solo-fail", |j| {
+        standalone(j);
+        j.spec.run_policy = None;
+    })
+    .await;
+    env.kubelet_running("solo-fail-launcher", "10.244.0.5", false)
+        .await;
+    env.kubelet_failed("solo-fail-launcher", 2).await;
+    let failed = env.wait_phase("solo-fail", JobPhase::Failed).await;
+    let c = Env::condition(&failed, JobPhase::Failed).unwrap();
+    assert_eq!(c.reason, "LauncherFailed");
+}

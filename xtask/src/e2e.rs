@@ -29,6 +29,14 @@
 //!      dglrun's agent; the job must pass through Partitioning, reach
 //!      Succeeded with falling losses, the launcher's log must show every
 //!      rank's report, and no shard may be shipped.
+//!    - `launchpy`: `examples/launchpy/dgljob.yaml` as written: DGL's own
+//!      convention (launch.py-style `--partition-command` and
+//!      `--train-command` with placeholders, nothing appended) and scripts
+//!      that parse their arguments strictly; the job must reach Succeeded
+//!      on two workers with every worker's loss falling.
+//!    - `standalone`: `examples/standalone/dgljob.yaml` as written: only a
+//!      Launcher (partitionMode Skip); no other pod may appear, the
+//!      launcher trains alone to Succeeded with its loss falling.
 //!    - `chaos`: every fault of `cargo xtask chaos` once (`chaos.rs`).
 //!    - `namespaced` (last): the Helm release is replaced by the
 //!      single-namespace install `deploy/namespaced` (kustomize), whose
@@ -71,6 +79,10 @@ pub const EXAMPLE: &str = "examples/graphsage/dgljob.yaml";
 pub const EXAMPLE_PARMETIS: &str = "examples/parmetis/dgljob.yaml";
 /// The example of partition mode DistParMETIS.
 pub const EXAMPLE_DISTPARMETIS: &str = "examples/distparmetis/dgljob.yaml";
+/// DGL's own convention: launch.py-style command lines.
+pub const EXAMPLE_LAUNCHPY: &str = "examples/launchpy/dgljob.yaml";
+/// A job without workers.
+pub const EXAMPLE_STANDALONE: &str = "examples/standalone/dgljob.yaml";
 /// How long one GraphSAGE job may take from apply to a final phase.
 pub(crate) const JOB_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -84,6 +96,10 @@ pub enum Scenario {
     Parmetis,
     /// The DistParMETIS example (one MPI rank per worker, nothing shipped) trains to Succeeded; then delete it.
     Distparmetis,
+    /// The launch.py-style example (the user's command lines, strict scripts) trains to Succeeded on two workers.
+    Launchpy,
+    /// The example without workers: the launcher trains alone to Succeeded.
+    Standalone,
     /// Every `cargo xtask chaos` fault once (operator killed, worker deleted, churn).
     Chaos,
     /// Replaces the Helm release with deploy/namespaced (PSA restricted) and trains the example there. Runs last.
@@ -154,6 +170,8 @@ pub fn run(args: Args) -> Result<()> {
             Scenario::Fail,
             Scenario::Parmetis,
             Scenario::Distparmetis,
+            Scenario::Launchpy,
+            Scenario::Standalone,
             Scenario::Chaos,
             Scenario::Namespaced,
         ]
@@ -173,6 +191,8 @@ pub fn run(args: Args) -> Result<()> {
                 Scenario::Fail => fail(&stack.client).await,
                 Scenario::Parmetis => parmetis(&stack.client).await,
                 Scenario::Distparmetis => distparmetis(&stack.client).await,
+                Scenario::Launchpy => launchpy(&stack.client).await,
+                Scenario::Standalone => standalone(&stack.client).await,
                 Scenario::Chaos => {
                     use crate::chaos::Fault;
                     let all = [Fault::OperatorKill, Fault::WorkerDelete, Fault::Churn];
@@ -808,6 +828,80 @@ async fn parmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
     ))
 }
 
+/// The launch.py-style example: the user's own command lines run as
+/// written on two workers; Succeeded with falling losses.
+async fn launchpy(client: &Client) -> Result<String> {
+    let job = "launchpy";
+    in_namespace(client, "e2e-launchpy", job, |ns| async move {
+        let total = example_succeeds(client, &ns, job, EXAMPLE_LAUNCHPY, |_, _, _| {}).await?;
+        let log = launcher_log(client, &ns, job).await?;
+        ensure!(
+            !log.contains("unrecognized arguments"),
+            "a strict script was given arguments it does not declare:\n{log}"
+        );
+        let losses = losses_by_worker(&log);
+        check_losses_fall(&losses, 2)?;
+        for (w, l) in &losses {
+            println!("    {w}: loss by epoch {l:?}");
+        }
+        let deleted_in = delete_and_check_children(client, &ns, job).await?;
+        Ok(format!(
+            "Succeeded {:.0}s after apply; children deleted in {:.1}s",
+            total.as_secs_f64(),
+            deleted_in.as_secs_f64()
+        ))
+    })
+    .await
+}
+
+/// The example without workers: only the launcher ever exists, and it
+/// trains to Succeeded with its loss falling.
+async fn standalone(client: &Client) -> Result<String> {
+    let job = "standalone";
+    in_namespace(client, "e2e-standalone", job, |ns| async move {
+        let launcher = dgl_api::names::launcher_name(job);
+        let mut others = Vec::new();
+        let total = example_succeeds(client, &ns, job, EXAMPLE_STANDALONE, |_, pods, _| {
+            for p in pods {
+                let name = p.name_any();
+                if name != launcher && !others.contains(&name) {
+                    others.push(name);
+                }
+            }
+        })
+        .await?;
+        ensure!(others.is_empty(), "pods besides the launcher: {others:?}");
+        let log = launcher_log(client, &ns, job).await?;
+        let losses = losses_unprefixed(&log);
+        let mut by_name = BTreeMap::new();
+        by_name.insert(launcher.clone(), losses.clone());
+        check_losses_fall(&by_name, 1)?;
+        println!("    {launcher}: loss by epoch {losses:?}");
+        let deleted_in = delete_and_check_children(client, &ns, job).await?;
+        Ok(format!(
+            "Succeeded {:.0}s after apply, no pod but the launcher; children deleted in {:.1}s",
+            total.as_secs_f64(),
+            deleted_in.as_secs_f64()
+        ))
+    })
+    .await
+}
+
+/// `epoch=<i> loss=<l>` lines printed by a launcher that trains alone (no
+/// worker prefix).
+pub fn losses_unprefixed(log: &str) -> Vec<(u32, f64)> {
+    log.lines()
+        .filter(|l| l.starts_with("epoch="))
+        .filter_map(|l| {
+            let field = |key: &str| l.split_whitespace().find_map(|w| w.strip_prefix(key));
+            Some((
+                field("epoch=")?.parse().ok()?,
+                field("loss=")?.parse().ok()?,
+            ))
+        })
+        .collect()
+}
+
 /// The DistParMETIS example: Partitioning while the ranks run, then
 /// Succeeded with falling losses; every rank reported in the launcher's log.
 async fn distparmetis(client: &Client) -> Result<String> {
@@ -1082,6 +1176,43 @@ dglrun: all workers done\n\
             check_losses_fall(&one, 1).is_err(),
             "one epoch proves nothing"
         );
+    }
+
+    #[test]
+    fn a_lone_launchers_losses_are_read() {
+        let log = "2026-01-01 INFO running the training in the launcher (no workers)\n\
+epoch=0 loss=1.4652 val_acc=0.27\nepoch=5 loss=1.0610 val_acc=0.59\n\
+[worker-0] epoch=9 loss=0.1\nepoch=x loss=1\n";
+        let l = losses_unprefixed(log);
+        assert_eq!(l, vec![(0, 1.4652), (5, 1.0610)]);
+    }
+
+    #[test]
+    fn the_new_examples_parse_with_their_shapes() {
+        let job = example_job_at(EXAMPLE_LAUNCHPY, "l").unwrap();
+        assert_eq!(job.spec.num_workers(), 2);
+        let args = job.spec.dgl_replica_specs[&ReplicaType::Launcher]
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .containers[0]
+            .args
+            .clone()
+            .unwrap();
+        let cmd = args
+            .iter()
+            .position(|a| a == "--train-command")
+            .map(|i| &args[i + 1])
+            .unwrap();
+        assert!(
+            cmd.starts_with("python3 train_dist.py --graph_name {graph_name}"),
+            "{cmd}"
+        );
+        assert!(!cmd.contains('\n'), "one line: {cmd:?}");
+        let job = example_job_at(EXAMPLE_STANDALONE, "s").unwrap();
+        assert!(job.spec.is_standalone());
+        assert_eq!(job.spec.partition_mode, dgl_api::PartitionMode::Skip);
     }
 
     #[test]

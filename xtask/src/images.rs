@@ -51,6 +51,16 @@ const BASE_RECIPE: &str = "slim-v1";
 /// Image label holding the content hash.
 pub const HASH_LABEL: &str = "io.dgl-operator.content-hash";
 const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// The files of the repository the training image (examples/graphsage/
+/// Dockerfile) copies: a change to any of them rebuilds it.
+const TRAINING_IMAGE_FILES: [&str; 6] = [
+    "examples/graphsage/requirements.txt",
+    "examples/graphsage/partition.py",
+    "examples/graphsage/train.py",
+    "examples/launchpy/partition_graph.py",
+    "examples/launchpy/train_dist.py",
+    "examples/standalone/node_classification.py",
+];
 const BINARIES: [&str; 4] = ["dgl-operator", "dglrun", "watcher-loop", "dgl-partition"];
 /// podman and debootstrap build the images; dgl-partition's MPI build needs
 /// OpenMPI's headers and libclang (bindgen) on the host.
@@ -848,8 +858,8 @@ pub fn run(args: Args) -> Result<()> {
                 let df = root.join("examples/graphsage/Dockerfile");
                 h.add_file("Dockerfile", &df)?;
                 h.add("base", base.id.clone());
-                for f in ["requirements.txt", "partition.py", "train.py"] {
-                    h.add_file(f, &root.join("examples/graphsage").join(f))?;
+                for f in TRAINING_IMAGE_FILES {
+                    h.add_file(f, &root.join(f))?;
                 }
                 let runtime = &built[&Which::Runtime];
                 let runtime_id = podman
@@ -1052,4 +1062,34 @@ async fn smoke(cluster: &localkube::LocalCluster, built: &BTreeMap<Which, ImageD
     }
     localkube::delete_namespace(&client, &ns).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every file the training image's Dockerfile copies from examples/ is
+    /// in its content hash, and every hashed file exists.
+    #[test]
+    fn the_training_image_hash_covers_what_it_copies() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dockerfile =
+            std::fs::read_to_string(root.join("examples/graphsage/Dockerfile")).unwrap();
+        let copied: Vec<&str> = dockerfile
+            .lines()
+            .filter(|l| l.starts_with("COPY examples/"))
+            .flat_map(|l| l.split_whitespace().skip(1))
+            .filter(|w| w.starts_with("examples/"))
+            .collect();
+        assert!(copied.len() >= 6, "{copied:?}");
+        for f in &copied {
+            assert!(
+                TRAINING_IMAGE_FILES.contains(f),
+                "{f} is copied but not hashed"
+            );
+        }
+        for f in TRAINING_IMAGE_FILES {
+            assert!(root.join(f).is_file(), "{f} does not exist");
+        }
+    }
 }

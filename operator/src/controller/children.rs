@@ -97,7 +97,10 @@ pub(super) async fn apply_children(
         }
         .boxed(),
     );
-    writes.push(apply(ctx, ns, &svc, ApplyWhen::Changed).boxed());
+    // A job without workers has none to put behind a Service.
+    if !job.spec.is_standalone() {
+        writes.push(apply(ctx, ns, &svc, ApplyWhen::Changed).boxed());
+    }
     if let Some(gang) = ctx.settings.build.gang {
         writes.push(apply_pod_group(ctx, job, ns, gang).boxed());
     }

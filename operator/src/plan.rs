@@ -132,6 +132,24 @@ pub fn plan(
     }
 }
 
+/// Fails the job for a reason found outside the state machine (an object
+/// of a child's name that is not the job's, a write the API server refuses):
+/// Failed now and cleanPodPolicy applied, as for any other failure. A job
+/// already finished keeps its outcome.
+pub fn fail(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    now: Timestamp,
+    reason: &str,
+    message: &str,
+) -> Plan {
+    let p = Planner::new(job, pods, now);
+    if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
+        return p.finished();
+    }
+    p.refused(reason, message)
+}
+
 /// The pod named `name` among `pods`.
 fn find<'p>(pods: &[&'p ObservedPod], name: &str) -> Option<&'p ObservedPod> {
     pods.iter().find(|p| p.name == name).copied()
@@ -248,6 +266,17 @@ impl<'a> Planner<'a> {
                 self.wake(left);
             }
         }
+        let epoch = self.epoch;
+        let pods = self.pods;
+        let current: Vec<&ObservedPod> = pods.iter().filter(|p| p.epoch == epoch).collect();
+        self.done(Replicas::After(&current), false)
+    }
+
+    /// Failed before or while running, for a reason no pod gave.
+    fn refused(mut self, reason: &str, message: &str) -> Plan {
+        self.sb.finish(JobPhase::Failed, reason, message);
+        self.clean_pods(self.job.spec.clean_pod_policy);
+        self.wake_for_ttl();
         let epoch = self.epoch;
         let pods = self.pods;
         let current: Vec<&ObservedPod> = pods.iter().filter(|p| p.epoch == epoch).collect();

@@ -596,6 +596,7 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
         name: "watcher-loop-worker".into(),
         image,
         command: Some(vec!["watcher-loop".into()]),
+        security_context: Some(crate::pod_security::restricted()),
         env: Some(vec![
             env_value(ENV_WATCHER_FILE, format!("{CONFIG_DIR}/{HOSTFILE}")),
             env_value(ENV_WATCHER_MODE, "ready"),

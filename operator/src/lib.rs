@@ -2,7 +2,8 @@
 //! integration tests both run it.
 //!
 //! - [`observe`]: what exists (pods classified);
-//! - [`builders`]: desired objects (pure);
+//! - [`builders`]: desired objects (pure); [`pod_security`]: the
+//!   restricted securityContext of the containers the operator adds;
 //! - [`plan`]: the state machine (pure);
 //! - [`cache`]: the watch caches, compact and indexed by job;
 //! - [`expectations`]: writes made but not yet seen by the watches;
@@ -19,4 +20,5 @@ pub mod leader;
 pub mod metrics;
 pub mod observe;
 pub mod plan;
+pub mod pod_security;
 pub mod server;

@@ -46,6 +46,8 @@ pub struct BuildConfig {
     pub watcher_image: Option<String>,
     /// Gang scheduler in use, if any.
     pub gang: Option<GangScheduler>,
+    /// ServiceAccounts no job's pod may run as (the operator's own first).
+    pub protected_service_accounts: Vec<crate::validate::ProtectedServiceAccount>,
 }
 
 /// Supported gang schedulers (their PodGroup CRDs).

@@ -4,7 +4,8 @@
 //! - [`observe`]: what exists (pods classified);
 //! - [`builders`]: desired objects (pure); [`pod_security`]: the
 //!   restricted securityContext of the containers the operator adds;
-//! - [`plan`]: the state machine (pure);
+//! - [`plan`]: the state machine (pure); [`validate`]: what the CRD cannot
+//!   check (the install's protected ServiceAccounts);
 //! - [`cache`]: the watch caches, compact and indexed by job;
 //! - [`expectations`]: writes made but not yet seen by the watches;
 //! - [`controller`]: the reconcile pipeline (apply, status, pod steps, Events);
@@ -22,3 +23,4 @@ pub mod observe;
 pub mod plan;
 pub mod pod_security;
 pub mod server;
+pub mod validate;

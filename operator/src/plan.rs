@@ -115,6 +115,9 @@ pub fn plan(
     if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
         return p.finished();
     }
+    if let Err(r) = crate::validate::validate(job, cfg) {
+        return p.refused(r.reason, &r.message);
+    }
     if job.spec.suspended() {
         return p.suspended();
     }

@@ -119,6 +119,7 @@ mod tests {
             BuildConfig {
                 watcher_image: Some("watcher:1".into()),
                 gang: Some(GangScheduler::Volcano),
+                ..Default::default()
             },
         ];
         let modes = [

@@ -204,6 +204,21 @@ fn malformed_cases() -> Vec<Case> {
             Box::new(|v| drop(v.as_object_mut().unwrap().remove("spec"))),
             "spec: Required value",
         ),
+        (
+            "name starting with a digit (no Service may have it)",
+            Box::new(|v| v["metadata"]["name"] = json!("1job")),
+            "metadata.name: must be a DNS-1035 label",
+        ),
+        (
+            "name with a dot (no Service may have it)",
+            Box::new(|v| v["metadata"]["name"] = json!("a.job")),
+            "metadata.name: must be a DNS-1035 label",
+        ),
+        (
+            "more workers than the ConfigMap can list",
+            Box::new(|v| v["spec"]["dglReplicaSpecs"]["Worker"]["replicas"] = json!(4097)),
+            "spec.dglReplicaSpecs.Worker.replicas in body should be less than or equal to 4096",
+        ),
     ]
 }
 

@@ -172,4 +172,48 @@ mod tests {
             assert!(e.contains("expected <namespace>/<name>"), "{e}");
         }
     }
+
+    /// The CRD caps `replicas` so that the largest job it admits (longest
+    /// name, IPv6 addresses) still fits its ConfigMap under the API
+    /// server's 1 MiB limit; the operator never meets an oversized one.
+    #[test]
+    fn the_largest_job_the_crd_admits_fits_its_config_map() {
+        let crd = serde_json::to_value(dgl_api::crd()).unwrap();
+        let replicas = crd
+            .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/dglReplicaSpecs/additionalProperties/properties/replicas/maximum")
+            .and_then(|m| m.as_f64())
+            .unwrap() as i32;
+        assert!(replicas >= 1024, "cap {replicas}");
+        let mut j = job("a-namespace");
+        j.metadata.name = Some(format!("j{}", "x".repeat(49)));
+        let w = j
+            .spec
+            .dgl_replica_specs
+            .get_mut(&ReplicaType::Worker)
+            .unwrap();
+        w.replicas = Some(replicas);
+        j.spec.slots_per_worker = Some(1024);
+        j.metadata.uid = Some("uid".into());
+        let name = j.name_any();
+        let pods: Vec<crate::observe::ObservedPod> = (0..replicas)
+            .map(|i| crate::observe::ObservedPod {
+                name: dgl_api::names::worker_name(&name, i),
+                role: ReplicaType::Worker,
+                index: i,
+                epoch: 0,
+                state: crate::observe::PodState::Running { ready: true },
+                ip: Some(format!("fd00:1234:5678:9abc:def0:1234:{:04x}:{:04x}", i, i)),
+            })
+            .collect();
+        let cm = crate::builders::config_map(&j, &pods);
+        let size = serde_json::to_vec(&cm.data).unwrap().len();
+        assert!(
+            cm.data
+                .as_ref()
+                .unwrap()
+                .contains_key(dgl_api::names::IP_CONFIG),
+            "complete"
+        );
+        assert!(size < 1024 * 1024 * 3 / 4, "ConfigMap data is {size} bytes");
+    }
 }

@@ -50,6 +50,7 @@ use crate::plan::{self, ConfigMapState};
 
 mod children;
 mod events;
+pub mod failing;
 mod status;
 mod steps;
 #[cfg(test)]
@@ -240,7 +241,19 @@ fn now_seconds() -> Timestamp {
 
 async fn reconcile(obj: Arc<DeserializeGuard<DGLJob>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let result = reconcile_job(&obj, &ctx, now_seconds()).await;
+    let now = now_seconds();
+    let mut result = reconcile_job(&obj, &ctx, now).await;
+    if let Ok(job) = &obj.0 {
+        // Errors that persist are shown on the job; the first success clears them.
+        match &result {
+            Err(e) => failing::show(&ctx, job, e, now).await,
+            Ok(_) => {
+                if let Err(e) = failing::clear(&ctx, job, now).await {
+                    result = Err(e);
+                }
+            }
+        }
+    }
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());

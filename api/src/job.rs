@@ -73,7 +73,9 @@ pub struct DGLJobSpec {
     #[serde(default)]
     pub clean_pod_policy: CleanPodPolicy,
 
-    /// How the graph is partitioned before training.
+    /// How the graph is partitioned before training. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf")
+        .message("spec.partitionMode: is immutable (a job's pods are built for its mode); create a new DGLJob to change it"))]
     #[serde(default)]
     pub partition_mode: PartitionMode,
 
@@ -92,6 +94,10 @@ pub struct DGLJobSpec {
         .message("spec.dglReplicaSpecs.Worker.replicas: must be at least 1"))]
     #[x_kube(validation = Rule::new("!('Partitioner' in self) || !has(self.Partitioner.replicas) || self.Partitioner.replicas <= 1")
         .message("spec.dglReplicaSpecs.Partitioner.replicas: must be 0 or 1"))]
+    #[x_kube(validation = Rule::new("!('Worker' in self) || !('Worker' in oldSelf) || (has(self.Worker.replicas) ? self.Worker.replicas : 1) == (has(oldSelf.Worker.replicas) ? oldSelf.Worker.replicas : 1)")
+        .message("spec.dglReplicaSpecs.Worker.replicas: is immutable (the partitions and the hostfile are made for it); create a new DGLJob to change it"))]
+    #[x_kube(validation = Rule::new("!('Partitioner' in self) || !('Partitioner' in oldSelf) || (has(self.Partitioner.replicas) ? self.Partitioner.replicas : 1) == (has(oldSelf.Partitioner.replicas) ? oldSelf.Partitioner.replicas : 1)")
+        .message("spec.dglReplicaSpecs.Partitioner.replicas: is immutable; create a new DGLJob to change it"))]
     pub dgl_replica_specs: BTreeMap<ReplicaType, ReplicaSpec>,
 
     /// Trainer processes per worker pod, written into the hostfile as

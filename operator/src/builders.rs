@@ -660,7 +660,10 @@ fn add_partitioned_probe(spec: &mut PodSpec) {
 /// A PodGroup for the gang scheduler in use (an untyped object: the CRDs are
 /// optional and not in k8s-openapi).
 pub fn pod_group(job: &DGLJob, gang: GangScheduler) -> kube::api::DynamicObject {
-    let total = job.spec.num_workers() + 1 + i32::from(job.spec.has_partitioner());
+    let total = job
+        .spec
+        .num_workers()
+        .saturating_add(1 + i32::from(job.spec.has_partitioner()));
     let policy = job.spec.run_policy().scheduling_policy.unwrap_or_default();
     let min = policy.min_available.unwrap_or(total);
     let mut spec = match gang {

@@ -53,6 +53,9 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("self.metadata.name.size() <= 50").message(
         "metadata.name: must be at most 50 characters, so that the names of the job's pods (<name>-partitioner, <name>-worker-<i>) stay valid"
     ),
+    validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message(
+        "metadata.name: must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, ending with a letter or digit, no dots), so that the job's Service <name>-worker is valid"
+    ),
 )]
 #[x_kube(validation = Rule::new(
     "self.partitionMode != 'Skip' || !('Partitioner' in self.dglReplicaSpecs)"
@@ -73,7 +76,9 @@ pub struct DGLJobSpec {
     #[serde(default)]
     pub clean_pod_policy: CleanPodPolicy,
 
-    /// How the graph is partitioned before training.
+    /// How the graph is partitioned before training. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf")
+        .message("spec.partitionMode: is immutable (a job's pods are built for its mode); create a new DGLJob to change it"))]
     #[serde(default)]
     pub partition_mode: PartitionMode,
 
@@ -92,6 +97,10 @@ pub struct DGLJobSpec {
         .message("spec.dglReplicaSpecs.Worker.replicas: must be at least 1"))]
     #[x_kube(validation = Rule::new("!('Partitioner' in self) || !has(self.Partitioner.replicas) || self.Partitioner.replicas <= 1")
         .message("spec.dglReplicaSpecs.Partitioner.replicas: must be 0 or 1"))]
+    #[x_kube(validation = Rule::new("!('Worker' in self) || !('Worker' in oldSelf) || (has(self.Worker.replicas) ? self.Worker.replicas : 1) == (has(oldSelf.Worker.replicas) ? oldSelf.Worker.replicas : 1)")
+        .message("spec.dglReplicaSpecs.Worker.replicas: is immutable (the partitions and the hostfile are made for it); create a new DGLJob to change it"))]
+    #[x_kube(validation = Rule::new("!('Partitioner' in self) || !('Partitioner' in oldSelf) || (has(self.Partitioner.replicas) ? self.Partitioner.replicas : 1) == (has(oldSelf.Partitioner.replicas) ? oldSelf.Partitioner.replicas : 1)")
+        .message("spec.dglReplicaSpecs.Partitioner.replicas: is immutable; create a new DGLJob to change it"))]
     pub dgl_replica_specs: BTreeMap<ReplicaType, ReplicaSpec>,
 
     /// Trainer processes per worker pod, written into the hostfile as
@@ -221,10 +230,12 @@ impl std::fmt::Display for ReplicaType {
     .message("template.spec.containers: must contain at least one container"))]
 #[serde(rename_all = "camelCase")]
 pub struct ReplicaSpec {
-    /// Number of pods of this role (Launcher: 1, Worker: 1 or more,
-    /// Partitioner: 0 or 1). Defaults to 1.
+    /// Number of pods of this role (Launcher: 1, Worker: 1 to 4096,
+    /// Partitioner: 0 or 1). Defaults to 1. The cap keeps the job's
+    /// ConfigMap (a hostfile line and an ip_config line per worker) well
+    /// under Kubernetes' 1 MiB limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0, max = 10000))]
+    #[schemars(range(min = 0, max = 4096))]
     pub replicas: Option<i32>,
 
     /// The pod template. The operator keeps it and only adds what it needs:

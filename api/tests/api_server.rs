@@ -204,6 +204,21 @@ fn malformed_cases() -> Vec<Case> {
             Box::new(|v| drop(v.as_object_mut().unwrap().remove("spec"))),
             "spec: Required value",
         ),
+        (
+            "name starting with a digit (no Service may have it)",
+            Box::new(|v| v["metadata"]["name"] = json!("1job")),
+            "metadata.name: must be a DNS-1035 label",
+        ),
+        (
+            "name with a dot (no Service may have it)",
+            Box::new(|v| v["metadata"]["name"] = json!("a.job")),
+            "metadata.name: must be a DNS-1035 label",
+        ),
+        (
+            "more workers than the ConfigMap can list",
+            Box::new(|v| v["spec"]["dglReplicaSpecs"]["Worker"]["replicas"] = json!(4097)),
+            "spec.dglReplicaSpecs.Worker.replicas in body should be less than or equal to 4096",
+        ),
     ]
 }
 
@@ -380,4 +395,52 @@ async fn every_example_job_is_accepted() {
             .await
             .unwrap_or_else(|e| panic!("{f} refused: {e}"));
     }
+}
+
+/// `replicas` and `partitionMode` cannot change once the job exists: an
+/// update is refused with a message naming the field; other edits pass.
+#[tokio::test]
+async fn replicas_and_partition_mode_are_immutable() {
+    let (client, ns) = setup("api-immutable").await;
+    let api = dynamic_api(&client, &ns);
+    create_raw(&api, seed_json(&ns, "fixed")).await.unwrap();
+    let refused = |patch: Value, expected: &'static str| {
+        let api = api.clone();
+        async move {
+            match api
+                .patch("fixed", &PatchParams::default(), &Patch::Merge(patch))
+                .await
+            {
+                Err(kube::Error::Api(s)) => {
+                    assert_eq!(s.code, 422, "{}", s.message);
+                    assert!(s.message.contains(expected), "{}", s.message);
+                }
+                other => panic!("expected a refusal naming {expected}, got {other:?}"),
+            }
+        }
+    };
+    refused(
+        json!({"spec": {"dglReplicaSpecs": {"Worker": {"replicas": 3}}}}),
+        "spec.dglReplicaSpecs.Worker.replicas: is immutable",
+    )
+    .await;
+    // Unset means 1: removing it is a change too.
+    refused(
+        json!({"spec": {"dglReplicaSpecs": {"Worker": {"replicas": null}}}}),
+        "spec.dglReplicaSpecs.Worker.replicas: is immutable",
+    )
+    .await;
+    refused(
+        json!({"spec": {"partitionMode": "Skip"}}),
+        "spec.partitionMode: is immutable",
+    )
+    .await;
+    // Anything else may change.
+    api.patch(
+        "fixed",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"runPolicy": {"suspend": true}, "dglReplicaSpecs": {"Worker": {"replicas": 2}}}})),
+    )
+    .await
+    .expect("an edit that keeps replicas and partitionMode is accepted");
 }

@@ -46,6 +46,8 @@ pub struct BuildConfig {
     pub watcher_image: Option<String>,
     /// Gang scheduler in use, if any.
     pub gang: Option<GangScheduler>,
+    /// ServiceAccounts no job's pod may run as (the operator's own first).
+    pub protected_service_accounts: Vec<crate::validate::ProtectedServiceAccount>,
 }
 
 /// Supported gang schedulers (their PodGroup CRDs).
@@ -614,6 +616,7 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
         name: "watcher-loop-worker".into(),
         image,
         command: Some(vec!["watcher-loop".into()]),
+        security_context: Some(crate::pod_security::restricted()),
         env: Some(vec![
             env_value(ENV_WATCHER_FILE, format!("{CONFIG_DIR}/{HOSTFILE}")),
             env_value(ENV_WATCHER_MODE, "ready"),
@@ -675,7 +678,10 @@ fn add_partitioned_probe(spec: &mut PodSpec) {
 /// A PodGroup for the gang scheduler in use (an untyped object: the CRDs are
 /// optional and not in k8s-openapi).
 pub fn pod_group(job: &DGLJob, gang: GangScheduler) -> kube::api::DynamicObject {
-    let total = job.spec.num_workers() + 1 + i32::from(job.spec.has_partitioner());
+    let total = job
+        .spec
+        .num_workers()
+        .saturating_add(1 + i32::from(job.spec.has_partitioner()));
     let policy = job.spec.run_policy().scheduling_policy.unwrap_or_default();
     let min = policy.min_available.unwrap_or(total);
     let mut spec = match gang {

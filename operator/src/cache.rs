@@ -7,10 +7,10 @@
 //!   reconcile only when what the state machine sees changed (not, say, when
 //!   the scheduler binds it). It also holds the job's *expectations*: pods
 //!   this operator created or deleted that the watch has not shown yet.
-//! - [`ChildCache`]: for ConfigMaps, Services, ServiceAccounts, Roles and
-//!   RoleBindings, only the applied-hash annotation, by kind, namespace and
-//!   name (metadata-only watches), plus the hashes this operator applied and
-//!   has not seen back yet. A deletion triggers the owner's reconcile, and so
+//! - [`ChildCache`]: for ConfigMaps, Services, ServiceAccounts, Roles,
+//!   RoleBindings and Secrets, only the applied-hash annotation and the
+//!   controller, by kind, namespace and name (metadata-only watches), plus
+//!   what this operator wrote and has not seen back yet. A deletion triggers the owner's reconcile, and so
 //!   does a ConfigMap whose hash changed (the launcher waits for it).
 //!
 //! Each watch handles a relist (Init … InitDone) by replacing its part of the
@@ -465,13 +465,55 @@ pub enum ChildState {
     Present(Option<String>),
 }
 
-/// Applied-hash annotations of the operator's children, by kind/ns/name:
-/// as the watches last showed them, and as this operator last applied them
-/// (until the watch shows that write).
+/// The controller ownerReference of an object: who may rewrite it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Controller {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl Controller {
+    /// The controller ownerReference in `meta`, if any.
+    pub fn of(meta: &ObjectMeta) -> Option<Controller> {
+        meta.owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true))
+            .map(|r| Controller {
+                kind: r.kind.clone(),
+                name: r.name.clone(),
+                uid: r.uid.clone(),
+            })
+    }
+}
+
+/// One child as the operator knows it: its applied hash and its controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenChild {
+    pub hash: Option<String>,
+    pub controller: Option<Controller>,
+}
+
+impl SeenChild {
+    pub fn of(meta: &ObjectMeta) -> SeenChild {
+        SeenChild {
+            hash: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(HASH_ANNOTATION).cloned()),
+            controller: Controller::of(meta),
+        }
+    }
+}
+
+/// Applied-hash annotations and controllers of the operator's children, by
+/// kind/ns/name: as the watches last showed them, and as this operator last
+/// wrote them (until the watch shows that write).
 #[derive(Default)]
 pub struct ChildCache {
-    seen: RwLock<HashMap<ChildKey, Option<String>>>,
-    written: Expectations<ChildKey, (), Option<String>>,
+    seen: RwLock<HashMap<ChildKey, SeenChild>>,
+    written: Expectations<ChildKey, (), SeenChild>,
 }
 
 impl ChildCache {
@@ -479,11 +521,25 @@ impl ChildCache {
         (kind, ns.to_string(), name.to_string())
     }
 
-    /// The child as far as this operator knows (its own last write first).
+    /// The child as far as this operator knows (its own last write first);
+    /// None: it does not exist, or the label-selected watch does not show it
+    /// (an object this operator did not label).
+    pub fn get(&self, kind: &'static str, ns: &str, name: &str) -> Option<SeenChild> {
+        let key = Self::key(kind, ns, name);
+        self.written.get(&key, &()).or_else(|| {
+            self.seen
+                .read()
+                .expect("child cache lock")
+                .get(&key)
+                .cloned()
+        })
+    }
+
+    /// The child's applied hash as far as this operator knows.
     pub fn hash(&self, kind: &'static str, ns: &str, name: &str) -> ChildState {
-        match self.written.get(&Self::key(kind, ns, name), &()) {
-            Some(h) => ChildState::Present(h),
-            None => self.seen_hash(kind, ns, name),
+        match self.get(kind, ns, name) {
+            Some(c) => ChildState::Present(c.hash),
+            None => ChildState::Absent,
         }
     }
 
@@ -492,14 +548,14 @@ impl ChildCache {
     pub fn seen_hash(&self, kind: &'static str, ns: &str, name: &str) -> ChildState {
         let seen = self.seen.read().expect("child cache lock");
         match seen.get(&Self::key(kind, ns, name)) {
-            Some(h) => ChildState::Present(h.clone()),
+            Some(c) => ChildState::Present(c.hash.clone()),
             None => ChildState::Absent,
         }
     }
 
-    /// Records what the operator just applied (the watch event follows later).
-    pub fn record(&self, kind: &'static str, ns: &str, name: &str, hash: Option<String>) {
-        self.written.expect(&Self::key(kind, ns, name), (), hash);
+    /// Records what the operator just wrote (the watch event follows later).
+    pub fn record(&self, kind: &'static str, ns: &str, name: &str, child: SeenChild) {
+        self.written.expect(&Self::key(kind, ns, name), (), child);
     }
 
     #[cfg(test)]
@@ -519,12 +575,13 @@ impl ChildCache {
         self.written.len()
     }
 
-    /// A watch showed the child with `hash`: true when that hash is new.
-    fn saw(&self, key: ChildKey, hash: Option<String>) -> bool {
+    /// A watch showed the child: true when its hash is new.
+    fn saw(&self, key: ChildKey, child: SeenChild) -> bool {
         self.written
-            .remove_if(&key, &(), |h, expired| *h == hash || expired);
+            .remove_if(&key, &(), |w, expired| w.hash == child.hash || expired);
+        let hash = child.hash.clone();
         let mut seen = self.seen.write().expect("child cache lock");
-        seen.insert(key, hash.clone()) != Some(hash)
+        seen.insert(key, child).map(|c| c.hash) != Some(hash)
     }
 
     fn gone(&self, key: &ChildKey) {
@@ -532,7 +589,7 @@ impl ChildCache {
         self.seen.write().expect("child cache lock").remove(key);
     }
 
-    fn replace_kind(&self, kind: &'static str, fresh: HashMap<ChildKey, Option<String>>) {
+    fn replace_kind(&self, kind: &'static str, fresh: HashMap<ChildKey, SeenChild>) {
         let mut seen = self.seen.write().expect("child cache lock");
         seen.retain(|k, _| k.0 != kind);
         seen.extend(fresh);
@@ -540,12 +597,6 @@ impl ChildCache {
 
     fn key_of(kind: &'static str, meta: &ObjectMeta) -> Option<ChildKey> {
         Some((kind, meta.namespace.clone()?, meta.name.clone()?))
-    }
-
-    fn hash_of(meta: &ObjectMeta) -> Option<String> {
-        meta.annotations
-            .as_ref()
-            .and_then(|a| a.get(HASH_ANNOTATION).cloned())
     }
 }
 
@@ -576,7 +627,7 @@ where
     };
     let trigger_on_change = kind == <ConfigMap as k8s_openapi::Resource>::KIND;
     let (cache, ready) = (cache.clone(), ready.clone());
-    let mut fresh: Option<HashMap<ChildKey, Option<String>>> = None;
+    let mut fresh: Option<HashMap<ChildKey, SeenChild>> = None;
     let mut listed = false;
     watcher(api, config.clone())
         .default_backoff()
@@ -584,7 +635,7 @@ where
             let out = match ev {
                 Ok(watcher::Event::Apply(o)) => {
                     ChildCache::key_of(kind, &o.metadata).and_then(|k| {
-                        let changed = cache.saw(k, ChildCache::hash_of(&o.metadata));
+                        let changed = cache.saw(k, SeenChild::of(&o.metadata));
                         (changed && trigger_on_change)
                             .then(|| owner_job(&o.metadata))
                             .flatten()
@@ -604,7 +655,7 @@ where
                     if let (Some(k), Some(fresh)) =
                         (ChildCache::key_of(kind, &o.metadata), fresh.as_mut())
                     {
-                        fresh.insert(k, ChildCache::hash_of(&o.metadata));
+                        fresh.insert(k, SeenChild::of(&o.metadata));
                     }
                     None
                 }
@@ -772,9 +823,13 @@ mod tests {
         let c = ChildCache::default();
         assert_eq!(c.hash("ConfigMap", "ns", "j-config"), ChildState::Absent);
         let k = ChildCache::key("ConfigMap", "ns", "j-config");
-        assert!(c.saw(k.clone(), Some("a".into())), "new child");
-        assert!(!c.saw(k.clone(), Some("a".into())), "same hash again");
-        c.record("ConfigMap", "ns", "j-config", Some("b".into()));
+        let h = |s: &str| SeenChild {
+            hash: Some(s.into()),
+            controller: None,
+        };
+        assert!(c.saw(k.clone(), h("a")), "new child");
+        assert!(!c.saw(k.clone(), h("a")), "same hash again");
+        c.record("ConfigMap", "ns", "j-config", h("b"));
         assert_eq!(
             c.hash("ConfigMap", "ns", "j-config"),
             ChildState::Present(Some("b".into()))
@@ -784,9 +839,9 @@ mod tests {
             ChildState::Present(Some("a".into()))
         );
         // An older version shown again keeps the write pending.
-        c.saw(k.clone(), Some("a".into()));
+        c.saw(k.clone(), h("a"));
         assert_eq!(c.pending_writes(), 1);
-        assert!(c.saw(k.clone(), Some("b".into())));
+        assert!(c.saw(k.clone(), h("b")));
         assert_eq!(c.pending_writes(), 0);
         assert_eq!(
             c.seen_hash("ConfigMap", "ns", "j-config"),

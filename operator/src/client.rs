@@ -79,7 +79,8 @@ impl TokenBucket {
         let elapsed = now.saturating_duration_since(s.1).as_secs_f64();
         s.1 = s.1.max(now);
         s.0 = (s.0 + elapsed * self.qps).min(self.burst) - 1.0;
-        (s.0 < 0.0).then(|| Duration::from_secs_f64(-s.0 / self.qps))
+        // A tiny qps makes the wait too long for a Duration: wait "forever".
+        (s.0 < 0.0).then(|| Duration::try_from_secs_f64(-s.0 / self.qps).unwrap_or(Duration::MAX))
     }
 
     pub fn reserve(&self) -> Option<Duration> {
@@ -289,5 +290,13 @@ mod tests {
         }
         assert!(b.reserve_at(t1).is_some());
         assert!(TokenBucket::new(RateLimit::UNLIMITED).is_none());
+        // The smallest qps there is: a wait too long for a Duration, no panic.
+        let slow = TokenBucket::new(RateLimit {
+            qps: f32::from_bits(1),
+            burst: 1,
+        })
+        .unwrap();
+        assert_eq!(slow.reserve_at(t0), None);
+        assert_eq!(slow.reserve_at(t0), Some(Duration::MAX));
     }
 }

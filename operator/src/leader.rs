@@ -61,7 +61,7 @@ impl LeaderElector {
             .as_ref()
             .map(|t| {
                 let secs = i64::from(spec.lease_duration_seconds.unwrap_or(15));
-                t.0.as_second() + secs < now.as_second()
+                t.0.as_second().saturating_add(secs) < now.as_second()
             })
             .unwrap_or(true);
         let mine = holder == self.cfg.identity;
@@ -73,7 +73,10 @@ impl LeaderElector {
         } else {
             now
         };
-        let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!mine);
+        let transitions = spec
+            .lease_transitions
+            .unwrap_or(0)
+            .saturating_add(i32::from(!mine));
         lease.spec = Some(self.spec(acquire, now, transitions));
         // replace() carries the resourceVersion: a concurrent writer loses with 409.
         match self
@@ -90,7 +93,9 @@ impl LeaderElector {
     fn spec(&self, acquire: Timestamp, renew: Timestamp, transitions: i32) -> LeaseSpec {
         LeaseSpec {
             holder_identity: Some(self.cfg.identity.clone()),
-            lease_duration_seconds: Some(self.cfg.duration.as_secs() as i32),
+            lease_duration_seconds: Some(
+                i32::try_from(self.cfg.duration.as_secs()).unwrap_or(i32::MAX),
+            ),
             acquire_time: Some(MicroTime(acquire)),
             renew_time: Some(MicroTime(renew)),
             lease_transitions: Some(transitions),

@@ -14,6 +14,7 @@ use dgl_operator::controller::{self, Settings};
 use dgl_operator::leader::{LeaderConfig, LeaderElector};
 use dgl_operator::metrics::Metrics;
 use dgl_operator::server::{self, ServerState};
+use dgl_operator::validate::ProtectedServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::{Api, Client};
 use tokio::sync::watch;
@@ -109,6 +110,17 @@ struct RunArgs {
     #[arg(long, env = "DGL_OPERATOR_WATCHER_IMAGE")]
     watcher_image: Option<String>,
 
+    /// ServiceAccounts no DGLJob's pod may run as, comma-separated
+    /// `<namespace>/<name>` (or `<name>`: in every namespace). The Helm chart
+    /// and deploy/ set the operator's own; a job whose template names one
+    /// fails (ServiceAccountRefused) before any pod is created.
+    #[arg(
+        long,
+        env = "DGL_OPERATOR_PROTECTED_SERVICE_ACCOUNTS",
+        value_delimiter = ','
+    )]
+    protected_service_accounts: Vec<ProtectedServiceAccount>,
+
     /// Gang scheduler for runPolicy.schedulingPolicy.
     #[arg(long, value_enum, default_value_t = Gang::Auto)]
     gang_scheduler: Gang,
@@ -200,9 +212,13 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         build: BuildConfig {
             watcher_image: args.watcher_image.clone(),
             gang,
+            protected_service_accounts: args.protected_service_accounts.clone(),
         },
         instance,
     };
+    if settings.build.protected_service_accounts.is_empty() {
+        warn!("no --protected-service-accounts: a DGLJob's pod may run as the operator's own ServiceAccount");
+    }
     ready.store(true, Ordering::Relaxed);
     info!(namespace = ?settings.namespace, concurrency = settings.concurrency,
         kube_api_qps = limit.qps, kube_api_burst = limit.burst, "starting controller");

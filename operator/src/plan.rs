@@ -56,6 +56,11 @@ pub struct Plan {
     pub ensure_children: bool,
 }
 
+/// The longest a plan sleeps without news: a far deadline or TTL is
+/// re-planned (and re-armed) daily rather than armed once for years, which
+/// the controller's timer could not hold.
+pub const MAX_WAKE: Duration = Duration::from_secs(24 * 3600);
+
 /// Whether the job's ConfigMap, as the API server serves it to other
 /// clients (the watch shows it), is the one this plan's pods would produce:
 /// complete, listing every worker with its IP. The launcher reads it when it
@@ -115,6 +120,9 @@ pub fn plan(
     if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
         return p.finished();
     }
+    if let Err(r) = crate::validate::validate(job, cfg) {
+        return p.refused(r.reason, &r.message);
+    }
     if job.spec.suspended() {
         return p.suspended();
     }
@@ -130,6 +138,24 @@ pub fn plan(
         _ if launcher_succeeded => p.succeeded(&current),
         _ => p.forward(&current, cfg, config_map),
     }
+}
+
+/// Fails the job for a reason found outside the state machine (an object
+/// of a child's name that is not the job's, a write the API server refuses):
+/// Failed now and cleanPodPolicy applied, as for any other failure. A job
+/// already finished keeps its outcome.
+pub fn fail(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    now: Timestamp,
+    reason: &str,
+    message: &str,
+) -> Plan {
+    let p = Planner::new(job, pods, now);
+    if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
+        return p.finished();
+    }
+    p.refused(reason, message)
 }
 
 /// The pod named `name` among `pods`.
@@ -216,9 +242,10 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// Wakes up in `secs` (at least 1) unless something earlier is due.
+    /// Wakes up in `secs` (at least 1, at most [`MAX_WAKE`]) unless
+    /// something earlier is due.
     fn wake(&mut self, secs: i64) {
-        let d = Duration::from_secs(secs.max(1) as u64);
+        let d = Duration::from_secs(secs.max(1).unsigned_abs()).min(MAX_WAKE);
         self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
     }
 
@@ -229,7 +256,7 @@ impl<'a> Planner<'a> {
             .spec
             .run_policy()
             .ttl_seconds_after_finished
-            .map(|t| Duration::from_secs(t.max(1) as u64));
+            .map(|t| Duration::from_secs(u64::from(t.max(1).unsigned_abs())).min(MAX_WAKE));
     }
 
     fn clean_pods(&mut self, policy: CleanPodPolicy) {
@@ -241,13 +268,24 @@ impl<'a> Planner<'a> {
         self.clean_pods(self.job.spec.clean_pod_policy);
         let ttl = self.job.spec.run_policy().ttl_seconds_after_finished;
         if let (Some(ttl), Some(done)) = (ttl, self.sb.status.completion_time.clone()) {
-            let left = i64::from(ttl) - secs_between(&done, self.now);
+            let left = i64::from(ttl).saturating_sub(secs_between(&done, self.now));
             if left <= 0 {
                 self.steps.push(Step::DeleteJob);
             } else {
                 self.wake(left);
             }
         }
+        let epoch = self.epoch;
+        let pods = self.pods;
+        let current: Vec<&ObservedPod> = pods.iter().filter(|p| p.epoch == epoch).collect();
+        self.done(Replicas::After(&current), false)
+    }
+
+    /// Failed before or while running, for a reason no pod gave.
+    fn refused(mut self, reason: &str, message: &str) -> Plan {
+        self.sb.finish(JobPhase::Failed, reason, message);
+        self.clean_pods(self.job.spec.clean_pod_policy);
+        self.wake_for_ttl();
         let epoch = self.epoch;
         let pods = self.pods;
         let current: Vec<&ObservedPod> = pods.iter().filter(|p| p.epoch == epoch).collect();
@@ -302,7 +340,9 @@ impl<'a> Planner<'a> {
         let (Some(deadline), Some(start)) = (deadline, self.sb.status.start_time.clone()) else {
             return false;
         };
-        let left = deadline - secs_between(&start, self.now);
+        // Saturating: a deadline near i64::MAX and a start time ahead of this
+        // clock (skew) must not overflow.
+        let left = deadline.saturating_sub(secs_between(&start, self.now));
         if left > 0 {
             self.wake(left);
         }
@@ -688,7 +728,7 @@ fn clean_pods(policy: CleanPodPolicy, pods: &[ObservedPod]) -> Vec<Step> {
 }
 
 fn secs_between(from: &Time, to: Timestamp) -> i64 {
-    to.as_second() - from.0.as_second()
+    to.as_second().saturating_sub(from.0.as_second())
 }
 
 #[cfg(test)]

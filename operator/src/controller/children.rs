@@ -1,11 +1,13 @@
 //! Pipeline step "apply": the job's supporting objects (ConfigMap, Secret,
 //! RBAC, Service, PodGroup), each written only when it changed.
 
-use dgl_api::names::{secret_name, FIELD_MANAGER};
+use std::borrow::Cow;
+
+use dgl_api::names::FIELD_MANAGER;
 use dgl_api::DGLJob;
 use futures::future::{self, BoxFuture};
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -14,7 +16,7 @@ use serde::Serialize;
 
 use super::{is_status, kube_err, Context, Error};
 use crate::builders::{self, GangScheduler, HASH_ANNOTATION};
-use crate::cache::ChildState;
+use crate::cache::SeenChild;
 
 /// When a child is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,9 +27,137 @@ pub enum ApplyWhen {
     Missing,
 }
 
-/// Server-side applies `obj` unless the cache (or this operator's own last
-/// write) shows it as `when` says it need not be.
-async fn apply<K>(ctx: &Context, ns: &str, obj: &K, when: ApplyWhen) -> Result<(), Error>
+/// Who controls an object of a child's name, as far as the operator knows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ownership {
+    /// No such object (or none the label-selected watches show).
+    Absent,
+    /// Controlled by this job; its applied hash.
+    Ours(Option<String>),
+    /// Controlled by an earlier DGLJob of the same name (deleted, its
+    /// children not yet garbage-collected): wait for the collector.
+    Earlier(String),
+    /// Anything else: a user's object, or another controller's. Left alone.
+    Foreign(String),
+}
+
+/// Who controls `seen`, from the point of view of `job` (pure).
+pub(crate) fn ownership(seen: Option<&SeenChild>, job: &DGLJob) -> Ownership {
+    let Some(seen) = seen else {
+        return Ownership::Absent;
+    };
+    match &seen.controller {
+        Some(c) if job.metadata.uid.as_deref() == Some(c.uid.as_str()) => {
+            Ownership::Ours(seen.hash.clone())
+        }
+        Some(c) if c.kind == DGLJob::kind(&()) && c.name == job.name_any() => {
+            Ownership::Earlier(c.uid.clone())
+        }
+        Some(c) => Ownership::Foreign(format!("it is controlled by {} {}", c.kind, c.name)),
+        None => Ownership::Foreign("it has no controller".into()),
+    }
+}
+
+/// The child as this job's: its hash if it is, else the error that says why not.
+pub(super) fn owned(
+    kind: &str,
+    name: &str,
+    seen: Option<&SeenChild>,
+    job: &DGLJob,
+) -> Result<Option<String>, Error> {
+    let kind = Cow::Owned(kind.to_string());
+    match ownership(seen, job) {
+        Ownership::Ours(hash) => Ok(hash),
+        Ownership::Absent => Ok(None),
+        Ownership::Earlier(uid) => Err(Error::Earlier {
+            kind,
+            name: name.into(),
+            uid,
+        }),
+        Ownership::Foreign(why) => Err(Error::NotOwned {
+            kind,
+            name: name.into(),
+            why,
+        }),
+    }
+}
+
+/// What [`ensure_exists`] found or did.
+enum Existing {
+    /// It did not exist: created now, as built.
+    Created,
+    /// It exists and is this job's, with this applied hash.
+    Ours(Option<String>),
+}
+
+/// Creates `obj` (POST) unless it exists; an object of that name that this
+/// job does not control is left alone (an error). Never adopts.
+async fn ensure_exists<K>(ctx: &Context, job: &DGLJob, ns: &str, obj: &K) -> Result<Existing, Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let kind = <K as k8s_openapi::Resource>::KIND;
+    let name = obj.name_any();
+    let seen = match ctx.children.get(kind, ns, &name) {
+        Some(seen) => seen,
+        None => match create(ctx, ns, obj).await? {
+            None => {
+                ctx.children
+                    .record(kind, ns, &name, SeenChild::of(obj.meta()));
+                return Ok(Existing::Created);
+            }
+            Some(existing) => existing,
+        },
+    };
+    owned(kind, &name, Some(&seen), job).map(Existing::Ours)
+}
+
+/// POSTs `obj`; Some(what exists) when an object of its name already does.
+async fn create<K>(ctx: &Context, ns: &str, obj: &K) -> Result<Option<SeenChild>, Error>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug,
+{
+    let kind = <K as k8s_openapi::Resource>::KIND;
+    let name = obj.name_any();
+    let api = Api::<K>::namespaced(ctx.client.clone(), ns);
+    ctx.metrics.api_writes.inc();
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&pp, obj).await {
+        Ok(_) => Ok(None),
+        Err(e) if is_status(&e, 409) => {
+            let meta = api
+                .get_metadata(&name)
+                .await
+                .map_err(kube_err("read", kind, &name))?;
+            Ok(Some(SeenChild::of(&meta.metadata)))
+        }
+        Err(e) => Err(kube_err("create", kind, &name)(e)),
+    }
+}
+
+/// Creates `obj` if absent, else server-side applies it (this job's only)
+/// unless the cache (or this operator's own last write) shows it as `when`
+/// says it need not be.
+async fn apply<K>(
+    ctx: &Context,
+    job: &DGLJob,
+    ns: &str,
+    obj: &K,
+    when: ApplyWhen,
+) -> Result<(), Error>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + k8s_openapi::Resource
@@ -39,12 +169,15 @@ where
     let kind = <K as k8s_openapi::Resource>::KIND;
     let name = obj.name_any();
     let want = obj.annotations().get(HASH_ANNOTATION);
-    match ctx.children.hash(kind, ns, &name) {
-        ChildState::Present(have) if want.is_some() && have.as_ref() == want => return Ok(()),
-        ChildState::Present(_) if when == ApplyWhen::Missing => return Ok(()),
-        _ => {}
+    match ensure_exists(ctx, job, ns, obj).await? {
+        Existing::Created => return Ok(()),
+        Existing::Ours(have) if want.is_some() && have.as_ref() == want => return Ok(()),
+        Existing::Ours(_) if when == ApplyWhen::Missing => return Ok(()),
+        Existing::Ours(_) => {}
     }
     ctx.metrics.api_writes.inc();
+    // Force: the fields are this job's (it is the controller); another
+    // manager's edits to them are overwritten, as a controller does.
     Api::<K>::namespaced(ctx.client.clone(), ns)
         .patch(
             &name,
@@ -53,7 +186,8 @@ where
         )
         .await
         .map_err(kube_err("apply", kind, &name))?;
-    ctx.children.record(kind, ns, &name, want.cloned());
+    ctx.children
+        .record(kind, ns, &name, SeenChild::of(obj.meta()));
     Ok(())
 }
 
@@ -77,29 +211,25 @@ pub(super) async fn apply_children(
     let svc = builders::worker_service(job);
     let mut writes: Vec<BoxFuture<'_, Result<(), Error>>> = Vec::new();
 
-    // The secret is created once (random token) and never rewritten. The
-    // operator may create Secrets but not read them (least privilege), so it
-    // creates the token together with the job's first ConfigMap.
-    let cm_kind = <ConfigMap as k8s_openapi::Resource>::KIND;
-    if ctx.children.hash(cm_kind, ns, &cm.name_any()) == ChildState::Absent {
-        writes.push(create_secret(ctx, job, ns).boxed());
-    }
-    writes.push(apply(ctx, ns, cm, config_map_when).boxed());
-    writes.push(apply(ctx, ns, &sa, ApplyWhen::Changed).boxed());
+    // The Secret is created once (random token) and never rewritten; a
+    // missing one (deleted, or a create that failed) is created again.
+    writes.push(ensure_secret(ctx, job, ns).boxed());
+    writes.push(apply(ctx, job, ns, cm, config_map_when).boxed());
+    writes.push(apply(ctx, job, ns, &sa, ApplyWhen::Changed).boxed());
     // The Role before its RoleBinding: unless the operator may `bind` roles
     // (it may not: least privilege), the API server checks a new binding
     // against the rules of the Role it names, and answers 404 while that
     // Role does not exist yet.
     writes.push(
         async {
-            apply(ctx, ns, &role, ApplyWhen::Changed).await?;
-            apply(ctx, ns, &binding, ApplyWhen::Changed).await
+            apply(ctx, job, ns, &role, ApplyWhen::Changed).await?;
+            apply(ctx, job, ns, &binding, ApplyWhen::Changed).await
         }
         .boxed(),
     );
     // A job without workers has none to put behind a Service.
     if !job.spec.is_standalone() {
-        writes.push(apply(ctx, ns, &svc, ApplyWhen::Changed).boxed());
+        writes.push(apply(ctx, job, ns, &svc, ApplyWhen::Changed).boxed());
     }
     if let Some(gang) = ctx.settings.build.gang {
         writes.push(apply_pod_group(ctx, job, ns, gang).boxed());
@@ -114,28 +244,12 @@ pub(super) async fn apply_children(
     Ok(())
 }
 
-/// Creates (POST, not apply) the job's Secret with a fresh random token; a
-/// repeat answered "already exists" is fine: the token is never rewritten.
-async fn create_secret(ctx: &Context, job: &DGLJob, ns: &str) -> Result<(), Error> {
-    let name = secret_name(&job.name_any());
+/// The job's Secret exists and is this job's: the watch (metadata only)
+/// shows it, or it is created (POST) now with a fresh random token. Never
+/// rewritten: the pods that mounted it hold its token.
+async fn ensure_secret(ctx: &Context, job: &DGLJob, ns: &str) -> Result<(), Error> {
     let secret = builders::secret(job, &random_token());
-    ctx.metrics.api_writes.inc();
-    let pp = PostParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    };
-    match Api::<Secret>::namespaced(ctx.client.clone(), ns)
-        .create(&pp, &secret)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if is_status(&e, 409) => Ok(()),
-        Err(e) => Err(kube_err(
-            "create",
-            <Secret as k8s_openapi::Resource>::KIND,
-            &name,
-        )(e)),
-    }
+    ensure_exists(ctx, job, ns, &secret).await.map(|_| ())
 }
 
 /// The job's PodGroup. PodGroups are not cached (their CRDs are optional):
@@ -155,11 +269,24 @@ async fn apply_pod_group(
             .await
             .map_err(kube_err("get", resource.kind.clone(), &name))?;
     let want = group.annotations().get(HASH_ANNOTATION);
-    if current
-        .as_ref()
-        .and_then(|c| c.annotations().get(HASH_ANNOTATION))
-        == want
-    {
+    let Some(current) = current else {
+        ctx.metrics.api_writes.inc();
+        let pp = PostParams {
+            field_manager: Some(FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        api.create(&pp, &group)
+            .await
+            .map_err(kube_err("create", resource.kind.clone(), &name))?;
+        return Ok(());
+    };
+    let have = owned(
+        &resource.kind,
+        &name,
+        Some(&SeenChild::of(&current.metadata)),
+        job,
+    )?;
+    if have.as_ref() == want {
         return Ok(());
     }
     ctx.metrics.api_writes.inc();

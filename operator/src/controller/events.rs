@@ -26,6 +26,20 @@ pub(super) async fn transition_event(ctx: &Context, job: &DGLJob, t: Transition)
     count(&ctx.metrics, &ns, t.type_);
     info!(job = %name, namespace = %ns, condition = %t.type_, reason = %t.reason, "{}", t.message);
     let warning = matches!(t.type_, JobPhase::Failed | JobPhase::Restarting);
+    publish(ctx, job, warning, &t.reason, t.type_.as_str(), &t.message).await;
+}
+
+/// Creates one Event on `job`; a failure is logged, never returned.
+pub(super) async fn publish(
+    ctx: &Context,
+    job: &DGLJob,
+    warning: bool,
+    reason: &str,
+    action: &str,
+    note: &str,
+) {
+    let ns = job.namespace().unwrap_or_default();
+    let name = job.name_any();
     let now = Timestamp::now();
     let event = Event {
         metadata: ObjectMeta {
@@ -35,9 +49,9 @@ pub(super) async fn transition_event(ctx: &Context, job: &DGLJob, t: Transition)
         },
         event_time: Some(MicroTime(now)),
         type_: Some(if warning { "Warning" } else { "Normal" }.into()),
-        reason: Some(t.reason.clone()),
-        action: Some(t.type_.as_str().to_string()),
-        note: Some(t.message.chars().take(1000).collect()),
+        reason: Some(reason.into()),
+        action: Some(action.into()),
+        note: Some(note.chars().take(1000).collect()),
         regarding: Some(job.object_ref(&())),
         reporting_controller: Some(REPORTING_CONTROLLER.into()),
         reporting_instance: Some(ctx.settings.instance.clone()),

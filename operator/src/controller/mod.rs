@@ -4,7 +4,7 @@
 //! (concurrently) → pod steps and Events (concurrently). This file holds the
 //! wiring; each step has its own file:
 //! - [`children`]: ConfigMap, Secret (created, never applied), RBAC,
-//!   Service, PodGroup;
+//!   Service, PodGroup: created when absent, never adopted;
 //! - [`status`]: the status write and its expectation;
 //! - [`steps`]: pod creations and deletions, the TTL's job deletion;
 //! - [`events`]: metrics and an Event per transition.
@@ -30,7 +30,7 @@ use dgl_api::names::{config_name, IP_CONFIG, LABEL_MANAGED_BY, MANAGED_BY};
 use dgl_api::DGLJob;
 use futures::future;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::NamespaceResourceScope;
@@ -50,6 +50,7 @@ use crate::plan::{self, ConfigMapState};
 
 mod children;
 mod events;
+pub mod failing;
 mod status;
 mod steps;
 #[cfg(test)]
@@ -67,10 +68,26 @@ pub enum Error {
         kind: Cow<'static, str>,
         name: String,
         #[source]
-        source: kube::Error,
+        source: Box<kube::Error>,
     },
     #[error("DGLJob has no namespace")]
     NoNamespace,
+    /// An object of a child's name exists that this job does not control:
+    /// it is left alone (never adopted) and the job fails.
+    #[error("{kind} {name} already exists and {why}; it is left alone (delete or rename it, or give the DGLJob another name)")]
+    NotOwned {
+        kind: Cow<'static, str>,
+        name: String,
+        why: String,
+    },
+    /// An object of a child's name still belongs to an earlier DGLJob of the
+    /// same name: retried until the garbage collector has removed it.
+    #[error("{kind} {name} still belongs to an earlier DGLJob of this name (uid {uid}); waiting for the garbage collector")]
+    Earlier {
+        kind: Cow<'static, str>,
+        name: String,
+        uid: String,
+    },
 }
 
 /// Settings of the controller.
@@ -131,7 +148,7 @@ pub async fn run(
 ) {
     let ns = settings.namespace.clone();
     let owned = watcher::Config::default().labels(&managed_selector());
-    let ready = Readiness::new(6);
+    let ready = Readiness::new(7);
     let pods = Arc::new(PodCache::default());
     let children = Arc::new(ChildCache::default());
     let triggers = futures::stream::select_all([
@@ -147,6 +164,8 @@ pub async fn run(
         cache::child_triggers::<ServiceAccount>(&client, &ns, &owned, &children, &ready),
         cache::child_triggers::<Role>(&client, &ns, &owned, &children, &ready),
         cache::child_triggers::<RoleBinding>(&client, &ns, &owned, &children, &ready),
+        // Metadata only: whether the job's Secret exists, and whose it is.
+        cache::child_triggers::<Secret>(&client, &ns, &owned, &children, &ready),
     ]);
 
     // Jobs: a reconcile per new generation (or first sight), not per status
@@ -206,7 +225,7 @@ fn kube_err<'a>(
         action,
         kind,
         name: name.to_string(),
-        source,
+        source: Box::new(source),
     }
 }
 
@@ -222,7 +241,19 @@ fn now_seconds() -> Timestamp {
 
 async fn reconcile(obj: Arc<DeserializeGuard<DGLJob>>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let result = reconcile_job(&obj, &ctx, now_seconds()).await;
+    let now = now_seconds();
+    let mut result = reconcile_job(&obj, &ctx, now).await;
+    if let Ok(job) = &obj.0 {
+        // Errors that persist are shown on the job; the first success clears them.
+        match &result {
+            Err(e) => failing::show(&ctx, job, e, now).await,
+            Ok(_) => {
+                if let Err(e) = failing::clear(&ctx, job, now).await {
+                    result = Err(e);
+                }
+            }
+        }
+    }
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
@@ -302,22 +333,69 @@ async fn reconcile_job(
         }
     };
     let (children, status) = futures::join!(children, status::write_status(ctx, job, &plan.status));
-    children?;
+    if let Err(e) = children {
+        return fail_if_final(ctx, job, &key, &pods, now, e).await;
+    }
     status?;
-    let old = job.status.as_ref();
+    if let Err(e) = act(ctx, job, &key, &plan).await {
+        return fail_if_final(ctx, job, &key, &pods, now, e).await;
+    }
+    Ok(match plan.requeue_after {
+        Some(d) => Action::requeue(d),
+        None => Action::await_change(),
+    })
+}
 
-    // Pod steps and Events (after the status write, one per transition) run
-    // concurrently; an Event is a courtesy and never fails the reconcile.
-    let steps = future::join_all(plan.steps.iter().map(|s| steps::run_step(ctx, &key, s)));
+/// Pod steps and Events (after the status write, one per transition since
+/// the job's last status), concurrently; an Event is a courtesy and never
+/// fails the reconcile.
+async fn act(ctx: &Context, job: &DGLJob, key: &JobKey, plan: &plan::Plan) -> Result<(), Error> {
+    let steps = future::join_all(plan.steps.iter().map(|s| steps::run_step(ctx, job, key, s)));
     let events = future::join_all(
-        plan::transitions(old, &plan.status)
+        plan::transitions(job.status.as_ref(), &plan.status)
             .into_iter()
             .map(|t| events::transition_event(ctx, job, t)),
     );
     let (results, _) = futures::join!(steps, events);
     results.into_iter().collect::<Result<Vec<()>, Error>>()?;
+    Ok(())
+}
 
-    Ok(match plan.requeue_after {
+impl Error {
+    /// The Failed condition's reason when this error cannot go away by
+    /// retrying: an object of a child's name that is not the job's, or a
+    /// write the API server refuses as invalid (a name no Service may have,
+    /// a ConfigMap over the size limit). None: retried with backoff.
+    pub fn final_reason(&self) -> Option<&'static str> {
+        match self {
+            Error::NotOwned { .. } => Some("ObjectExists"),
+            Error::Kube { source, .. } => match source.as_ref() {
+                kube::Error::Api(s) if matches!(s.code, 400 | 413 | 422) => Some("ApplyRefused"),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// A final error fails the job (status, cleanPodPolicy, a Warning Event),
+/// ending its reconciles; any other is returned for a retry.
+async fn fail_if_final(
+    ctx: &Context,
+    job: &DGLJob,
+    key: &JobKey,
+    pods: &[crate::observe::ObservedPod],
+    now: Timestamp,
+    e: Error,
+) -> Result<Action, Error> {
+    let Some(reason) = e.final_reason() else {
+        return Err(e);
+    };
+    warn!(job = %key.name, namespace = %key.namespace, error = %e, "failing the job");
+    let failed = plan::fail(job, pods, now, reason, &e.to_string());
+    status::write_status(ctx, job, &failed.status).await?;
+    act(ctx, job, key, &failed).await?;
+    Ok(match failed.requeue_after {
         Some(d) => Action::requeue(d),
         None => Action::await_change(),
     })

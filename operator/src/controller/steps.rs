@@ -4,41 +4,55 @@
 use dgl_api::names::FIELD_MANAGER;
 use dgl_api::DGLJob;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info};
 
+use super::children::owned;
 use super::{is_status, kube_err, Context, Error};
-use crate::cache::JobKey;
+use crate::cache::{JobKey, SeenChild};
 use crate::observe::ObservedPod;
 use crate::plan::Step;
 
 const POD: &str = <Pod as k8s_openapi::Resource>::KIND;
 
-pub(super) async fn run_step(ctx: &Context, job: &JobKey, step: &Step) -> Result<(), Error> {
+pub(super) async fn run_step(
+    ctx: &Context,
+    job: &DGLJob,
+    key: &JobKey,
+    step: &Step,
+) -> Result<(), Error> {
     ctx.metrics.api_writes.inc();
     match step {
-        Step::CreatePod(pod) => create_pod(ctx, job, pod).await,
-        Step::DeletePod(pod) => delete_pod(ctx, job, pod).await,
-        Step::DeleteJob => delete_job(ctx, job).await,
+        Step::CreatePod(pod) => create_pod(ctx, job, key, pod).await,
+        Step::DeletePod(pod) => delete_pod(ctx, key, pod).await,
+        Step::DeleteJob => delete_job(ctx, key).await,
     }
 }
 
-/// Creates a pod by server-side apply (one field manager for everything the
-/// operator writes; a repeat is harmless).
-async fn create_pod(ctx: &Context, job: &JobKey, pod: &Pod) -> Result<(), Error> {
+/// Creates a pod (POST). A pod of that name that exists already is fine
+/// when this job controls it (a repeat); any other is left alone (an error).
+async fn create_pod(ctx: &Context, job: &DGLJob, key: &JobKey, pod: &Pod) -> Result<(), Error> {
     let name = pod.name_any();
-    debug!(job = %job.name, pod = %name, "creating pod");
-    Api::<Pod>::namespaced(ctx.client.clone(), &job.namespace)
-        .patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(pod),
-        )
-        .await
-        .map_err(kube_err("create", POD, &name))?;
+    debug!(job = %key.name, pod = %name, "creating pod");
+    let api = Api::<Pod>::namespaced(ctx.client.clone(), &key.namespace);
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    match api.create(&pp, pod).await {
+        Ok(_) => {}
+        Err(e) if is_status(&e, 409) => {
+            let meta = api
+                .get_metadata(&name)
+                .await
+                .map_err(kube_err("read", POD, &name))?;
+            owned(POD, &name, Some(&SeenChild::of(&meta.metadata)), job)?;
+        }
+        Err(e) => return Err(kube_err("create", POD, &name)(e)),
+    }
     if let Some(o) = ObservedPod::from_pod(pod) {
-        ctx.pods.expect_created(job, o);
+        ctx.pods.expect_created(key, o);
     }
     Ok(())
 }

@@ -17,7 +17,8 @@ use crate::observe::ObservedPod;
 type Handle = mock::Handle<Request<Body>, Response<Body>>;
 
 /// How the mock API server answers one request: status code and body.
-type Answer = fn(&http::Method, &str, &Value) -> (u16, Value);
+trait Answer: Fn(&http::Method, &str, &Value) -> (u16, Value) + Send + 'static {}
+impl<F: Fn(&http::Method, &str, &Value) -> (u16, Value) + Send + 'static> Answer for F {}
 
 fn context(client: Client) -> Context {
     Context {
@@ -70,12 +71,16 @@ fn echo(method: &http::Method, uri: &str, body: &Value) -> (u16, Value) {
     (200, body.clone())
 }
 
-/// The ConfigMap's apply is refused; everything else is echoed.
+fn failure(code: u16, reason: &str, message: &str) -> (u16, Value) {
+    let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": message, "reason": reason, "code": code});
+    (code, status)
+}
+
+/// The ConfigMap's create is refused; everything else is echoed.
 fn refuse_config_map(method: &http::Method, uri: &str, body: &Value) -> (u16, Value) {
-    if uri.contains("/configmaps/") {
-        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-            "message": "configmaps is forbidden", "reason": "Forbidden", "code": 403});
-        return (403, status);
+    if uri.contains("/configmaps") {
+        return failure(403, "Forbidden", "configmaps is forbidden");
     }
     echo(method, uri, body)
 }
@@ -83,7 +88,7 @@ fn refuse_config_map(method: &http::Method, uri: &str, body: &Value) -> (u16, Va
 /// Serves requests until the client is gone; returns them sorted as
 /// `METHOD path?query` (a reconcile sends independent requests concurrently,
 /// so their order is not part of the contract).
-async fn serve(mut handle: Handle, answer: Answer) -> Vec<String> {
+async fn serve(mut handle: Handle, answer: impl Answer) -> Vec<String> {
     let mut seen = Vec::new();
     while let Some((req, send)) = handle.next_request().await {
         let method = req.method().clone();
@@ -106,36 +111,51 @@ async fn serve(mut handle: Handle, answer: Answer) -> Vec<String> {
 async fn reconcile_once(
     job: DGLJob,
     pods: Vec<ObservedPod>,
-    answer: Answer,
+    answer: impl Answer,
 ) -> (Result<Action, Error>, Vec<String>) {
-    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
-    let server = tokio::spawn(serve(handle, answer));
-    let ctx = context(Client::new(service, "default"));
+    let (service, _) = mock::pair::<Request<Body>, Response<Body>>();
+    let mut ctx = context(Client::new(service, "default"));
     let key = JobKey::new("ns", &job.name_any());
     for p in pods {
         ctx.pods.expect_created(&key, p);
     }
-    let result = reconcile_job(&DeserializeGuard(Ok(job)), &ctx, t(0)).await;
-    drop(ctx);
+    reconcile_with(&mut ctx, &job, answer).await
+}
+
+/// One reconcile of `job` with `ctx` (its caches and expectations kept from
+/// earlier reconciles), against a fresh mock answering with `answer`.
+async fn reconcile_with(
+    ctx: &mut Context,
+    job: &DGLJob,
+    answer: impl Answer,
+) -> (Result<Action, Error>, Vec<String>) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let server = tokio::spawn(serve(handle, answer));
+    ctx.client = Client::new(service, "default");
+    let result = reconcile_job(&DeserializeGuard(Ok(job.clone())), ctx, t(0)).await;
+    // The mock serves until every client clone is gone.
+    let (idle, _) = mock::pair::<Request<Body>, Response<Body>>();
+    ctx.client = Client::new(idle, "default");
     (result, server.await.unwrap())
 }
 
 const JOBS: &str = "/apis/dgloperator.io/v1alpha1/namespaces/ns/dgljobs";
 const APPLY: &str = "?&force=true&fieldManager=dgl-operator";
+const CREATE: &str = "?&fieldManager=dgl-operator";
 
 #[tokio::test]
 async fn a_new_job_gets_its_children_status_partitioner_and_events() {
     let (result, requests) = reconcile_once(job(None), Vec::new(), echo).await;
     assert!(result.is_ok(), "{result:?}");
     let expected = [
-        format!("PATCH /api/v1/namespaces/ns/configmaps/dgl-graphsage-config{APPLY}"),
-        format!("PATCH /api/v1/namespaces/ns/pods/dgl-graphsage-partitioner{APPLY}"),
-        format!("PATCH /api/v1/namespaces/ns/serviceaccounts/dgl-graphsage-launcher{APPLY}"),
-        format!("PATCH /api/v1/namespaces/ns/services/dgl-graphsage-worker{APPLY}"),
+        format!("POST /api/v1/namespaces/ns/configmaps{CREATE}"),
+        format!("POST /api/v1/namespaces/ns/pods{CREATE}"),
+        format!("POST /api/v1/namespaces/ns/secrets{CREATE}"),
+        format!("POST /api/v1/namespaces/ns/serviceaccounts{CREATE}"),
+        format!("POST /api/v1/namespaces/ns/services{CREATE}"),
         format!("PATCH {JOBS}/dgl-graphsage/status{APPLY}"),
-        format!("PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings/dgl-graphsage-launcher{APPLY}"),
-        format!("PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles/dgl-graphsage-launcher{APPLY}"),
-        "POST /api/v1/namespaces/ns/secrets?&fieldManager=dgl-operator".to_string(),
+        format!("POST /apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings{CREATE}"),
+        format!("POST /apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles{CREATE}"),
         "POST /apis/events.k8s.io/v1/namespaces/ns/events?".to_string(),
         "POST /apis/events.k8s.io/v1/namespaces/ns/events?".to_string(),
     ];
@@ -171,7 +191,7 @@ async fn a_failed_apply_fails_the_reconcile_after_the_other_writes_but_before_po
     let (result, requests) = reconcile_once(job(None), Vec::new(), refuse_config_map).await;
     match result {
         Err(Error::Kube { action, kind, .. }) => {
-            assert_eq!((action, kind.as_ref()), ("apply", "ConfigMap"))
+            assert_eq!((action, kind.as_ref()), ("create", "ConfigMap"))
         }
         other => panic!("expected the ConfigMap's error, got {other:?}"),
     }
@@ -183,10 +203,10 @@ async fn a_failed_apply_fails_the_reconcile_after_the_other_writes_but_before_po
     );
     for written in [
         "/secrets",
-        "/serviceaccounts/",
-        "/roles/",
-        "/rolebindings/",
-        "/services/",
+        "/serviceaccounts",
+        "/roles",
+        "/rolebindings",
+        "/services",
         "/status",
     ] {
         assert!(
@@ -194,4 +214,104 @@ async fn a_failed_apply_fails_the_reconcile_after_the_other_writes_but_before_po
             "{written} is still written: {requests:?}"
         );
     }
+}
+
+/// The Secret's create fails once (503); nothing that mounts it is created,
+/// and the next reconcile creates it again although the ConfigMap (with
+/// which it used to be created, once) exists by then.
+#[tokio::test]
+async fn a_secret_whose_create_failed_is_created_again_before_any_pod() {
+    let (service, _) = mock::pair::<Request<Body>, Response<Body>>();
+    let mut ctx = context(Client::new(service, "default"));
+    let j = job(None);
+    let unavailable = |method: &http::Method, uri: &str, body: &Value| {
+        if uri.contains("/secrets") {
+            return failure(503, "ServiceUnavailable", "etcd is busy");
+        }
+        echo(method, uri, body)
+    };
+    let (result, requests) = reconcile_with(&mut ctx, &j, unavailable).await;
+    assert!(
+        matches!(&result, Err(Error::Kube { kind, .. }) if kind == "Secret"),
+        "{result:?}"
+    );
+    assert!(
+        !requests.iter().any(|r| r.contains("/pods")),
+        "no pod before its Secret exists: {requests:?}"
+    );
+    assert!(requests.iter().any(|r| r.contains("/configmaps")));
+
+    let (result, requests) = reconcile_with(&mut ctx, &j, echo).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert!(
+        requests.contains(&format!("POST /api/v1/namespaces/ns/secrets{CREATE}")),
+        "the missing Secret is created again: {requests:?}"
+    );
+    assert!(requests.contains(&format!("POST /api/v1/namespaces/ns/pods{CREATE}")));
+
+    // Once created (and recorded), a third reconcile does not create it again.
+    let (_, requests) = reconcile_with(&mut ctx, &j, echo).await;
+    assert!(
+        !requests.iter().any(|r| r.contains("/secrets")),
+        "{requests:?}"
+    );
+}
+
+/// A Secret of the job's name exists and is not the job's: it is read
+/// (metadata), left alone, and the job fails naming it; no pod is created.
+#[tokio::test]
+async fn an_object_of_a_childs_name_not_owned_fails_the_job_and_is_left_alone() {
+    let written = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let statuses = written.clone();
+    let foreign = move |method: &http::Method, uri: &str, body: &Value| {
+        if uri.contains("/status") {
+            statuses.lock().unwrap().push(body["status"].clone());
+        }
+        if uri.contains("/secrets") && *method == http::Method::POST {
+            return failure(
+                409,
+                "AlreadyExists",
+                "secrets \"dgl-graphsage-token\" already exists",
+            );
+        }
+        if uri.contains("/secrets/dgl-graphsage-token") {
+            return (
+                200,
+                json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+                "metadata": {"name": "dgl-graphsage-token", "namespace": "ns", "uid": "u2"}}),
+            );
+        }
+        echo(method, uri, body)
+    };
+    let (result, requests) = reconcile_once(job(None), Vec::new(), foreign).await;
+    assert!(
+        result.is_ok(),
+        "the job fails, the reconcile does not: {result:?}"
+    );
+    assert!(
+        requests.contains(&"GET /api/v1/namespaces/ns/secrets/dgl-graphsage-token".to_string()),
+        "{requests:?}"
+    );
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.contains("/pods") || r.starts_with("PATCH /api/v1/namespaces/ns/secrets")),
+        "no pod, and the Secret is not rewritten: {requests:?}"
+    );
+    let written = written.lock().unwrap();
+    assert_eq!(written.len(), 2, "the plan's status, then Failed");
+    let failed = &written[1];
+    assert_eq!(failed["phase"], "Failed");
+    let c = failed["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Failed")
+        .unwrap();
+    assert_eq!(c["reason"], "ObjectExists");
+    let message = c["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("Secret dgl-graphsage-token already exists and it has no controller"),
+        "{message}"
+    );
 }

@@ -46,18 +46,29 @@ async fn a_persistent_refusal_shows_as_a_condition_and_warnings_until_it_ends() 
         "{}",
         c.message
     );
+    // The Event is written after the condition: wait for it (bounded).
     let events: Api<Event> = Api::namespaced(env.client.clone(), &env.ns);
-    let warnings = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| {
-            e.type_.as_deref() == Some("Warning") && e.action.as_deref() == Some(APPLY_FAILED)
-        })
-        .count();
-    assert!(warnings >= 1, "a Warning Event per failed attempt");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let warnings = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.type_.as_deref() == Some("Warning") && e.action.as_deref() == Some(APPLY_FAILED)
+            })
+            .count();
+        if warnings >= 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no Warning Event for the failed attempts within 15 s of the condition"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 
     // The quota goes: the next retry creates the pod and clears the condition.
     quotas

@@ -86,6 +86,21 @@ impl TokenBucket {
     pub fn reserve(&self) -> Option<Duration> {
         self.reserve_at(Instant::now())
     }
+
+    /// Takes a token at `now` only if one is there: for callers that answer
+    /// "too many requests" rather than wait.
+    pub fn try_take_at(&self, now: Instant) -> bool {
+        let mut s = self.state.lock().expect("token bucket lock");
+        let elapsed = now.saturating_duration_since(s.1).as_secs_f64();
+        s.1 = s.1.max(now);
+        s.0 = (s.0 + elapsed * self.qps).min(self.burst);
+        if s.0 >= 1.0 {
+            s.0 -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 /// The tower layer: counting and the rate limit.
@@ -298,5 +313,17 @@ mod tests {
         .unwrap();
         assert_eq!(slow.reserve_at(t0), None);
         assert_eq!(slow.reserve_at(t0), Some(Duration::MAX));
+    }
+
+    #[test]
+    fn try_take_refuses_without_running_into_debt() {
+        let b = TokenBucket::new(RateLimit { qps: 2.0, burst: 2 }).unwrap();
+        let t0 = Instant::now();
+        assert!(b.try_take_at(t0) && b.try_take_at(t0));
+        // Refusals take nothing: half a second later exactly one token is back.
+        assert!(!b.try_take_at(t0) && !b.try_take_at(t0));
+        let t1 = t0 + Duration::from_millis(500);
+        assert!(b.try_take_at(t1));
+        assert!(!b.try_take_at(t1));
     }
 }

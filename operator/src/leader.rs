@@ -1,8 +1,14 @@
 //! Leader election with a coordination.k8s.io Lease, so several replicas can
 //! run and exactly one reconciles. The holder renews every `renew` period;
 //! another replica takes over once `duration` passes without a renewal.
+//! The holder steps down once `renew_deadline` (shorter than `duration`)
+//! passes without a successful renewal, each attempt bounded by what is
+//! left of it, so an old leader has stopped before a standby can take over
+//! even when the API server is slow.
 
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -18,6 +24,8 @@ pub struct LeaderConfig {
     pub name: String,
     pub identity: String,
     pub duration: Duration,
+    /// Longest time without a successful renewal before stepping down.
+    pub renew_deadline: Duration,
     pub renew: Duration,
 }
 
@@ -119,24 +127,26 @@ impl LeaderElector {
         }
     }
 
-    /// Renews until a renewal fails for longer than the lease duration
-    /// (another replica may have taken over); then returns.
+    /// Renews every `renew` period; returns (to step down) when the lease
+    /// went to another replica or when `renew_deadline` passed since the
+    /// last successful renewal: an attempt that hangs is cut off there.
     pub async fn hold(&self) {
-        let mut last_ok = std::time::Instant::now();
+        let mut last_ok = Instant::now();
         loop {
             tokio::time::sleep(self.cfg.renew).await;
-            match self.try_acquire().await {
-                Ok(true) => last_ok = std::time::Instant::now(),
-                Ok(false) => {
+            let left = self.cfg.renew_deadline.saturating_sub(last_ok.elapsed());
+            match tokio::time::timeout(left, self.try_acquire()).await {
+                Ok(Ok(true)) => last_ok = Instant::now(),
+                Ok(Ok(false)) => {
                     warn!("leadership lost to another replica");
                     return;
                 }
-                Err(e) => {
-                    warn!(error = %e, "lease renewal failed");
-                    if last_ok.elapsed() > self.cfg.duration {
-                        return;
-                    }
-                }
+                Ok(Err(e)) => warn!(error = %e, "lease renewal failed"),
+                Err(_) => warn!("lease renewal did not answer before the renew deadline"),
+            }
+            if last_ok.elapsed() >= self.cfg.renew_deadline {
+                warn!(deadline = ?self.cfg.renew_deadline, "no renewal within the renew deadline: stepping down");
+                return;
             }
         }
     }
@@ -158,5 +168,53 @@ impl LeaderElector {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Request, Response};
+    use kube::client::Body;
+    use tower_test::mock;
+
+    fn elector(client: Client) -> LeaderElector {
+        LeaderElector::new(
+            client,
+            LeaderConfig {
+                namespace: "ns".into(),
+                name: "lease".into(),
+                identity: "me".into(),
+                duration: Duration::from_secs(15),
+                renew_deadline: Duration::from_secs(10),
+                renew: Duration::from_secs(3),
+            },
+        )
+    }
+
+    /// An API server that takes every request and never answers (a slow
+    /// one, or a rate limiter that never lets the renewal through): the
+    /// leader steps down at the renew deadline, before the lease expires.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_never_answers_steps_down_at_the_renew_deadline() {
+        let (service, mut handle) = mock::pair::<Request<Body>, Response<Body>>();
+        // Hold every request unanswered until the test ends.
+        let held = tokio::spawn(async move {
+            let mut pending = Vec::new();
+            while let Some(r) = handle.next_request().await {
+                pending.push(r);
+            }
+        });
+        let e = elector(Client::new(service, "default"));
+        let start = Instant::now();
+        tokio::time::timeout(Duration::from_secs(60), e.hold())
+            .await
+            .expect("hold() still waiting on the renewal a minute later");
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_secs(10) && took < Duration::from_secs(15),
+            "stepped down after {took:?}: must be at the renew deadline (10 s), before the lease (15 s) ends"
+        );
+        held.abort();
     }
 }

@@ -36,7 +36,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller (in a cluster, or against $KUBECONFIG).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the DGLJob CustomResourceDefinition as YAML (what crds/dgljobs.yaml holds).
     Crd,
 }
@@ -93,6 +93,32 @@ struct RunArgs {
     /// Seconds a leader may go without renewing before another replica takes over.
     #[arg(long, default_value_t = 15)]
     lease_duration_seconds: u64,
+
+    /// Seconds the leader keeps trying to renew before it steps down (stops
+    /// reconciling and exits). Shorter than --lease-duration-seconds, so an
+    /// old leader has stopped before a standby may take the lease, as
+    /// client-go's renewDeadline.
+    #[arg(long, default_value_t = 10)]
+    lease_renew_deadline_seconds: u64,
+
+    /// Requests per second of the client that leader election and /metrics
+    /// token reviews share: their own, never the reconciles' (--kube-api-qps).
+    #[arg(long, default_value_t = 5.0)]
+    side_api_qps: f32,
+
+    /// Burst of that client.
+    #[arg(long, default_value_t = 10)]
+    side_api_burst: u32,
+
+    /// /metrics token reviews per second (burst the same); over it a scrape
+    /// gets 429 instead of waiting. Verdicts are cached for
+    /// --metrics-auth-cache-seconds.
+    #[arg(long, default_value_t = 2.0)]
+    metrics_auth_qps: f32,
+
+    /// Seconds a /metrics token verdict (allowed or not) is reused.
+    #[arg(long, default_value_t = 10)]
+    metrics_auth_cache_seconds: u64,
 
     /// Address of the /healthz, /readyz and /metrics endpoints.
     #[arg(
@@ -173,6 +199,13 @@ async fn shutdown_signal() {
 async fn run(args: RunArgs) -> anyhow::Result<()> {
     // stdout, as before; no colour codes in the pod's log.
     logging::init(args.log_format, "info,kube=warn", Output::Stdout);
+    anyhow::ensure!(
+        args.lease_renew_deadline_seconds < args.lease_duration_seconds,
+        "--lease-renew-deadline-seconds ({}) must be shorter than --lease-duration-seconds ({}), \
+         so that a leader steps down before another replica may take the lease",
+        args.lease_renew_deadline_seconds,
+        args.lease_duration_seconds
+    );
     let metrics = Arc::new(Metrics::default());
     let config = kube::Config::infer().await.context(
         "no Kubernetes client configuration (in-cluster service account or $KUBECONFIG)",
@@ -181,9 +214,17 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         qps: args.kube_api_qps,
         burst: args.kube_api_burst,
     };
+    let side_limit = RateLimit {
+        qps: args.side_api_qps,
+        burst: args.side_api_burst,
+    };
+    // Leader election and token reviews get a client of their own, so a
+    // busy reconcile queue can neither delay a lease renewal nor a scrape.
+    let side = dgl_operator::client::build(config.clone(), side_limit, metrics.clone())
+        .context("building the Kubernetes client for leader election and /metrics auth")?;
     let client = dgl_operator::client::build(config, limit, metrics.clone())
         .context("building the Kubernetes client")?;
-    let ready = spawn_server(&args, &client, &metrics);
+    let ready = spawn_server(&args, &side, &metrics);
 
     // One shutdown switch for the signal and for lost leadership.
     let (stop_tx, mut stop_rx) = watch::channel(false);
@@ -196,7 +237,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     let instance = std::env::var("POD_NAME")
         .or_else(|_| std::env::var("HOSTNAME"))
         .unwrap_or_else(|_| "dgl-operator".into());
-    let elector = match lead(&args, &client, &instance, &metrics, &stop_tx, &mut stop_rx).await {
+    let elector = match lead(&args, &side, &instance, &metrics, &stop_tx, &mut stop_rx).await {
         Leadership::Stopped => return Ok(()),
         Leadership::Alone => None,
         Leadership::Elected(elector) => Some(elector),
@@ -245,7 +286,18 @@ fn spawn_server(args: &RunArgs, client: &kube::Client, metrics: &Arc<Metrics>) -
     let state = ServerState {
         metrics: metrics.clone(),
         ready: ready.clone(),
-        auth: (args.metrics_auth == MetricsAuth::Token).then(|| client.clone()),
+        auth: (args.metrics_auth == MetricsAuth::Token).then(|| {
+            let budget = RateLimit {
+                qps: args.metrics_auth_qps,
+                burst: args.metrics_auth_qps.ceil().max(1.0) as u32,
+            };
+            let ttl = Duration::from_secs(args.metrics_auth_cache_seconds);
+            Arc::new(dgl_operator::server::MetricsAuth::new(
+                client.clone(),
+                budget,
+                ttl,
+            ))
+        }),
     };
     let addr = args.metrics_addr;
     tokio::spawn(async move {
@@ -294,6 +346,7 @@ async fn lead(
             name: args.lease_name.clone(),
             identity,
             duration: Duration::from_secs(args.lease_duration_seconds),
+            renew_deadline: Duration::from_secs(args.lease_renew_deadline_seconds),
             renew: Duration::from_secs((args.lease_duration_seconds / 5).max(1)),
         },
     ));
@@ -322,7 +375,7 @@ fn rand_u32() -> u32 {
 async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crd => print!("{}", dgl_api::crd_yaml()),
-        Command::Run(args) => run(args).await?,
+        Command::Run(args) => run(*args).await?,
     }
     Ok(())
 }

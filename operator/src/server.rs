@@ -4,9 +4,11 @@
 //! non-resource URL `/metrics` (SubjectAccessReview), as Kubernetes
 //! components and controller-runtime do; `--metrics-auth=none` turns it off.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
@@ -20,6 +22,7 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 use kube::Client;
 
+use crate::client::{RateLimit, TokenBucket};
 use crate::metrics::Metrics;
 
 #[derive(Clone)]
@@ -27,8 +30,72 @@ pub struct ServerState {
     pub metrics: Arc<Metrics>,
     /// Set once the controller's caches are running (and leadership, if on, is held).
     pub ready: Arc<AtomicBool>,
-    /// Client for TokenReview/SubjectAccessReview; None disables auth.
-    pub auth: Option<Client>,
+    /// Checks of /metrics tokens; None disables auth.
+    pub auth: Option<Arc<MetricsAuth>>,
+}
+
+/// Checks bearer tokens for /metrics with the API server, with a client
+/// of its own (never the reconciles' rate limit), a short cache of verdicts
+/// and a budget: over it, scrapes get 429 instead of queueing reviews.
+pub struct MetricsAuth {
+    client: Client,
+    budget: Option<TokenBucket>,
+    ttl: Duration,
+    /// sha256 of the token -> (checked at, allowed). Never the token itself.
+    cache: Mutex<HashMap<[u8; 32], (Instant, bool)>>,
+}
+
+/// What a /metrics token check decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Allowed,
+    Denied,
+    /// Not in the cache and the review budget is spent: try again later.
+    OverBudget,
+}
+
+/// Verdicts kept at most; beyond it the cache starts over (bounded memory
+/// against scrapers inventing tokens).
+const CACHE_MAX: usize = 1024;
+
+impl MetricsAuth {
+    pub fn new(client: Client, budget: RateLimit, ttl: Duration) -> MetricsAuth {
+        MetricsAuth {
+            client,
+            budget: TokenBucket::new(budget),
+            ttl,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub async fn check(&self, token: &str) -> Result<Verdict, kube::Error> {
+        use sha2::Digest;
+        let key: [u8; 32] = sha2::Sha256::digest(token.as_bytes()).into();
+        let now = Instant::now();
+        if let Some(&(at, allowed)) = self.cache.lock().expect("auth cache").get(&key) {
+            if now.saturating_duration_since(at) < self.ttl {
+                return Ok(if allowed {
+                    Verdict::Allowed
+                } else {
+                    Verdict::Denied
+                });
+            }
+        }
+        if self.budget.as_ref().is_some_and(|b| !b.try_take_at(now)) {
+            return Ok(Verdict::OverBudget);
+        }
+        let allowed = authorize(&self.client, token).await?;
+        let mut cache = self.cache.lock().expect("auth cache");
+        if cache.len() >= CACHE_MAX {
+            cache.clear();
+        }
+        cache.insert(key, (Instant::now(), allowed));
+        Ok(if allowed {
+            Verdict::Allowed
+        } else {
+            Verdict::Denied
+        })
+    }
 }
 
 pub async fn serve(addr: SocketAddr, state: ServerState) -> std::io::Result<()> {
@@ -51,7 +118,7 @@ async fn readyz(State(s): State<ServerState>) -> Response {
 }
 
 async fn metrics(State(s): State<ServerState>, headers: HeaderMap) -> Response {
-    if let Some(client) = &s.auth {
+    if let Some(auth) = &s.auth {
         let token = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -59,9 +126,17 @@ async fn metrics(State(s): State<ServerState>, headers: HeaderMap) -> Response {
         let Some(token) = token else {
             return (StatusCode::UNAUTHORIZED, "bearer token required").into_response();
         };
-        match authorize(client, token).await {
-            Ok(true) => {}
-            Ok(false) => return (StatusCode::FORBIDDEN, "forbidden").into_response(),
+        match auth.check(token).await {
+            Ok(Verdict::Allowed) => {}
+            Ok(Verdict::Denied) => return (StatusCode::FORBIDDEN, "forbidden").into_response(),
+            Ok(Verdict::OverBudget) => {
+                return (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    [(header::RETRY_AFTER, "1")],
+                    "too many token checks; retry later",
+                )
+                    .into_response()
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "metrics auth check failed");
                 return (StatusCode::SERVICE_UNAVAILABLE, "auth check failed").into_response();

@@ -15,6 +15,7 @@ fn elector(client: &kube::Client, ns: &str, who: &str) -> LeaderElector {
             name: "dgl-operator-leader".into(),
             identity: who.into(),
             duration: Duration::from_secs(2),
+            renew_deadline: Duration::from_millis(1500),
             renew: Duration::from_millis(500),
         },
     )

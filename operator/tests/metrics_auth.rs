@@ -4,8 +4,9 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use dgl_operator::client::RateLimit;
 use dgl_operator::metrics::Metrics;
-use dgl_operator::server::{serve, ServerState};
+use dgl_operator::server::{serve, MetricsAuth, ServerState, Verdict};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -59,7 +60,14 @@ async fn metrics_require_an_authorized_token() {
     let state = ServerState {
         metrics: Arc::new(Metrics::default()),
         ready: Arc::new(AtomicBool::new(true)),
-        auth: Some(client.clone()),
+        auth: Some(Arc::new(MetricsAuth::new(
+            client.clone(),
+            RateLimit {
+                qps: 50.0,
+                burst: 50,
+            },
+            std::time::Duration::from_secs(10),
+        ))),
     };
     tokio::spawn(serve(addr, state));
     for _ in 0..50 {
@@ -102,4 +110,38 @@ async fn metrics_require_an_authorized_token() {
     let (code, body) = get(addr, "/metrics", Some(&scraper)).await;
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("dgl_operator_is_leader"), "{body}");
+}
+
+/// Verdicts are cached (a repeated token costs no review), and past the
+/// review budget an uncached token gets OverBudget (429), not a queue.
+#[tokio::test]
+async fn token_checks_are_cached_and_over_budget_is_refused_at_once() {
+    let cluster = localkube::ensure_cluster().await.unwrap();
+    let client = cluster.client().await.unwrap();
+    let ns = localkube::create_test_namespace(&client, "metrics-budget")
+        .await
+        .unwrap();
+    let auth = MetricsAuth::new(
+        client.clone(),
+        RateLimit {
+            qps: 0.01,
+            burst: 1,
+        },
+        std::time::Duration::from_secs(60),
+    );
+    let nobody = token_for(&client, &ns, "nobody").await;
+    assert_eq!(auth.check(&nobody).await.unwrap(), Verdict::Denied);
+    // The budget (one review) is spent; the cached verdict still answers.
+    for _ in 0..5 {
+        assert_eq!(auth.check(&nobody).await.unwrap(), Verdict::Denied);
+    }
+    let start = std::time::Instant::now();
+    assert_eq!(
+        auth.check("another-token").await.unwrap(),
+        Verdict::OverBudget
+    );
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(1),
+        "refused at once, not queued"
+    );
 }

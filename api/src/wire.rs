@@ -27,7 +27,9 @@
 //! - Worker → partitioner: `GetManifest` → `Manifest`; `Fetch` → `File` + bytes
 //!   (repeated on one connection; on an error the connection is dropped and a
 //!   new one resumes at the offset already written).
-//! - Launcher → worker: `PrepareShard` → `ShardReady` | `Error`.
+//! - Launcher → worker: `PrepareShard` → `ShardProgress`* then `ShardReady` |
+//!   `Error` (progress every [`SHARD_PROGRESS_INTERVAL_SECS`], so that a
+//!   long transfer is told apart from a silent worker).
 //! - Launcher → worker: `Start` → a stream of `Output` and `Exited`, ending with
 //!   one `Finished`. While the stream runs the launcher may send `Stop` on the
 //!   same connection; the worker stops its processes and still ends with
@@ -128,6 +130,9 @@ pub enum Response {
     /// Followed by `size - offset` raw bytes.
     File(FileHeader),
     ShardReady(ShardReport),
+    /// The worker still prepares its shard (sent every
+    /// [`SHARD_PROGRESS_INTERVAL_SECS`] until `ShardReady` or `Error`).
+    ShardProgress(ShardProgress),
     /// One line a training process printed.
     Output(OutputLine),
     /// A training process ended.
@@ -249,6 +254,17 @@ pub struct ShardReport {
     pub reused_files: u32,
     /// Transfer attempts that failed and were retried.
     pub retries: u32,
+}
+
+/// How often a worker reports progress while it prepares its shard.
+pub const SHARD_PROGRESS_INTERVAL_SECS: u64 = 2;
+
+/// A worker's shard preparation goes on.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ShardProgress {
+    pub part_id: u32,
+    /// Bytes received from the partitioner so far.
+    pub received_bytes: u64,
 }
 
 /// `Start`'s parameters: what a worker needs to run its share of the training.

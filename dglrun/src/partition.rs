@@ -188,7 +188,8 @@ async fn handle(
     server: &FileServer,
     done: &mpsc::UnboundedSender<String>,
 ) -> Result<(), ChannelError> {
-    while let Some(req) = ch.recv::<Request>().await? {
+    let idle = server.timeouts().session_idle();
+    while let Some(req) = agent::next_request(&mut ch, idle).await? {
         match req {
             Request::Ping => {
                 ch.send(&Response::Pong(AgentInfo {

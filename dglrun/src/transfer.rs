@@ -9,13 +9,14 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use dgl_api::wire::{is_safe_relative_path, FileEntry, FileHeader, Manifest, Request, Response};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
 
-use crate::channel::{Channel, ChannelError, Token};
+use crate::channel::{Channel, ChannelError, Timeouts, Token};
 use crate::dataset::sha256_file;
 
 const PARTIAL_SUFFIX: &str = ".dglrun-partial";
@@ -125,6 +126,8 @@ pub struct Fetcher {
     token: Token,
     policy: RetryPolicy,
     conn: Option<Channel>,
+    /// Counts the bytes received, for progress reports.
+    received: Arc<AtomicU64>,
 }
 
 impl Fetcher {
@@ -134,7 +137,14 @@ impl Fetcher {
             token,
             policy,
             conn: None,
+            received: Arc::default(),
         }
+    }
+
+    /// Counts every byte received into `counter` (read by progress reports).
+    pub fn counting_into(mut self, counter: Arc<AtomicU64>) -> Fetcher {
+        self.received = counter;
+        self
     }
 
     async fn channel(&mut self) -> Result<&mut Channel, Attempt> {
@@ -152,10 +162,10 @@ impl Fetcher {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let addr = self.addr;
+            let (addr, within) = (self.addr, self.policy.idle_timeout);
             let res = match self.channel().await {
                 Ok(ch) => ch
-                    .call::<_, Response>(&Request::GetManifest)
+                    .call_within::<_, Response>(&Request::GetManifest, within, "the manifest")
                     .await
                     .map_err(|e| classify(addr, e)),
                 Err(a) => Err(a),
@@ -299,8 +309,9 @@ impl Fetcher {
     ) -> Result<(), Attempt> {
         let addr = self.addr;
         let idle = self.policy.idle_timeout;
+        let received = self.received.clone();
         let ch = self.channel().await?;
-        request_file(ch, addr, entry, offset).await?;
+        request_file(ch, addr, entry, offset, idle).await?;
         let local = |source| {
             Attempt::Fatal(TransferError::Local {
                 path: partial.display().to_string(),
@@ -321,6 +332,7 @@ impl Fetcher {
             entry.size,
             idle,
             stats,
+            &received,
         )
         .await
         {
@@ -344,12 +356,14 @@ async fn request_file(
     addr: SocketAddr,
     entry: &FileEntry,
     offset: u64,
+    within: Duration,
 ) -> Result<(), Attempt> {
     let req = Request::Fetch {
         path: entry.path.clone(),
         offset,
     };
-    let header = match ch.call::<_, Response>(&req).await {
+    let what = format!("the header of {}", entry.path);
+    let header = match ch.call_within::<_, Response>(&req, within, &what).await {
         Ok(Response::File(h)) => h,
         Ok(Response::Error { message }) => {
             return Err(Attempt::Fatal(TransferError::Remote {
@@ -399,6 +413,7 @@ async fn receive(
     size: u64,
     idle: Duration,
     stats: &mut FetchStats,
+    received: &AtomicU64,
 ) -> Result<(), Received> {
     let mut buf = vec![0u8; 256 * 1024];
     while remaining > 0 {
@@ -422,6 +437,7 @@ async fn receive(
         file.write_all(&buf[..n]).await.map_err(Received::Write)?;
         remaining -= n as u64;
         stats.transferred += n as u64;
+        received.fetch_add(n as u64, Ordering::Relaxed);
     }
     Ok(())
 }
@@ -448,6 +464,7 @@ async fn hash(path: &Path) -> std::io::Result<String> {
 pub struct FileServer {
     root: PathBuf,
     manifest: Arc<Manifest>,
+    timeouts: Timeouts,
 }
 
 impl FileServer {
@@ -455,7 +472,18 @@ impl FileServer {
         FileServer {
             root,
             manifest: Arc::new(manifest),
+            timeouts: Timeouts::default(),
         }
+    }
+
+    /// How long its clients may stay silent.
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> FileServer {
+        self.timeouts = timeouts;
+        self
+    }
+
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
     }
 
     pub fn manifest(&self) -> &Manifest {

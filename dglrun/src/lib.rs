@@ -5,6 +5,7 @@
 //! - [`channel`]: the authenticated control channel (HMAC handshake, frames);
 //! - [`agent`]: the accept loop the partitioner and the workers share;
 //! - [`dataset`]: the partition layout on disk, its checks, the manifest;
+//! - [`chunks`]: files as chunks with their own sha256 (lazy, on all cores);
 //! - [`transfer`]: shard files pod to pod, resumed, verified, retried;
 //! - [`procs`]: child processes in their own process groups;
 //! - [`dglenv`]: DGL's environment contract for servers and trainers;
@@ -20,6 +21,7 @@
 
 pub mod agent;
 pub mod channel;
+pub mod chunks;
 pub mod cli;
 pub mod dataset;
 pub mod dglenv;

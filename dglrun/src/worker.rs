@@ -191,7 +191,7 @@ async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channe
                 let _ = shared.exit_tx.send(1);
                 return Ok(());
             }
-            Request::GetManifest | Request::Fetch { .. } => {
+            Request::GetManifest | Request::Fetch { .. } | Request::ChunkSums { .. } => {
                 ch.send(&Response::Error {
                     message: "this is a worker; shards are served by the partitioner".into(),
                 })

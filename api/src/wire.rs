@@ -18,7 +18,12 @@
 //! 4. Then frames both ways: a 4-byte big-endian length followed by that many
 //!    bytes of JSON ([`Request`] from the client, [`Response`] from the
 //!    server), at most [`MAX_FRAME_LEN`] bytes. A [`Response::File`] frame is
-//!    followed by exactly `size - offset` raw bytes of the file.
+//!    followed by the file's bytes from `offset` on, chunk by chunk: chunk
+//!    `k` covers bytes `[k * chunk_size, (k + 1) * chunk_size)` of the file
+//!    (the last one is shorter); after the bytes of each chunk (the first
+//!    one may start in its middle, at `offset`) come the [`SUM_LEN`] bytes
+//!    of the sha256 of the whole chunk, as the sender computed it. The
+//!    receiver checks every chunk before it takes the next.
 //!
 //! The token is the job's Secret; it never travels on the wire.
 //!
@@ -26,8 +31,11 @@
 //! - Probe / wait: `Ping` → `Pong`.
 //! - Worker → partitioner: `GetManifest` → `Manifest`; `Fetch` → `File` + bytes
 //!   (repeated on one connection; on an error the connection is dropped and a
-//!   new one resumes at the offset already written).
-//! - Launcher → worker: `PrepareShard` → `ShardReady` | `Error`.
+//!   new one resumes at the offset already written); `ChunkSums` → `ChunkSums`
+//!   (to check a file or a partial file already on disk).
+//! - Launcher → worker: `PrepareShard` → `ShardProgress`* then `ShardReady` |
+//!   `Error` (progress every [`SHARD_PROGRESS_INTERVAL_SECS`], so that a
+//!   long transfer is told apart from a silent worker).
 //! - Launcher → worker: `Start` → a stream of `Output` and `Exited`, ending with
 //!   one `Finished`. While the stream runs the launcher may send `Stop` on the
 //!   same connection; the worker stops its processes and still ends with
@@ -60,6 +68,10 @@ pub const SERVER_PROOF_CONTEXT: &[u8] = b"dglrun server proof v1";
 pub const FRAME_HEADER_LEN: usize = 4;
 /// Largest JSON frame accepted (file bytes are not framed and not limited).
 pub const MAX_FRAME_LEN: usize = 16 * 1024 * 1024;
+/// The chunk a partitioner hashes and a worker verifies at a time.
+pub const CHUNK_SIZE: u64 = 4 << 20;
+/// Length of a chunk's sha256 after its bytes.
+pub const SUM_LEN: usize = 32;
 
 /// A frame that cannot be encoded or decoded.
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +118,8 @@ pub enum Request {
     GetManifest,
     /// Partitioner: one file of the manifest from byte `offset` on.
     Fetch { path: String, offset: u64 },
+    /// Partitioner: the sha256 of every chunk of one file of the manifest.
+    ChunkSums { path: String },
     /// Worker: get this machine's shard into its workspace.
     PrepareShard(ShardRequest),
     /// Worker: start the DGL servers and the trainers.
@@ -125,9 +139,13 @@ pub enum Request {
 pub enum Response {
     Pong(AgentInfo),
     Manifest(Manifest),
-    /// Followed by `size - offset` raw bytes.
+    /// Followed by the bytes from `offset` on, each chunk with its sha256.
     File(FileHeader),
+    ChunkSums(ChunkSums),
     ShardReady(ShardReport),
+    /// The worker still prepares its shard (sent every
+    /// [`SHARD_PROGRESS_INTERVAL_SECS`] until `ShardReady` or `Error`).
+    ShardProgress(ShardProgress),
     /// One line a training process printed.
     Output(OutputLine),
     /// A training process ended.
@@ -158,11 +176,15 @@ pub struct Manifest {
     pub files: Vec<FileEntry>,
 }
 
-/// One file: `/`-separated path relative to the dataset folder, size, sha256 (hex).
+/// One file: `/`-separated path relative to the dataset folder, size, and
+/// the sha256 (hex) of the whole file when the manifest was built by
+/// hashing everything first; empty in a manifest served at once (the
+/// partitioner's), whose files are verified chunk by chunk.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct FileEntry {
     pub path: String,
     pub size: u64,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
 }
 
@@ -212,8 +234,19 @@ pub struct FileHeader {
     pub size: u64,
     /// First byte sent.
     pub offset: u64,
-    /// sha256 of the whole file (hex).
+    /// The manifest's sha256 of the whole file (hex), empty if none.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub sha256: String,
+    /// Bytes per chunk (each followed by its sha256 on the wire).
+    pub chunk_size: u64,
+}
+
+/// The sha256 (hex) of every chunk of a file, in order.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ChunkSums {
+    pub path: String,
+    pub chunk_size: u64,
+    pub sha256: Vec<String>,
 }
 
 /// Where a worker gets its shard from.
@@ -249,6 +282,17 @@ pub struct ShardReport {
     pub reused_files: u32,
     /// Transfer attempts that failed and were retried.
     pub retries: u32,
+}
+
+/// How often a worker reports progress while it prepares its shard.
+pub const SHARD_PROGRESS_INTERVAL_SECS: u64 = 2;
+
+/// A worker's shard preparation goes on.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct ShardProgress {
+    pub part_id: u32,
+    /// Bytes received from the partitioner so far.
+    pub received_bytes: u64,
 }
 
 /// `Start`'s parameters: what a worker needs to run its share of the training.

@@ -27,6 +27,43 @@ type HmacSha256 = Hmac<Sha256>;
 /// Keeps a stray or hostile connection from holding an agent's task forever.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long to wait for a peer: every wait on another dglrun is bounded by
+/// one of these (flags of every role).
+#[derive(clap::Args, Debug, Clone, Copy, PartialEq, Eq)]
+#[command(next_help_heading = "Timeouts (every role)")]
+pub struct Timeouts {
+    /// Seconds to wait for a peer's answer to one request (a ping, the
+    /// manifest, a file's header), for the next bytes of a file, and
+    /// between a worker's progress reports while it prepares its shard
+    /// (it sends one every 2 s). A peer silent for longer is given up on,
+    /// and the error names it and what was awaited.
+    #[arg(long = "peer-timeout", env = "DGLRUN_PEER_TIMEOUT", value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..))]
+    pub peer_secs: u64,
+    /// Seconds an agent (partitioner, worker) keeps an authenticated
+    /// connection open that sends no request; then it closes it.
+    #[arg(long = "session-idle-timeout", env = "DGLRUN_SESSION_IDLE_TIMEOUT", value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    pub session_idle_secs: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            peer_secs: 60,
+            session_idle_secs: 300,
+        }
+    }
+}
+
+impl Timeouts {
+    pub fn peer(&self) -> Duration {
+        Duration::from_secs(self.peer_secs)
+    }
+
+    pub fn session_idle(&self) -> Duration {
+        Duration::from_secs(self.session_idle_secs)
+    }
+}
+
 /// The job's shared secret. Its `Debug` never shows the bytes.
 #[derive(Clone)]
 pub struct Token(Vec<u8>);
@@ -101,6 +138,12 @@ pub enum ChannelError {
     Closed,
     #[error("timed out after {0:?}")]
     Timeout(Duration),
+    #[error("{peer} sent nothing for {after:?} while we waited for {what}")]
+    Silent {
+        peer: SocketAddr,
+        what: String,
+        after: Duration,
+    },
 }
 
 impl ChannelError {
@@ -108,7 +151,10 @@ impl ChannelError {
     /// retry cannot fix (a wrong token, a peer speaking another protocol).
     pub fn is_transient(&self) -> bool {
         match self {
-            ChannelError::Io(_) | ChannelError::Closed | ChannelError::Timeout(_) => true,
+            ChannelError::Io(_)
+            | ChannelError::Closed
+            | ChannelError::Timeout(_)
+            | ChannelError::Silent { .. } => true,
             ChannelError::Auth(_) | ChannelError::Wire(_) => false,
         }
     }
@@ -313,6 +359,37 @@ impl Channel {
     ) -> Result<A, ChannelError> {
         self.send(req).await?;
         self.expect().await
+    }
+
+    /// Receives a frame within `within`, else [`ChannelError::Silent`]
+    /// naming the peer and `what` was awaited. After a timeout the
+    /// connection may be mid-frame: drop it.
+    pub async fn recv_within<T: DeserializeOwned>(
+        &mut self,
+        within: Duration,
+        what: &str,
+    ) -> Result<Option<T>, ChannelError> {
+        match tokio::time::timeout(within, self.recv()).await {
+            Ok(r) => r,
+            Err(_) => Err(ChannelError::Silent {
+                peer: self.peer,
+                what: what.to_string(),
+                after: within,
+            }),
+        }
+    }
+
+    /// One request, one response within `within` (see [`Self::recv_within`]).
+    pub async fn call_within<Q: Serialize, A: DeserializeOwned>(
+        &mut self,
+        req: &Q,
+        within: Duration,
+        what: &str,
+    ) -> Result<A, ChannelError> {
+        self.send(req).await?;
+        self.recv_within(within, what)
+            .await?
+            .ok_or(ChannelError::Closed)
     }
 }
 

@@ -96,6 +96,8 @@ pub struct Options {
     pub launch: LaunchArgs,
     #[command(flatten)]
     pub worker: WorkerArgs,
+    #[command(flatten)]
+    pub timeouts: crate::channel::Timeouts,
     /// Extra arguments for the training script (after `--`).
     #[arg(last = true, value_name = "TRAIN_ARGS")]
     pub extra: Vec<String>,
@@ -573,6 +575,7 @@ impl Options {
     fn retry_policy(&self) -> RetryPolicy {
         RetryPolicy {
             max_attempts: self.launch.transfer_attempts,
+            idle_timeout: self.timeouts.peer(),
             ..RetryPolicy::default()
         }
     }
@@ -686,6 +689,7 @@ pub fn worker_config(opts: &Options) -> anyhow::Result<WorkerConfig> {
         agent_port: opts.runtime.agent_port,
         token: opts.token()?,
         retry: opts.retry_policy(),
+        timeouts: opts.timeouts,
         train: TrainContext {
             python: opts.runtime.python.clone(),
             workspace: opts.runtime.workspace.clone(),
@@ -757,6 +761,7 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
         partitioner,
         token: opts.token()?,
         wait_timeout: Duration::from_secs(opts.launch.wait_timeout),
+        peer_timeout: opts.timeouts.peer(),
         stop_grace: opts.stop_grace(),
         dist_partition,
     })

@@ -242,6 +242,28 @@ impl Layout {
     /// Builds the manifest: the JSON plus every file below `part<i>/` for
     /// every part. Reads and hashes every byte (blocking).
     pub fn build_manifest(&self, num_parts: u32) -> Result<Manifest, LayoutError> {
+        self.manifest(num_parts, file_entry)
+    }
+
+    /// The same files as [`Self::build_manifest`] with their sizes only, at
+    /// once: no byte is read, so serving starts as soon as the partitions
+    /// are checked, whatever their size. The file server hashes chunk by
+    /// chunk as it goes (`transfer::FileServer`).
+    pub fn list_manifest(&self, num_parts: u32) -> Result<Manifest, LayoutError> {
+        self.manifest(num_parts, |path, abs| {
+            Ok(FileEntry {
+                path,
+                size: abs.metadata()?.len(),
+                sha256: String::new(),
+            })
+        })
+    }
+
+    fn manifest(
+        &self,
+        num_parts: u32,
+        file_entry: impl Fn(String, &Path) -> io::Result<FileEntry>,
+    ) -> Result<Manifest, LayoutError> {
         let io_err = |path: &Path| {
             let path = path.display().to_string();
             move |source| LayoutError::Io { path, source }

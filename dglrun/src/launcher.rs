@@ -33,6 +33,9 @@ pub struct LaunchConfig {
     pub token: Token,
     /// How long to wait for the partitioner and the workers to answer.
     pub wait_timeout: Duration,
+    /// How long a peer may stay silent on an open connection (an answer,
+    /// a worker's shard progress) before it counts as failed.
+    pub peer_timeout: Duration,
     /// The workers' SIGTERM→SIGKILL grace period; bounds how long stopping takes.
     pub stop_grace: Duration,
     /// Partition mode DistParMETIS: the workers' ranks partition the graph
@@ -126,15 +129,12 @@ async fn wait_for(
     role: ReplicaType,
     token: &Token,
     timeout: Duration,
+    peer_timeout: Duration,
 ) -> Result<AgentInfo, LaunchError> {
     let deadline = Instant::now() + timeout;
     let mut last_log = Instant::now();
     loop {
-        let attempt = async {
-            let mut ch = Channel::connect(addr, token, CONNECT_TIMEOUT).await?;
-            ch.call::<_, Response>(&Request::Ping).await
-        }
-        .await;
+        let attempt = call(addr, token, &Request::Ping, peer_timeout, "a Pong").await;
         let last = match attempt {
             Ok(Response::Pong(info)) if info.role == role => return Ok(info),
             Ok(other) => {
@@ -167,10 +167,17 @@ async fn wait_for(
     }
 }
 
-/// One request to a peer on a fresh connection.
-async fn call(addr: SocketAddr, token: &Token, req: &Request) -> Result<Response, ChannelError> {
+/// One request to a peer on a fresh connection; its answer (`what`) must
+/// come within `within`.
+async fn call(
+    addr: SocketAddr,
+    token: &Token,
+    req: &Request,
+    within: Duration,
+    what: &str,
+) -> Result<Response, ChannelError> {
     let mut ch = Channel::connect(addr, token, CONNECT_TIMEOUT).await?;
-    ch.call(req).await
+    ch.call_within(req, within, what).await
 }
 
 /// Tells idle workers to exit (best effort), when the job is abandoned before training.
@@ -180,7 +187,7 @@ async fn shutdown_workers(cfg: &LaunchConfig, reason: &str) {
         let (addr, token, reason) = (w.agent, cfg.token.clone(), reason.to_string());
         set.spawn(async move {
             let req = Request::Shutdown { reason };
-            let _ = tokio::time::timeout(Duration::from_secs(10), call(addr, &token, &req)).await;
+            let _ = call(addr, &token, &req, Duration::from_secs(10), "an Ack").await;
         });
     }
     while set.join_next().await.is_some() {}
@@ -228,9 +235,11 @@ async fn wait_for_partitioner(cfg: &LaunchConfig, p: SocketAddr) -> Result<(), L
         ReplicaType::Partitioner,
         &cfg.token,
         cfg.wait_timeout,
+        cfg.peer_timeout,
     )
     .await?;
-    match call(p, &cfg.token, &Request::GetManifest).await {
+    let (within, what) = (cfg.peer_timeout, "the manifest");
+    match call(p, &cfg.token, &Request::GetManifest, within, what).await {
         Ok(Response::Manifest(m)) if m.num_parts == n && m.graph_name == cfg.spec.graph_name => {
             let bytes: u64 = m.files.iter().map(|f| f.size).sum();
             tracing::info!(
@@ -258,9 +267,11 @@ async fn wait_for_partitioner(cfg: &LaunchConfig, p: SocketAddr) -> Result<(), L
 async fn wait_for_workers(cfg: &LaunchConfig) -> Result<(), LaunchError> {
     let mut set = JoinSet::new();
     for w in &cfg.workers {
-        let (w, token, timeout) = (w.clone(), cfg.token.clone(), cfg.wait_timeout);
+        let (w, token) = (w.clone(), cfg.token.clone());
+        let (timeout, silent) = (cfg.wait_timeout, cfg.peer_timeout);
         set.spawn(async move {
-            let r = wait_for(&w.describe(), w.agent, ReplicaType::Worker, &token, timeout).await;
+            let kind = ReplicaType::Worker;
+            let r = wait_for(&w.describe(), w.agent, kind, &token, timeout, silent).await;
             (w, r)
         });
     }
@@ -304,9 +315,9 @@ async fn prepare_shards(cfg: &LaunchConfig) -> Result<(), LaunchError> {
             num_parts: cfg.workers.len() as u32,
             source: source.clone(),
         });
-        let (w, token) = (w.clone(), cfg.token.clone());
+        let (w, token, silent) = (w.clone(), cfg.token.clone(), cfg.peer_timeout);
         set.spawn(async move {
-            let r = call(w.agent, &token, &req).await;
+            let r = prepare_shard(w.agent, &token, &req, silent).await;
             (w, r)
         });
     }
@@ -336,6 +347,32 @@ async fn prepare_shards(cfg: &LaunchConfig) -> Result<(), LaunchError> {
         });
     }
     shard_error.map_or(Ok(()), Err)
+}
+
+/// Asks one worker for its shard and waits for the answer, reading its
+/// progress reports meanwhile: a worker silent for `silent` has failed.
+async fn prepare_shard(
+    addr: SocketAddr,
+    token: &Token,
+    req: &Request,
+    silent: Duration,
+) -> Result<Response, ChannelError> {
+    let mut ch = Channel::connect(addr, token, CONNECT_TIMEOUT).await?;
+    ch.send(req).await?;
+    loop {
+        let what = "its shard (ShardReady or a progress report)";
+        match ch.recv_within(silent, what).await? {
+            Some(Response::ShardProgress(p)) => {
+                tracing::debug!(
+                    part = p.part_id,
+                    received = p.received_bytes,
+                    "shard progress"
+                )
+            }
+            Some(other) => return Ok(other),
+            None => return Err(ChannelError::Closed),
+        }
+    }
 }
 
 /// The training's connections: one writer per started worker (`None` once
@@ -417,8 +454,8 @@ async fn release_partitioner(cfg: &LaunchConfig, p: SocketAddr) {
     let req = Request::Shutdown {
         reason: "training succeeded".into(),
     };
-    match tokio::time::timeout(Duration::from_secs(10), call(p, &cfg.token, &req)).await {
-        Ok(Ok(_)) => tracing::info!("the partitioner was told to exit"),
+    match call(p, &cfg.token, &req, Duration::from_secs(10), "an Ack").await {
+        Ok(_) => tracing::info!("the partitioner was told to exit"),
         _ => {
             tracing::warn!("could not tell the partitioner to exit; it is left to the operator")
         }

@@ -5,6 +5,7 @@
 //! - [`channel`]: the authenticated control channel (HMAC handshake, frames);
 //! - [`agent`]: the accept loop the partitioner and the workers share;
 //! - [`dataset`]: the partition layout on disk, its checks, the manifest;
+//! - [`chunks`]: files as chunks with their own sha256 (lazy, on all cores);
 //! - [`transfer`]: shard files pod to pod, resumed, verified, retried;
 //! - [`procs`]: child processes in their own process groups;
 //! - [`command`]: users' own command lines with placeholders (launch.py's convention);
@@ -22,6 +23,7 @@
 
 pub mod agent;
 pub mod channel;
+pub mod chunks;
 pub mod cli;
 pub mod command;
 pub mod dataset;

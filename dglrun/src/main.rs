@@ -92,7 +92,7 @@ async fn run_partitioner(opts: &Options) -> anyhow::Result<()> {
         return Ok(());
     };
     let listener = partition::bind(opts.agent_addr()).await?;
-    partition::serve(listener, server, token).await
+    partition::serve(listener, server.with_timeouts(opts.timeouts), token).await
 }
 
 async fn run_worker(opts: &Options) -> anyhow::Result<i32> {

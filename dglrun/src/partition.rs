@@ -115,10 +115,14 @@ pub async fn partition(cfg: &PartitionConfig) -> anyhow::Result<FileServer> {
     );
     let l = layout.clone();
     let n = cfg.num_parts;
-    let manifest = tokio::task::spawn_blocking(move || l.build_manifest(n)).await??;
+    // Sizes only: the chunks are hashed while serving (and in the
+    // background on idle cores), so serving does not wait for a hash pass.
+    let manifest = tokio::task::spawn_blocking(move || l.list_manifest(n)).await??;
     let bytes: u64 = manifest.files.iter().map(|f| f.size).sum();
     tracing::info!(files = manifest.files.len(), bytes, "manifest ready");
-    Ok(FileServer::new(layout.dir, manifest))
+    let server = FileServer::new(layout.dir, manifest);
+    server.hash_in_background();
+    Ok(server)
 }
 
 /// Runs the native pipeline on a blocking thread; SIGTERM ends the wait (the
@@ -203,7 +207,8 @@ async fn handle(
     server: &FileServer,
     done: &mpsc::UnboundedSender<String>,
 ) -> Result<(), ChannelError> {
-    while let Some(req) = ch.recv::<Request>().await? {
+    let idle = server.timeouts().session_idle();
+    while let Some(req) = agent::next_request(&mut ch, idle).await? {
         match req {
             Request::Ping => {
                 ch.send(&Response::Pong(AgentInfo {
@@ -221,6 +226,7 @@ async fn handle(
                 tracing::debug!(peer = %ch.peer, path, offset, "fetch");
                 server.handle_fetch(&mut ch, &path, offset).await?
             }
+            Request::ChunkSums { path } => server.handle_chunk_sums(&mut ch, &path).await?,
             Request::Shutdown { reason } => {
                 ch.send(&Response::Ack).await?;
                 let _ = done.send(reason);

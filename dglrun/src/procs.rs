@@ -18,7 +18,7 @@ use std::time::Duration;
 use dgl_api::wire::{ExitInfo, OutputLine, ProcessExit, Stream};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::mpsc;
 
 /// What to run.
@@ -235,41 +235,115 @@ fn signal_group(pgid: Pid, sig: Signal) {
     }
 }
 
-/// Reads a pipe line by line into the sink. Invalid UTF-8 is replaced rather
-/// than ending the stream, so a stray binary byte never hides later output.
+/// The longest line forwarded, in bytes: a longer one is cut there and
+/// marked, so that one enormous line (a process printing a whole array, a
+/// progress bar that never writes a newline) costs bounded memory and
+/// always fits in a frame.
+pub const MAX_LINE: usize = 64 * 1024;
+
+/// Appended to a line cut at [`MAX_LINE`] bytes.
+pub const TRUNCATED_MARKER: &str = " …[dglrun: line longer than 65536 bytes, truncated]";
+
+/// Splits a byte stream into lines at `\n`, `\r\n` and a lone `\r` (what
+/// progress bars such as tqdm write between updates), with every line
+/// capped at [`MAX_LINE`] bytes. Empty segments between `\r`s are dropped;
+/// an empty line ended by `\n` is kept.
+#[derive(Debug, Default)]
+pub struct LineSplitter {
+    buf: Vec<u8>,
+    /// The current line was already cut and emitted; the rest is skipped.
+    truncated: bool,
+    /// The last byte seen was `\r` (so a `\n` right after it ends nothing).
+    after_cr: bool,
+}
+
+impl LineSplitter {
+    /// Feeds bytes; returns the lines they completed.
+    pub fn feed(&mut self, mut data: &[u8]) -> Vec<String> {
+        let mut out = Vec::new();
+        while !data.is_empty() {
+            let end = data.iter().position(|&b| b == b'\n' || b == b'\r');
+            let segment = &data[..end.unwrap_or(data.len())];
+            if !segment.is_empty() {
+                self.after_cr = false;
+                self.append(segment, &mut out);
+            }
+            let Some(i) = end else { break };
+            let cr = data[i] == b'\r';
+            // "\r\n" ends one line; a "\r" with nothing before it ends none.
+            let ends_line = !self.buf.is_empty() || (!cr && !self.after_cr);
+            if ends_line && !self.truncated {
+                out.push(String::from_utf8_lossy(&self.buf).into_owned());
+            }
+            self.buf.clear();
+            self.truncated = false;
+            self.after_cr = cr;
+            data = &data[i + 1..];
+        }
+        out
+    }
+
+    /// The last line when the stream ended without a terminator.
+    pub fn finish(&mut self) -> Option<String> {
+        let line = (!self.buf.is_empty() && !self.truncated)
+            .then(|| String::from_utf8_lossy(&self.buf).into_owned());
+        self.buf.clear();
+        self.truncated = false;
+        line
+    }
+
+    fn append(&mut self, segment: &[u8], out: &mut Vec<String>) {
+        if self.truncated {
+            return;
+        }
+        let room = MAX_LINE - self.buf.len();
+        if segment.len() <= room {
+            self.buf.extend_from_slice(segment);
+            return;
+        }
+        // Emitted now, not at the line's end: a line that never ends is
+        // still shown.
+        self.buf.extend_from_slice(&segment[..room]);
+        let mut line = String::from_utf8_lossy(&self.buf).into_owned();
+        line.push_str(TRUNCATED_MARKER);
+        out.push(line);
+        self.buf.clear();
+        self.truncated = true;
+    }
+}
+
+/// Reads a pipe into the sink, line by line ([`LineSplitter`]). Invalid
+/// UTF-8 is replaced rather than ending the stream, so a stray binary byte
+/// never hides later output.
 async fn forward_lines<R: AsyncRead + Unpin>(
-    r: R,
+    mut r: R,
     process: String,
     stream: Stream,
     sink: mpsc::Sender<OutputLine>,
 ) {
-    let mut reader = BufReader::new(r);
-    let mut buf = Vec::new();
+    let mut splitter = LineSplitter::default();
+    let mut buf = vec![0u8; 64 * 1024];
     loop {
-        buf.clear();
-        match reader.read_until(b'\n', &mut buf).await {
-            Ok(0) => break,
-            Ok(_) => {
-                while matches!(buf.last(), Some(b'\n' | b'\r')) {
-                    buf.pop();
-                }
-                let line = String::from_utf8_lossy(&buf).into_owned();
-                if sink
-                    .send(OutputLine {
-                        process: process.clone(),
-                        stream,
-                        line,
-                    })
-                    .await
-                    .is_err()
-                {
-                    break;
-                }
-            }
+        let (lines, ended) = match r.read(&mut buf).await {
+            Ok(0) => (splitter.finish().into_iter().collect(), true),
+            Ok(n) => (splitter.feed(&buf[..n]), false),
             Err(e) => {
                 tracing::debug!(process = %process, error = %e, "output pipe error");
-                break;
+                (splitter.finish().into_iter().collect(), true)
             }
+        };
+        for line in lines {
+            let l = OutputLine {
+                process: process.clone(),
+                stream,
+                line,
+            };
+            if sink.send(l).await.is_err() {
+                return;
+            }
+        }
+        if ended {
+            return;
         }
     }
 }
@@ -353,6 +427,41 @@ mod tests {
             env: vec![("X_TEST".into(), "42".into())],
             cwd: None,
         }
+    }
+
+    #[test]
+    fn lines_split_at_newlines_and_carriage_returns() {
+        let mut s = LineSplitter::default();
+        // tqdm: "\r" before every update, "\n" at the end; CRLF is one end.
+        let mut got = s.feed(b"start\n\r  0%|\r 50%|");
+        got.extend(s.feed(b"\r100%|\nwin\r"));
+        got.extend(s.feed(b"\ndos\r\n\nlast"));
+        got.extend(s.finish());
+        assert_eq!(
+            got,
+            ["start", "  0%|", " 50%|", "100%|", "win", "dos", "", "last"]
+        );
+        assert_eq!(s.finish(), None);
+    }
+
+    #[test]
+    fn a_long_line_is_cut_once_and_memory_stays_bounded() {
+        let mut s = LineSplitter::default();
+        let mut got = Vec::new();
+        // 10 MiB without a terminator, fed in pieces as a pipe delivers it.
+        for _ in 0..160 {
+            got.extend(s.feed(&[b'x'; 64 * 1024]));
+            assert!(s.buf.capacity() <= 2 * MAX_LINE);
+        }
+        assert_eq!(got.len(), 1, "the cut line is shown at once");
+        assert!(got[0].starts_with("xxx") && got[0].ends_with(TRUNCATED_MARKER));
+        assert_eq!(got[0].len(), MAX_LINE + TRUNCATED_MARKER.len());
+        // Its rest is dropped; the next line is whole.
+        let next = s.feed(b"yyy\nnext\n");
+        assert_eq!(next, ["next"]);
+        assert_eq!(s.finish(), None);
+        // Invalid UTF-8 is replaced, not an end of the stream.
+        assert_eq!(s.feed(b"a\xffb\n"), ["a\u{fffd}b"]);
     }
 
     #[tokio::test]

@@ -9,13 +9,18 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dgl_api::wire::{is_safe_relative_path, FileEntry, FileHeader, Manifest, Request, Response};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWriteExt};
+use dgl_api::wire::{
+    is_safe_relative_path, ChunkSums, FileEntry, FileHeader, Manifest, Request, Response,
+};
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::channel::{Channel, ChannelError, Token};
+use crate::channel::{Channel, ChannelError, Timeouts, Token};
+use crate::chunks::{self, FileSums, Sum, CHUNK_SIZE, SUM_LEN};
 use crate::dataset::sha256_file;
 
 const PARTIAL_SUFFIX: &str = ".dglrun-partial";
@@ -125,6 +130,8 @@ pub struct Fetcher {
     token: Token,
     policy: RetryPolicy,
     conn: Option<Channel>,
+    /// Counts the bytes received, for progress reports.
+    received: Arc<AtomicU64>,
 }
 
 impl Fetcher {
@@ -134,7 +141,14 @@ impl Fetcher {
             token,
             policy,
             conn: None,
+            received: Arc::default(),
         }
+    }
+
+    /// Counts every byte received into `counter` (read by progress reports).
+    pub fn counting_into(mut self, counter: Arc<AtomicU64>) -> Fetcher {
+        self.received = counter;
+        self
     }
 
     async fn channel(&mut self) -> Result<&mut Channel, Attempt> {
@@ -152,10 +166,10 @@ impl Fetcher {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let addr = self.addr;
+            let (addr, within) = (self.addr, self.policy.idle_timeout);
             let res = match self.channel().await {
                 Ok(ch) => ch
-                    .call::<_, Response>(&Request::GetManifest)
+                    .call_within::<_, Response>(&Request::GetManifest, within, "the manifest")
                     .await
                     .map_err(|e| classify(addr, e)),
                 Err(a) => Err(a),
@@ -230,45 +244,32 @@ impl Fetcher {
             path: target.display().to_string(),
             source,
         };
-        if let Ok(m) = tokio::fs::metadata(&target).await {
-            if m.len() == entry.size && hash(&target).await.ok() == Some(entry.sha256.clone()) {
-                tracing::debug!(path = %entry.path, "already present and verified");
-                stats.reused += 1;
-                return Ok(());
-            }
+        if self.already_there(entry, &target).await? {
+            tracing::debug!(path = %entry.path, "already present and verified");
+            stats.reused += 1;
+            return Ok(());
         }
         if let Some(parent) = target.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(local)?;
         }
+        // A partial file of an earlier process is kept only as far as its
+        // chunks match the partitioner's sums now (with a whole-file sum,
+        // its bytes are hashed again at the end anyway).
+        if entry.sha256.is_empty() {
+            self.check_partial(entry, &partial).await?;
+        }
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let offset = match tokio::fs::metadata(&partial).await {
-                Ok(m) if m.len() <= entry.size => m.len(),
-                Ok(_) => {
-                    tokio::fs::remove_file(&partial).await.map_err(local)?;
-                    0
-                }
-                Err(_) => 0,
-            };
+            let offset = resume_offset(entry, &partial).await.map_err(local)?;
             if offset > 0 {
                 tracing::info!(path = %entry.path, offset, size = entry.size, "resuming an interrupted transfer");
                 stats.resumed_bytes += offset;
             }
             let last = match self.try_fetch(entry, &partial, offset, stats).await {
                 Ok(()) => {
-                    let got = hash(&partial).await.map_err(local)?;
-                    if got == entry.sha256 {
-                        tokio::fs::rename(&partial, &target).await.map_err(local)?;
-                        return Ok(());
-                    }
-                    // Corrupt somewhere: resuming would keep the bad bytes.
-                    tokio::fs::remove_file(&partial).await.map_err(local)?;
-                    stats.restarted += 1;
-                    format!(
-                        "sha256 mismatch: expected {}, got {got}; starting the file over",
-                        entry.sha256
-                    )
+                    tokio::fs::rename(&partial, &target).await.map_err(local)?;
+                    return Ok(());
                 }
                 Err(Attempt::Fatal(e)) => return Err(e),
                 Err(Attempt::Retry(m)) => m,
@@ -289,7 +290,119 @@ impl Fetcher {
         }
     }
 
-    /// One attempt at the rest of `entry` from `offset`, appended to `partial`.
+    /// Whether `target` already holds `entry`: the whole file's sha256 when
+    /// the manifest has it, else every chunk against the partitioner's sums.
+    async fn already_there(
+        &mut self,
+        entry: &FileEntry,
+        target: &Path,
+    ) -> Result<bool, TransferError> {
+        match tokio::fs::metadata(target).await {
+            Ok(m) if m.len() == entry.size => {}
+            _ => return Ok(false),
+        }
+        if !entry.sha256.is_empty() {
+            return Ok(hash(target).await.ok() == Some(entry.sha256.clone()));
+        }
+        let sums = self.chunk_sums(entry).await?;
+        let good = verify(target, &sums, entry.size, entry.size).await;
+        Ok(good == Some(sums.len()))
+    }
+
+    /// Cuts a partial file left by an earlier process after its last chunk
+    /// that matches the partitioner's sums (the bytes after it, within one
+    /// chunk, are checked when that chunk completes).
+    async fn check_partial(
+        &mut self,
+        entry: &FileEntry,
+        partial: &Path,
+    ) -> Result<(), TransferError> {
+        let have = match tokio::fs::metadata(partial).await {
+            Ok(m) if m.len() > 0 => m.len(),
+            _ => return Ok(()),
+        };
+        let sums = self.chunk_sums(entry).await?;
+        let good = verify(partial, &sums, entry.size, have).await.unwrap_or(0);
+        let whole = (0..sums.len())
+            .take_while(|&k| chunks::range(k, entry.size, CHUNK_SIZE).1 <= have)
+            .count();
+        if good < whole {
+            let keep = chunks::range(good, entry.size, CHUNK_SIZE).0;
+            tracing::warn!(path = %entry.path, kept = keep, had = have, "a partial file does not match the partitioner's sums; cut after its last good chunk");
+            let f = std::fs::OpenOptions::new().write(true).open(partial);
+            f.and_then(|f| f.set_len(keep))
+                .map_err(|source| TransferError::Local {
+                    path: partial.display().to_string(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// The partitioner's sum of every chunk of `entry`.
+    async fn chunk_sums(&mut self, entry: &FileEntry) -> Result<Vec<Sum>, TransferError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (addr, within) = (self.addr, self.policy.idle_timeout);
+            let req = Request::ChunkSums {
+                path: entry.path.clone(),
+            };
+            let what = format!("the chunk sums of {}", entry.path);
+            let res = match self.channel().await {
+                Ok(ch) => ch
+                    .call_within::<_, Response>(&req, within, &what)
+                    .await
+                    .map_err(|e| classify(addr, e)),
+                Err(a) => Err(a),
+            };
+            let last = match res {
+                Ok(Response::ChunkSums(c)) => {
+                    let n = chunks::count(entry.size, c.chunk_size.max(1));
+                    return match chunks::parse_sums(&c.sha256) {
+                        Some(s)
+                            if c.chunk_size == CHUNK_SIZE
+                                && s.len() == n
+                                && c.path == entry.path =>
+                        {
+                            Ok(s)
+                        }
+                        _ => Err(TransferError::Protocol {
+                            addr,
+                            got: format!("chunk sums for {} that do not fit the file", c.path),
+                        }),
+                    };
+                }
+                Ok(Response::Error { message }) => {
+                    return Err(TransferError::Remote {
+                        addr,
+                        what: format!("the chunk sums of {}", entry.path),
+                        message,
+                    })
+                }
+                Ok(other) => {
+                    return Err(TransferError::Protocol {
+                        addr,
+                        got: format!("{other:?}"),
+                    })
+                }
+                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(Attempt::Retry(m)) => m,
+            };
+            self.conn = None;
+            if attempt >= self.policy.max_attempts {
+                return Err(TransferError::Exhausted {
+                    path: entry.path.clone(),
+                    attempts: attempt,
+                    last,
+                });
+            }
+            tokio::time::sleep(self.policy.backoff(attempt)).await;
+        }
+    }
+
+    /// One attempt at the rest of `entry` from `offset`, written into
+    /// `partial` (which holds exactly `offset` bytes).
     async fn try_fetch(
         &mut self,
         entry: &FileEntry,
@@ -299,42 +412,62 @@ impl Fetcher {
     ) -> Result<(), Attempt> {
         let addr = self.addr;
         let idle = self.policy.idle_timeout;
+        let received = self.received.clone();
         let ch = self.channel().await?;
-        request_file(ch, addr, entry, offset).await?;
+        request_file(ch, addr, entry, offset, idle).await?;
         let local = |source| {
             Attempt::Fatal(TransferError::Local {
                 path: partial.display().to_string(),
                 source,
             })
         };
-        let mut file = tokio::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(partial)
-            .await
-            .map_err(local)?;
-        let remaining = entry.size - offset;
-        match receive(
-            &mut ch.reader,
-            &mut file,
-            remaining,
-            entry.size,
+        let sink = Sink::open(partial, entry, offset).await.map_err(local)?;
+        let mut rx = Receiver {
+            reader: &mut ch.reader,
             idle,
+            size: entry.size,
             stats,
-        )
-        .await
-        {
-            Ok(()) => {
-                file.flush().await.map_err(local)?;
-                file.sync_all().await.map_err(local)
-            }
-            Err(Received::Interrupted(message)) => {
-                file.flush().await.map_err(local)?;
-                Err(Attempt::Retry(message))
-            }
-            Err(Received::Write(e)) => Err(local(e)),
+            received: &received,
+        };
+        match rx.receive(sink, offset, &entry.path).await {
+            Ok(sink) => sink
+                .finish(entry)
+                .await
+                .map_err(|r| r.into_attempt(partial, stats)),
+            Err(r) => Err(r.into_attempt(partial, stats)),
         }
     }
+}
+
+/// Where to resume: the partial file's length, except that a partial file
+/// as long as the whole (its last chunk never confirmed) re-fetches its
+/// last chunk.
+async fn resume_offset(entry: &FileEntry, partial: &Path) -> std::io::Result<u64> {
+    let have = match tokio::fs::metadata(partial).await {
+        Ok(m) => m.len(),
+        Err(_) => return Ok(0),
+    };
+    let offset = if have >= entry.size && entry.size > 0 {
+        let last = chunks::count(entry.size, CHUNK_SIZE) - 1;
+        chunks::range(last, entry.size, CHUNK_SIZE).0
+    } else {
+        have
+    };
+    if offset != have {
+        let f = std::fs::OpenOptions::new().write(true).open(partial)?;
+        f.set_len(offset)?;
+    }
+    Ok(offset)
+}
+
+/// Leading chunks of `path` (its first `upto` bytes) that match `sums`;
+/// `None` when it cannot be read.
+async fn verify(path: &Path, sums: &[Sum], total: u64, upto: u64) -> Option<usize> {
+    let (path, sums) = (path.to_path_buf(), sums.to_vec());
+    tokio::task::spawn_blocking(move || chunks::verify_local(&path, &sums, CHUNK_SIZE, total, upto))
+        .await
+        .ok()?
+        .ok()
 }
 
 /// Asks for `entry` from `offset`; the partitioner must announce exactly
@@ -344,12 +477,14 @@ async fn request_file(
     addr: SocketAddr,
     entry: &FileEntry,
     offset: u64,
+    within: Duration,
 ) -> Result<(), Attempt> {
     let req = Request::Fetch {
         path: entry.path.clone(),
         offset,
     };
-    let header = match ch.call::<_, Response>(&req).await {
+    let what = format!("the header of {}", entry.path);
+    let header = match ch.call_within::<_, Response>(&req, within, &what).await {
         Ok(Response::File(h)) => h,
         Ok(Response::Error { message }) => {
             return Err(Attempt::Fatal(TransferError::Remote {
@@ -371,6 +506,7 @@ async fn request_file(
         size: entry.size,
         offset,
         sha256: entry.sha256.clone(),
+        chunk_size: CHUNK_SIZE,
     };
     if header != expected {
         return Err(Attempt::Fatal(TransferError::Changed {
@@ -382,48 +518,266 @@ async fn request_file(
     Ok(())
 }
 
-/// Why [`receive`] stopped early.
+/// Why receiving stopped early.
 enum Received {
     /// The connection: what happened.
     Interrupted(String),
+    /// A chunk (or the whole file) did not match its sum; the partial file
+    /// was cut before it.
+    Corrupt(String),
     /// The local file.
     Write(std::io::Error),
 }
 
-/// Copies the last `remaining` bytes of a `size`-byte file from `reader` to
-/// `file`; a read that brings no byte for `idle` interrupts the transfer.
-async fn receive(
-    reader: &mut (impl AsyncRead + Unpin),
-    file: &mut tokio::fs::File,
-    mut remaining: u64,
-    size: u64,
-    idle: Duration,
-    stats: &mut FetchStats,
-) -> Result<(), Received> {
-    let mut buf = vec![0u8; 256 * 1024];
-    while remaining > 0 {
-        let want = buf
-            .len()
-            .min(usize::try_from(remaining).unwrap_or(usize::MAX));
-        let n = match tokio::time::timeout(idle, reader.read(&mut buf[..want])).await {
-            Err(_) => {
-                return Err(Received::Interrupted(format!(
-                    "no data for {idle:?} with {remaining} of {size} bytes to go"
-                )))
+impl Received {
+    fn into_attempt(self, partial: &Path, stats: &mut FetchStats) -> Attempt {
+        match self {
+            Received::Interrupted(m) => Attempt::Retry(m),
+            Received::Corrupt(m) => {
+                stats.restarted += 1;
+                Attempt::Retry(m)
             }
-            Ok(Err(e)) => return Err(Received::Interrupted(format!("read failed: {e}"))),
-            Ok(Ok(0)) => {
-                return Err(Received::Interrupted(format!(
-                    "connection closed with {remaining} of {size} bytes to go"
-                )))
-            }
-            Ok(Ok(n)) => n,
-        };
-        file.write_all(&buf[..n]).await.map_err(Received::Write)?;
-        remaining -= n as u64;
-        stats.transferred += n as u64;
+            Received::Write(source) => Attempt::Fatal(TransferError::Local {
+                path: partial.display().to_string(),
+                source,
+            }),
+        }
     }
-    Ok(())
+}
+
+/// The local side of one transfer: the partial file and the hashes, moved
+/// to a blocking thread for each block so that hashing and writing run on
+/// another core while the next block arrives.
+struct Sink {
+    file: std::fs::File,
+    /// The current chunk's hash so far.
+    chunk: Sha256,
+    /// The whole file's, when the manifest has its sum.
+    whole: Option<Sha256>,
+}
+
+impl Sink {
+    /// Opens `partial` (holding `offset` bytes) and hashes what the
+    /// current chunk (and, if needed, the whole file) already has of it.
+    async fn open(partial: &Path, entry: &FileEntry, offset: u64) -> std::io::Result<Sink> {
+        let (path, whole) = (partial.to_path_buf(), !entry.sha256.is_empty());
+        tokio::task::spawn_blocking(move || {
+            use std::io::Seek;
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(&path)?;
+            file.set_len(offset)?;
+            file.seek(std::io::SeekFrom::Start(offset))?;
+            let chunk_start = offset - offset % CHUNK_SIZE;
+            let mut sink = Sink {
+                chunk: Sha256::new(),
+                whole: whole.then(Sha256::new),
+                file,
+            };
+            let from = if sink.whole.is_some() { 0 } else { chunk_start };
+            let mut pos = from;
+            while pos < offset {
+                let end = (pos + CHUNK_SIZE).min(offset);
+                let bytes = chunks::read_range(&sink.file, pos, end)?;
+                if pos >= chunk_start {
+                    sink.chunk.update(&bytes);
+                } else if end > chunk_start {
+                    sink.chunk.update(&bytes[(chunk_start - pos) as usize..]);
+                }
+                if let Some(w) = &mut sink.whole {
+                    w.update(&bytes);
+                }
+                pos = end;
+            }
+            Ok(sink)
+        })
+        .await
+        .map_err(std::io::Error::other)?
+    }
+
+    /// Hashes and writes one block. Blocking.
+    fn write(mut self, block: Vec<u8>) -> Written {
+        use std::io::Write;
+        self.chunk.update(&block);
+        if let Some(w) = &mut self.whole {
+            w.update(&block);
+        }
+        let r = self.file.write_all(&block);
+        (self, block, r)
+    }
+
+    /// The whole file's sum, when the manifest has one. No fsync: every
+    /// later `PrepareShard` checks files already present against the
+    /// partitioner's sums, so one torn by a power loss is caught there.
+    async fn finish(self, entry: &FileEntry) -> Result<(), Received> {
+        let Some(whole) = self.whole else {
+            return Ok(());
+        };
+        let got = hex::encode(whole.finalize());
+        if got == entry.sha256 {
+            return Ok(());
+        }
+        // Corrupt somewhere: resuming would keep the bad bytes.
+        self.file.set_len(0).map_err(Received::Write)?;
+        Err(Received::Corrupt(format!(
+            "sha256 mismatch: expected {}, got {got}; starting the file over",
+            entry.sha256
+        )))
+    }
+}
+
+/// The sink back from writing a block, the block's buffer, the result.
+type Written = (Sink, Vec<u8>, std::io::Result<()>);
+
+/// A block being hashed and written on a blocking thread while the next
+/// one is read: two buffers of [`BLOCK`] bytes in all.
+struct Pipe {
+    sink: Option<Sink>,
+    pending: Option<tokio::task::JoinHandle<Written>>,
+    free: Vec<Vec<u8>>,
+}
+
+impl Pipe {
+    fn new(sink: Sink) -> Pipe {
+        Pipe {
+            sink: Some(sink),
+            pending: None,
+            free: Vec::new(),
+        }
+    }
+
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        let mut b = self.free.pop().unwrap_or_default();
+        b.resize(len, 0);
+        b
+    }
+
+    /// Waits for the block in flight.
+    async fn settle(&mut self) -> Result<&mut Sink, Received> {
+        if let Some(p) = self.pending.take() {
+            let (s, buf, r) = p.await.expect("the block writer does not panic");
+            self.free.push(buf);
+            self.sink = Some(s);
+            r.map_err(Received::Write)?;
+        }
+        Ok(self.sink.as_mut().expect("the sink is back once settled"))
+    }
+
+    async fn push(&mut self, block: Vec<u8>) -> Result<(), Received> {
+        self.settle().await?;
+        let s = self.sink.take().expect("settled");
+        self.pending = Some(tokio::task::spawn_blocking(move || s.write(block)));
+        Ok(())
+    }
+}
+
+/// The network side of one transfer.
+struct Receiver<'a, R> {
+    reader: &'a mut R,
+    idle: Duration,
+    size: u64,
+    stats: &'a mut FetchStats,
+    received: &'a AtomicU64,
+}
+
+/// Bytes read from the socket at a time.
+const BLOCK: usize = 1 << 20;
+
+impl<R: AsyncRead + Unpin> Receiver<'_, R> {
+    /// Receives the chunks from `offset` to the end, each checked against
+    /// the sum that follows it; a bad chunk is cut off the partial file.
+    async fn receive(&mut self, sink: Sink, offset: u64, path: &str) -> Result<Sink, Received> {
+        let mut pipe = Pipe::new(sink);
+        let r = self.chunks(&mut pipe, offset, path).await;
+        // Never leave a write behind: the next attempt reads the file's length.
+        let settled = pipe.settle().await;
+        r?;
+        settled?;
+        Ok(pipe.sink.take().expect("settled"))
+    }
+
+    async fn chunks(&mut self, pipe: &mut Pipe, offset: u64, path: &str) -> Result<(), Received> {
+        let first = usize::try_from(offset / CHUNK_SIZE).unwrap_or(usize::MAX);
+        for k in first..chunks::count(self.size, CHUNK_SIZE) {
+            let (start, end) = chunks::range(k, self.size, CHUNK_SIZE);
+            let mut pos = start.max(offset);
+            while pos < end {
+                let want = (end - pos).min(BLOCK as u64) as usize;
+                let mut block = pipe.buffer(want);
+                if let Err((filled, e)) = self.read_exact(&mut block, true).await {
+                    // What did arrive is kept (the next attempt resumes
+                    // after it and checks it with the rest of the chunk).
+                    block.truncate(filled);
+                    pipe.push(block).await?;
+                    return Err(e);
+                }
+                pos += want as u64;
+                pipe.push(block).await?;
+            }
+            let mut expected = [0u8; SUM_LEN];
+            self.read_exact(&mut expected, false)
+                .await
+                .map_err(|(_, e)| e)?;
+            let sink = pipe.settle().await?;
+            let got: Sum = std::mem::take(&mut sink.chunk).finalize().into();
+            if got != expected {
+                sink.file.set_len(start).map_err(Received::Write)?;
+                return Err(Received::Corrupt(format!(
+                    "{path}: chunk {k} (bytes {start}..{end}): sha256 mismatch: the partitioner's sum is {}, the bytes received hash to {}; fetching the chunk again",
+                    hex::encode(expected),
+                    hex::encode(got)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Fills `buf`; a read that brings no byte for `idle` interrupts (the
+    /// error comes with the bytes filled by then). `file_bytes`: counted as
+    /// transferred (a chunk's sum is not).
+    async fn read_exact(
+        &mut self,
+        buf: &mut [u8],
+        file_bytes: bool,
+    ) -> Result<(), (usize, Received)> {
+        let mut filled = 0;
+        while filled < buf.len() {
+            let read = self.reader.read(&mut buf[filled..]);
+            let n = match tokio::time::timeout(self.idle, read).await {
+                Err(_) => {
+                    return Err((
+                        filled,
+                        Received::Interrupted(format!(
+                            "no data for {:?} ({} of {} bytes received so far)",
+                            self.idle, self.stats.transferred, self.size
+                        )),
+                    ))
+                }
+                Ok(Err(e)) => {
+                    return Err((filled, Received::Interrupted(format!("read failed: {e}"))))
+                }
+                Ok(Ok(0)) => {
+                    return Err((
+                        filled,
+                        Received::Interrupted(format!(
+                            "connection closed ({} of {} bytes received so far)",
+                            self.stats.transferred, self.size
+                        )),
+                    ))
+                }
+                Ok(Ok(n)) => n,
+            };
+            filled += n;
+            if file_bytes {
+                self.stats.transferred += n as u64;
+                self.received.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Network trouble is worth another attempt; a wrong token or a foreign
@@ -443,23 +797,82 @@ async fn hash(path: &Path) -> std::io::Result<String> {
         .map_err(std::io::Error::other)?
 }
 
-/// Server side: serves the files of a manifest from a dataset folder.
+/// Server side: serves the files of a manifest from a dataset folder, each
+/// chunk followed by its sha256 (see [`crate::chunks`]).
 #[derive(Clone)]
 pub struct FileServer {
-    root: PathBuf,
     manifest: Arc<Manifest>,
+    /// The sums of `manifest.files[i]`, computed once each.
+    sums: Arc<Vec<FileSums>>,
+    timeouts: Timeouts,
 }
 
 impl FileServer {
+    /// Serves `manifest`'s files below `root`. Files without a sha256 in
+    /// the manifest are summed chunk by chunk while their size and
+    /// modification time stay what they are now.
     pub fn new(root: PathBuf, manifest: Manifest) -> FileServer {
+        let sums = manifest
+            .files
+            .iter()
+            .map(|f| FileSums::new(root.join(&f.path), f.size, f.sha256.is_empty()))
+            .collect();
         FileServer {
-            root,
             manifest: Arc::new(manifest),
+            sums: Arc::new(sums),
+            timeouts: Timeouts::default(),
         }
+    }
+
+    /// How long its clients may stay silent.
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> FileServer {
+        self.timeouts = timeouts;
+        self
+    }
+
+    pub fn timeouts(&self) -> &Timeouts {
+        &self.timeouts
     }
 
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// Sums every chunk not summed yet on idle cores (never delaying a
+    /// transfer), so that later transfers send straight from the page cache.
+    pub fn hash_in_background(&self) {
+        chunks::hash_in_background(self.sums.clone());
+    }
+
+    fn lookup(&self, path: &str) -> Option<(&FileEntry, &FileSums)> {
+        let i = self.manifest.files.iter().position(|f| f.path == path)?;
+        Some((&self.manifest.files[i], &self.sums[i]))
+    }
+
+    /// Answers `ChunkSums`: every chunk's sum (computed on all cores where
+    /// missing).
+    pub async fn handle_chunk_sums(
+        &self,
+        ch: &mut Channel,
+        path: &str,
+    ) -> Result<(), ChannelError> {
+        let Some(i) = self.manifest.files.iter().position(|f| f.path == path) else {
+            let message = format!("{path:?} is not in the manifest");
+            return ch.send(&Response::Error { message }).await;
+        };
+        let sums = self.sums.clone();
+        let all = tokio::task::spawn_blocking(move || sums[i].all())
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+        let resp = match all {
+            Ok(s) => Response::ChunkSums(ChunkSums {
+                path: path.to_string(),
+                chunk_size: CHUNK_SIZE,
+                sha256: s.iter().map(hex::encode).collect(),
+            }),
+            Err(message) => Response::Error { message },
+        };
+        ch.send(&resp).await
     }
 
     /// Answers one `Fetch`. Errors the client cannot fix are sent as
@@ -473,66 +886,173 @@ impl FileServer {
     ) -> Result<(), ChannelError> {
         // Only files of the manifest can be read: the path never touches the
         // file system before this lookup.
-        let Some(entry) = self.manifest.get(path) else {
-            return ch
-                .send(&Response::Error {
-                    message: format!("{path:?} is not in the manifest"),
-                })
-                .await;
+        let Some((entry, sums)) = self.lookup(path) else {
+            let message = format!("{path:?} is not in the manifest");
+            return ch.send(&Response::Error { message }).await;
         };
         if offset > entry.size {
-            return ch
-                .send(&Response::Error {
-                    message: format!(
-                        "offset {offset} is past the end of {path} ({} bytes)",
-                        entry.size
-                    ),
-                })
-                .await;
+            let message = format!(
+                "offset {offset} is past the end of {path} ({} bytes)",
+                entry.size
+            );
+            return ch.send(&Response::Error { message }).await;
         }
-        let abs = self.root.join(&entry.path);
-        let opened = async {
-            let mut f = tokio::fs::File::open(&abs).await?;
-            let len = f.metadata().await?.len();
-            f.seek(std::io::SeekFrom::Start(offset)).await?;
-            Ok::<_, std::io::Error>((f, len))
-        }
-        .await;
-        let file = match opened {
-            Ok((_, len)) if len != entry.size => {
-                return ch
-                    .send(&Response::Error {
-                        message: format!(
-                            "{path} has {len} bytes now, {} in the manifest: it changed while being served",
-                            entry.size
-                        ),
-                    })
-                    .await
-            }
-            Ok((f, _)) => f,
-            Err(e) => {
-                return ch
-                    .send(&Response::Error {
-                        message: format!("cannot read {path}: {e}"),
-                    })
-                    .await
-            }
+        let file = match open_checked(entry, sums) {
+            Ok(f) => Arc::new(f),
+            Err(message) => return ch.send(&Response::Error { message }).await,
         };
         ch.send(&Response::File(FileHeader {
             path: entry.path.clone(),
             size: entry.size,
             offset,
             sha256: entry.sha256.clone(),
+            chunk_size: CHUNK_SIZE,
         }))
         .await?;
-        let want = entry.size - offset;
-        let sent = tokio::io::copy(&mut file.take(want), &mut ch.writer).await?;
-        ch.writer.flush().await?;
-        if sent != want {
-            return Err(ChannelError::Io(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                format!("{path} shrank while being sent ({sent} of {want} bytes)"),
-            )));
+        let i = self
+            .manifest
+            .files
+            .iter()
+            .position(|f| f.path == path)
+            .expect("looked up above");
+        let sender = Sender {
+            sums: self.sums.clone(),
+            i,
+            file,
+            within: self.timeouts.peer(),
+        };
+        sender.send_from(ch, offset).await
+    }
+}
+
+/// Opens a file of the manifest, checked against its size and stamp.
+fn open_checked(entry: &FileEntry, sums: &FileSums) -> Result<std::fs::File, String> {
+    let file =
+        std::fs::File::open(&sums.abs).map_err(|e| format!("cannot read {}: {e}", entry.path))?;
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot read {}: {e}", entry.path))?
+        .len();
+    if len != entry.size {
+        return Err(format!(
+            "{} has {len} bytes now, {} in the manifest: it changed while being served",
+            entry.path, entry.size
+        ));
+    }
+    sums.check_unchanged(&file)?;
+    Ok(file)
+}
+
+/// Streams one file's chunks with their sums.
+struct Sender {
+    sums: Arc<Vec<FileSums>>,
+    i: usize,
+    file: Arc<std::fs::File>,
+    /// How long the client may take to accept more bytes.
+    within: Duration,
+}
+
+impl Sender {
+    fn file_sums(&self) -> &FileSums {
+        &self.sums[self.i]
+    }
+
+    /// Chunks already summed go out by sendfile(2) from the page cache;
+    /// the others are read and summed on a blocking thread, one chunk
+    /// ahead of the socket.
+    async fn send_from(&self, ch: &mut Channel, offset: u64) -> Result<(), ChannelError> {
+        let s = self.file_sums();
+        let first = usize::try_from(offset / CHUNK_SIZE).unwrap_or(usize::MAX);
+        let mut ahead = None;
+        for k in first..s.chunks() {
+            let (start, end) = chunks::range(k, s.size, CHUNK_SIZE);
+            let from = start.max(offset);
+            let read = match ahead.take() {
+                Some(job) => Some(job),
+                None => s.cached(k).is_none().then(|| self.read_chunk(k)),
+            };
+            if let Some(next) = (k + 1 < s.chunks()).then_some(k + 1) {
+                if s.cached(next).is_none() && read.is_some() {
+                    ahead = Some(self.read_chunk(next));
+                }
+            }
+            let sum = match read {
+                None => {
+                    self.sendfile(ch, from, end).await?;
+                    s.cached(k).expect("checked above")
+                }
+                Some(job) => {
+                    let (bytes, sum) = job
+                        .await
+                        .map_err(std::io::Error::other)?
+                        .map_err(std::io::Error::other)?;
+                    let skip = (from - start) as usize;
+                    self.write(ch, &bytes[skip..]).await?;
+                    sum
+                }
+            };
+            self.write(ch, &sum).await?;
+        }
+        Ok(())
+    }
+
+    fn read_chunk(&self, k: usize) -> tokio::task::JoinHandle<Result<(Vec<u8>, Sum), String>> {
+        let (sums, i, file) = (self.sums.clone(), self.i, self.file.clone());
+        tokio::task::spawn_blocking(move || sums[i].read_chunk(&file, k))
+    }
+
+    async fn write(&self, ch: &mut Channel, bytes: &[u8]) -> Result<(), ChannelError> {
+        let peer = ch.peer;
+        tokio::time::timeout(self.within, ch.writer.write_all(bytes))
+            .await
+            .map_err(|_| self.silent(peer))??;
+        Ok(())
+    }
+
+    fn silent(&self, peer: SocketAddr) -> ChannelError {
+        ChannelError::Silent {
+            peer,
+            what: "it to take more bytes of a file".into(),
+            after: self.within,
+        }
+    }
+
+    /// Bytes `[from, end)` of the file straight from the page cache to
+    /// the socket.
+    async fn sendfile(&self, ch: &mut Channel, from: u64, end: u64) -> Result<(), ChannelError> {
+        use std::os::fd::AsRawFd;
+        use tokio::io::Interest;
+        let stream: &tokio::net::TcpStream = ch.writer.as_ref();
+        let mut off = i64::try_from(from).map_err(std::io::Error::other)?;
+        let end = i64::try_from(end).map_err(std::io::Error::other)?;
+        while off < end {
+            tokio::time::timeout(self.within, stream.writable())
+                .await
+                .map_err(|_| self.silent(ch.peer))??;
+            let len = usize::try_from(end - off).map_err(std::io::Error::other)?;
+            let r = stream.try_io(Interest::WRITABLE, || {
+                // SAFETY: both descriptors are open for the whole call;
+                // sendfile advances `off` by what it sent.
+                let n = unsafe {
+                    libc::sendfile(stream.as_raw_fd(), self.file.as_raw_fd(), &mut off, len)
+                };
+                if n < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match r {
+                Ok(0) => {
+                    return Err(ChannelError::Io(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("{} shrank while being sent", self.file_sums().abs.display()),
+                    )))
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         Ok(())
     }

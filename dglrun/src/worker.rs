@@ -5,18 +5,20 @@
 //! (see [`crate::exec`]), one at a time and never during the training.
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use dgl_api::wire::{
-    AgentInfo, Request, Response, ShardReport, ShardRequest, ShardSource, TrainResult,
+    AgentInfo, Request, Response, ShardProgress, ShardReport, ShardRequest, ShardSource,
+    TrainResult, SHARD_PROGRESS_INTERVAL_SECS,
 };
 use dgl_api::{PartitionMode, ReplicaType};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Mutex};
 
 use crate::agent::{self, Ended};
-use crate::channel::{read_frame, write_frame, Channel, Token};
+use crate::channel::{read_frame, write_frame, Channel, ChannelError, Timeouts, Token};
 use crate::dataset::Layout;
 use crate::hosts::parse_addr;
 use crate::training::{self, TrainContext};
@@ -29,6 +31,8 @@ pub struct WorkerConfig {
     pub agent_port: u16,
     pub token: Token,
     pub retry: RetryPolicy,
+    /// How long a connection may stay silent (see [`Timeouts`]).
+    pub timeouts: Timeouts,
     pub train: TrainContext,
     /// The job's partition mode: only DistParMETIS lets `dglrun rsh` start
     /// MPI's daemon here.
@@ -141,7 +145,8 @@ async fn on_signal(
 }
 
 async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channel::ChannelError> {
-    while let Some(req) = ch.recv::<Request>().await? {
+    let idle = shared.cfg.timeouts.session_idle();
+    while let Some(req) = agent::next_request(&mut ch, idle).await? {
         match req {
             Request::Ping => {
                 ch.send(&Response::Pong(AgentInfo {
@@ -152,13 +157,7 @@ async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channe
                 .await?
             }
             Request::PrepareShard(req) => {
-                let resp = match prepare(&shared, &req).await {
-                    Ok(r) => Response::ShardReady(r),
-                    Err(message) => {
-                        tracing::error!("{message}");
-                        Response::Error { message }
-                    }
-                };
+                let resp = prepare_reporting(&shared, &req, &mut ch).await?;
                 ch.send(&resp).await?
             }
             Request::Start(spec) => {
@@ -192,7 +191,7 @@ async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channe
                 let _ = shared.exit_tx.send(1);
                 return Ok(());
             }
-            Request::GetManifest | Request::Fetch { .. } => {
+            Request::GetManifest | Request::Fetch { .. } | Request::ChunkSums { .. } => {
                 ch.send(&Response::Error {
                     message: "this is a worker; shards are served by the partitioner".into(),
                 })
@@ -276,9 +275,50 @@ async fn exec_refusal(shared: &Shared, spec: &dgl_api::wire::ExecSpec) -> Option
     (!claimed).then(|| "another command of dglrun rsh still runs on this worker".to_string())
 }
 
+/// Prepares the shard, telling the launcher every few seconds that it is
+/// still at it, so that it can tell a long transfer from a silent worker.
+/// A launcher that went away cancels the preparation (what was received is
+/// kept and resumed by the next one).
+async fn prepare_reporting(
+    shared: &Shared,
+    req: &ShardRequest,
+    ch: &mut Channel,
+) -> Result<Response, ChannelError> {
+    let received = Arc::new(AtomicU64::new(0));
+    let work = prepare(shared, req, received.clone());
+    tokio::pin!(work);
+    let interval = Duration::from_secs(SHARD_PROGRESS_INTERVAL_SECS);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    loop {
+        tokio::select! {
+            r = &mut work => {
+                return Ok(match r {
+                    Ok(r) => Response::ShardReady(r),
+                    Err(message) => {
+                        tracing::error!("{message}");
+                        Response::Error { message }
+                    }
+                });
+            }
+            _ = tick.tick() => {
+                let p = ShardProgress {
+                    part_id: req.part_id,
+                    received_bytes: received.load(Ordering::Relaxed),
+                };
+                ch.send(&Response::ShardProgress(p)).await?;
+            }
+        }
+    }
+}
+
 /// Gets this machine's shard in place (pulled from the partitioner, or
-/// checked in the workspace in Skip mode).
-async fn prepare(shared: &Shared, req: &ShardRequest) -> Result<ShardReport, String> {
+/// checked in the workspace in Skip mode); `received` counts the bytes
+/// that arrive.
+async fn prepare(
+    shared: &Shared,
+    req: &ShardRequest,
+    received: Arc<AtomicU64>,
+) -> Result<ShardReport, String> {
     let _one_at_a_time = shared.prepare.lock().await;
     let ctx = &shared.cfg.train;
     if let Some(index) = ctx.index {
@@ -314,7 +354,8 @@ async fn prepare(shared: &Shared, req: &ShardRequest) -> Result<ShardReport, Str
         ShardSource::Partitioner { addr } => {
             let addr = parse_addr(addr, dgl_api::names::AGENT_PORT)?;
             let mut fetcher =
-                Fetcher::new(addr, shared.cfg.token.clone(), shared.cfg.retry.clone());
+                Fetcher::new(addr, shared.cfg.token.clone(), shared.cfg.retry.clone())
+                    .counting_into(received);
             let manifest = fetcher.manifest().await.map_err(|e| e.to_string())?;
             if manifest.graph_name != req.graph_name || manifest.num_parts != req.num_parts {
                 return Err(format!(
@@ -371,10 +412,18 @@ async fn session(
         let mut ok = true;
         while let Some(ev) = events_rx.recv().await {
             if ok {
-                if let Err(e) = write_frame(&mut writer, &ev).await {
-                    // Keep draining so the training never blocks on us.
-                    ok = false;
-                    writer_shared.stop(&format!("the launcher connection failed: {e}"));
+                match write_frame(&mut writer, &ev).await {
+                    Ok(()) => {}
+                    // One message that cannot be encoded is dropped, never
+                    // a reason to stop the training (nothing was sent).
+                    Err(ChannelError::Wire(e)) => {
+                        tracing::warn!(error = %e, "a message to the launcher was dropped")
+                    }
+                    Err(e) => {
+                        // Keep draining so the training never blocks on us.
+                        ok = false;
+                        writer_shared.stop(&format!("the launcher connection failed: {e}"));
+                    }
                 }
             }
         }

@@ -615,6 +615,13 @@ if args[:1] == ["rank"]:
     rank = args[1]
     if os.environ.get("FAKE_RANK_IGNORES_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if os.environ.get("FAKE_NOISY"):
+        # 10 MiB without a newline, every byte escaped in JSON (20 MiB in a
+        # frame), then a progress bar that only ever writes "\r".
+        sys.stdout.write('\\"' * (5 << 20)); sys.stdout.flush()
+        for pct in range(0, 101, 25):
+            sys.stdout.write(f"\r{pct:3d}%|progress"); sys.stdout.flush(); time.sleep(0.05)
+        sys.stdout.write("\n"); sys.stdout.flush()
     for e in range(int(os.environ.get("FAKE_EPOCHS", "3"))):
         print(f"epoch={e} loss={1.0 / (e + 1):.4f} rank={rank}", flush=True)
         time.sleep(0.2)
@@ -827,6 +834,43 @@ fn fake_training_succeeds_with_prefixed_progress_and_exit_0_everywhere() {
         w0.contains("--num_epochs 1 --batch_size 10 --num_workers 0 --extra passed-through"),
         "{w0}"
     );
+    job.assert_no_leftovers();
+}
+
+#[test]
+fn a_huge_line_and_a_progress_bar_do_not_stop_the_training() {
+    let mut job = FakeJob::start(2, &[("FAKE_NOISY", "1")]);
+    let l = job.launch();
+    let s = job
+        .procs
+        .wait(l, Duration::from_secs(90))
+        .expect("the launcher ends");
+    let log = job.env.log("launcher.log");
+    let short = |t: &str| t.chars().take(4000).collect::<String>();
+    assert!(s.success(), "{}", short(&job.logs()));
+    for w in 0..2 {
+        // The cut line shows, with its marker; each update of the bar is a line.
+        let cut = log
+            .lines()
+            .find(|l| l.starts_with(&format!("[worker-{w}] \\\"")))
+            .unwrap_or_else(|| panic!("no cut line of worker-{w}: {}", short(&log)));
+        assert!(
+            cut.ends_with(dglrun::procs::TRUNCATED_MARKER),
+            "{}",
+            short(cut)
+        );
+        assert!(cut.len() < dglrun::procs::MAX_LINE + 200, "{}", cut.len());
+        for pct in [" 50%|progress", "100%|progress"] {
+            assert!(
+                log.contains(&format!("[worker-{w}] {pct}\n")),
+                "{pct} of worker-{w}: {}",
+                short(&log)
+            );
+        }
+        assert!(log.contains(&format!("[worker-{w}] epoch=1 loss=0.5000 rank={w}")));
+    }
+    // Bounded: the launcher saw 64 KiB of each 10 MiB line, not all of it.
+    assert!(log.len() < 1 << 20, "{} bytes", log.len());
     job.assert_no_leftovers();
 }
 

@@ -422,3 +422,140 @@ async fn an_unreachable_partitioner_fails_after_bounded_retries() {
     );
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+// ---------------------------------------------------------------------------
+// The partitioner's own manifest: sizes only, served at once; every chunk
+// is checked against the sum the partitioner sends after it.
+
+/// Serves `layout` as the partitioner does: listed (no hashing first).
+async fn serve_listed(layout: &Layout, tok: &Token) -> SocketAddr {
+    let manifest = layout.list_manifest(2).unwrap();
+    assert!(manifest.files.iter().all(|f| f.sha256.is_empty()));
+    let server = FileServer::new(layout.dir.clone(), manifest);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(dglrun::partition::serve(listener, server, tok.clone()));
+    addr
+}
+
+/// A dataset whose part 1 graph spans three chunks (4 MiB each).
+fn three_chunk_dataset(ws: &Path) -> Layout {
+    let l = fake_dataset(ws);
+    std::fs::write(l.part_dir(1).join("graph.dgl"), bytes(9 << 20, 5)).unwrap();
+    l
+}
+
+#[tokio::test]
+async fn a_listed_shard_is_fetched_chunk_by_chunk_and_reused_after_a_check() {
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let tok = token("t");
+    let layout = three_chunk_dataset(src.path());
+    let addr = serve_listed(&layout, &tok).await;
+    let mut f = Fetcher::new(addr, tok.clone(), fast_policy());
+    let files = f.manifest().await.unwrap().shard_files(1);
+    let dest = Layout::new(dst.path(), "g");
+    let stats = f.fetch_all(&files, &dest.dir).await.unwrap();
+    assert_eq!((stats.transferred, stats.retries), (stats.bytes, 0));
+    for e in &files {
+        same_file(&layout.dir.join(&e.path), &dest.dir.join(&e.path));
+    }
+    // Present files are checked against the partitioner's chunk sums.
+    let stats = Fetcher::new(addr, tok.clone(), fast_policy())
+        .fetch_all(&files, &dest.dir)
+        .await
+        .unwrap();
+    assert_eq!((stats.reused, stats.transferred), (4, 0));
+    // A present file with a flipped byte is not reused.
+    let victim = dest.dir.join("part1/graph.dgl");
+    let mut b = std::fs::read(&victim).unwrap();
+    b[5 << 20] ^= 1;
+    std::fs::write(&victim, b).unwrap();
+    let stats = Fetcher::new(addr, tok, fast_policy())
+        .fetch_all(&files, &dest.dir)
+        .await
+        .unwrap();
+    assert_eq!((stats.reused, stats.transferred), (3, 9 << 20));
+    same_file(&layout.dir.join("part1/graph.dgl"), &victim);
+}
+
+#[tokio::test]
+async fn a_corrupted_chunk_is_fetched_again_alone() {
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let tok = token("t");
+    let layout = three_chunk_dataset(src.path());
+    let addr = serve_listed(&layout, &tok).await;
+    let graph = Fetcher::new(addr, tok.clone(), fast_policy())
+        .manifest()
+        .await
+        .unwrap()
+        .get("part1/graph.dgl")
+        .unwrap()
+        .clone();
+    // A byte of the second chunk (bytes 4..8 MiB of the file).
+    let (proxy, _) = faulty_proxy(addr, Fault::FlipAt(6 << 20)).await;
+    let dest = Layout::new(dst.path(), "g");
+    let stats = Fetcher::new(proxy, tok, fast_policy())
+        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
+        .await
+        .unwrap();
+    assert_eq!((stats.restarted, stats.retries), (1, 1), "{stats:?}");
+    // Chunks 0 and 1, then 1 and 2 again: the first chunk was kept.
+    assert_eq!(stats.transferred, 13 << 20, "{stats:?}");
+    assert_eq!(stats.resumed_bytes, 4 << 20, "{stats:?}");
+    same_file(&layout.dir.join(&graph.path), &dest.dir.join(&graph.path));
+}
+
+#[tokio::test]
+async fn a_partial_file_of_an_earlier_run_is_checked_before_it_is_resumed() {
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let tok = token("t");
+    let layout = three_chunk_dataset(src.path());
+    let addr = serve_listed(&layout, &tok).await;
+    let mut f = Fetcher::new(addr, tok, fast_policy());
+    let graph = f
+        .manifest()
+        .await
+        .unwrap()
+        .get("part1/graph.dgl")
+        .unwrap()
+        .clone();
+    // 8.5 MiB left by an earlier process: chunk 0 right, chunk 1 wrong,
+    // half of chunk 2.
+    let dest = Layout::new(dst.path(), "g");
+    std::fs::create_dir_all(dest.part_dir(1)).unwrap();
+    let mut partial = std::fs::read(layout.dir.join(&graph.path)).unwrap();
+    partial.truncate(17 << 19);
+    partial[5 << 20] ^= 1;
+    std::fs::write(dest.dir.join("part1/graph.dgl.dglrun-partial"), &partial).unwrap();
+    let stats = f
+        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
+        .await
+        .unwrap();
+    assert_eq!(stats.resumed_bytes, 4 << 20, "cut after chunk 0: {stats:?}");
+    assert_eq!(stats.transferred, 5 << 20, "{stats:?}");
+    same_file(&layout.dir.join(&graph.path), &dest.dir.join(&graph.path));
+}
+
+#[tokio::test]
+async fn a_listed_file_that_changed_is_refused_with_its_name() {
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let tok = token("t");
+    let layout = fake_dataset(src.path());
+    let addr = serve_listed(&layout, &tok).await;
+    let mut f = Fetcher::new(addr, tok, fast_policy());
+    let files = f.manifest().await.unwrap().shard_files(0);
+    // Same size, different bytes, later modification time.
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::write(layout.part_dir(0).join("node_feat.dgl"), bytes(5000, 999)).unwrap();
+    let e = f
+        .fetch_all(&files, &Layout::new(dst.path(), "g").dir)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("part0/node_feat.dgl"), "{e}");
+    assert!(
+        e.contains("changed after the partitions were checked"),
+        "{e}"
+    );
+    assert!(!dst.path().join("dataset/part0/node_feat.dgl").exists());
+}

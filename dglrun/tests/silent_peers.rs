@@ -180,6 +180,7 @@ fn launch_config(agent: SocketAddr, peer_timeout: Duration) -> LaunchConfig {
             ip_config: "127.0.0.1 30050\n".into(),
             master_port: 29500,
             extra_args: vec![],
+            command: None,
         },
         token: token(),
         wait_timeout: Duration::from_secs(10),

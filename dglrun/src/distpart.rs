@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
@@ -230,12 +230,24 @@ fn proc_rank(line: &str) -> Option<u32> {
     rest.split(']').next()?.trim().parse().ok()
 }
 
-async fn pump(r: impl AsyncRead + Unpin, tx: mpsc::Sender<String>) {
-    let mut lines = BufReader::new(r).lines();
-    while let Ok(Some(l)) = lines.next_line().await {
-        if tx.send(l).await.is_err() {
-            return;
+/// mpirun's output as lines, split and capped as the training's output is
+/// (`\r` too, 64 KiB a line), so one long line cannot grow memory.
+async fn pump(mut r: impl AsyncRead + Unpin, tx: mpsc::Sender<String>) {
+    let mut split = crate::procs::LineSplitter::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        for l in split.feed(&buf[..n]) {
+            if tx.send(l).await.is_err() {
+                return;
+            }
         }
+    }
+    if let Some(l) = split.finish() {
+        let _ = tx.send(l).await;
     }
 }
 
@@ -375,6 +387,24 @@ fn outcome(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A rank that prints 4 MiB without a newline, then `\r` updates: the
+    /// lines come out capped and split, never as one 4 MiB string.
+    #[tokio::test]
+    async fn mpirun_output_is_split_at_carriage_returns_and_capped() {
+        let mut out = vec![b'x'; 4 << 20];
+        out.extend_from_slice(b"\nstep 1\rstep 2\rdone\n");
+        let (tx, mut rx) = mpsc::channel(64);
+        pump(&out[..], tx).await;
+        let mut lines = Vec::new();
+        while let Some(l) = rx.recv().await {
+            lines.push(l);
+        }
+        let cap = crate::procs::MAX_LINE + crate::procs::TRUNCATED_MARKER.len();
+        assert!(lines.iter().all(|l| l.len() <= cap), "a line over the cap");
+        assert!(lines[0].ends_with(crate::procs::TRUNCATED_MARKER));
+        assert_eq!(lines[1..], ["step 1", "step 2", "done"]);
+    }
 
     fn net(name: &str, ip: &str, prefix: u8) -> LocalNet {
         LocalNet {

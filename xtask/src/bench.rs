@@ -1512,6 +1512,9 @@ async fn run_phase(
     if let Err(e) = delete_namespace(env.client, &ns).await {
         eprintln!("    warning: deleting namespace {ns}: {e:#}");
     }
+    // The garbage collector and the endpoints controllers finish behind
+    // the namespace; their requests belong to no phase.
+    tokio::time::sleep(Duration::from_secs(15)).await;
     result
 }
 
@@ -1531,9 +1534,14 @@ async fn measure_phase(
 ) -> Result<Report> {
     let args = env.args.scale;
     let client = env.client;
+    let flow = identity::flow_schema(subject.account());
+    let idle0 = (Instant::now(), apiserver_scrape(client).await?);
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     procs.check_running()?;
     let idle = proc_sample(op.pid)?;
+    let idle_requests_per_s = (identity::dispatched(&apiserver_scrape(client).await?, &flow)
+        - identity::dispatched(&idle0.1, &flow))
+        / idle0.0.elapsed().as_secs_f64();
     let m0 = scrape_opt(op.metrics_port).await?;
     eprintln!(
         "    idle: RSS {:.1} MiB, CPU {:.2} s",
@@ -1590,7 +1598,6 @@ async fn measure_phase(
 
     let n = args.jobs.max(1) as f64;
     let api0 = &base.apiserver;
-    let flow = identity::flow_schema(subject.account());
     let own = match (&m0, &m1, &m2) {
         (Some(m0), Some(m1), Some(m2)) => Some(own_metrics(m0, m1, m2, n, times.updates)),
         _ => None,
@@ -1620,6 +1627,7 @@ async fn measure_phase(
         apiserver_requests: requests_total(&api1) - requests_total(api0),
         apiserver_detail: per_job_diff(&by_verb_resource(api0), &by_verb_resource(&api1), n),
         operator_requests: identity::dispatched(&api1, &flow) - identity::dispatched(api0, &flow),
+        idle_requests_per_s,
         min_nodes_ready: progress.min_nodes_ready,
         nodes: args.nodes as usize,
         apiserver_write_ms: write_latency,
@@ -1863,6 +1871,9 @@ struct Report {
     /// Requests of the operator in the same window (its FlowSchema's
     /// dispatched requests, watches included).
     operator_requests: f64,
+    /// The operator's requests per second with no job (leader election,
+    /// resyncs), over `--idle-seconds`.
+    idle_requests_per_s: f64,
     /// Fewest fake nodes Ready at once during the run (all, unless kwok's
     /// heartbeats fell behind: then pods were marked NotReady too).
     min_nodes_ready: usize,
@@ -2050,6 +2061,11 @@ impl Report {
             self.operator_requests,
             self.operator_requests / n,
         );
+        let _ = writeln!(
+            out,
+            "  the operator's requests with no job: {:.2}/s",
+            self.idle_requests_per_s
+        );
         let _ = writeln!(out, "  all clients' requests per job by verb and resource:");
         for (k, v) in self.apiserver_detail.iter().filter(|(_, v)| **v >= 0.05) {
             let _ = writeln!(out, "    {k:<40} {v:.2}");
@@ -2125,6 +2141,7 @@ impl Report {
             "apiserver_requests": self.apiserver_requests,
             "apiserver_requests_per_job_detail": self.apiserver_detail,
             "operator_requests": self.operator_requests,
+            "operator_idle_requests_per_s": self.idle_requests_per_s,
             "min_nodes_ready": self.min_nodes_ready,
             "apiserver_write_ms": {"p50": self.apiserver_write_ms[0], "p99": self.apiserver_write_ms[1]},
             "succeeded": self.succeeded,

@@ -49,7 +49,7 @@ pub use testing::{
     ensure_cluster_with, test_client, unique_name, TestClusterOptions, FIELD_MANAGER,
     TEST_CLUSTER_ENV, TEST_KUBECONFIG_ENV, TEST_NAMESPACE_LABEL,
 };
-pub use tools::{ensure_tool, GoTool};
+pub use tools::{ensure_tool, ensure_tool_file, GoTool};
 pub use util::{cache_dir, http_get, CACHE_ENV};
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! Command-line tools the tests use on the project's packaging (Helm,
-//! kustomize), built from the Go module proxy with `go install` and cached
-//! like the Kubernetes binaries.
+//! kustomize), and the peer operator the scale benchmark compares against
+//! (Kubeflow's mpi-operator), built from the Go module proxy and cached like
+//! the Kubernetes binaries.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::binaries::{go_command, run_go};
 use crate::error::Result;
@@ -13,6 +14,9 @@ use crate::util::{self, FileLock};
 pub enum GoTool {
     Helm,
     Kustomize,
+    /// Kubeflow's mpi-operator (v2beta1 MPIJobs); its CRD is kept next to
+    /// the binary (see [`GoTool::module_files`]).
+    MpiOperator,
 }
 
 impl GoTool {
@@ -20,6 +24,7 @@ impl GoTool {
         match self {
             GoTool::Helm => "helm",
             GoTool::Kustomize => "kustomize",
+            GoTool::MpiOperator => "mpi-operator",
         }
     }
 
@@ -28,6 +33,8 @@ impl GoTool {
             GoTool::Helm => "v3.19.5",
             // v5.8 needs Go 1.27; v5.7 builds with the Go this project pins.
             GoTool::Kustomize => "v5.7.1",
+            // The newest v0.8.x the module proxy serves (its go.mod says go 1.26).
+            GoTool::MpiOperator => "v0.8.2",
         }
     }
 
@@ -35,6 +42,28 @@ impl GoTool {
         match self {
             GoTool::Helm => "helm.sh/helm/v3/cmd/helm",
             GoTool::Kustomize => "sigs.k8s.io/kustomize/kustomize/v5",
+            GoTool::MpiOperator => "github.com/kubeflow/mpi-operator/cmd/mpi-operator",
+        }
+    }
+
+    /// The module that holds [`Self::package`], when the tool is built in a
+    /// wrapper module instead of by `go install pkg@version`.
+    fn wrapper_module(self) -> Option<&'static str> {
+        match self {
+            // `go install ...@v0.8.2` looks up the module's deprecation in
+            // its version list, which the proxy here refuses (403); a wrapper
+            // module that requires the exact version needs no list.
+            GoTool::MpiOperator => Some("github.com/kubeflow/mpi-operator"),
+            GoTool::Helm | GoTool::Kustomize => None,
+        }
+    }
+
+    /// Files of the tool's module copied next to its binary (by their path in
+    /// the module; looked up with [`ensure_tool_file`] by file name).
+    pub fn module_files(self) -> &'static [&'static str] {
+        match self {
+            GoTool::MpiOperator => &["manifests/base/kubeflow.org_mpijobs.yaml"],
+            GoTool::Helm | GoTool::Kustomize => &[],
         }
     }
 
@@ -47,6 +76,11 @@ impl GoTool {
             ),
             GoTool::Kustomize => format!(
                 "-s -w -X sigs.k8s.io/kustomize/api/provenance.version={}",
+                self.version()
+            ),
+            // As upstream's Makefile (LD_FLAGS_V2), without the git fields.
+            GoTool::MpiOperator => format!(
+                "-s -w -X github.com/kubeflow/mpi-operator/pkg/version.Version={}",
                 self.version()
             ),
         }
@@ -77,13 +111,93 @@ pub fn ensure_tool(tool: GoTool) -> Result<PathBuf> {
         tool.name(),
         tool.version()
     );
-    let mut cmd = go_command(&tmp);
-    cmd.env("GOBIN", &tmp)
-        .env("GOFLAGS", "-buildvcs=false -trimpath")
-        .args(["install", "-ldflags", &tool.ldflags()])
-        .arg(format!("{}@{}", tool.package(), tool.version()));
-    run_go(&mut cmd, tool.name(), &tmp.join("build.log"), None)?;
+    match tool.wrapper_module() {
+        None => {
+            let mut cmd = go_command(&tmp);
+            cmd.env("GOBIN", &tmp)
+                .env("GOFLAGS", "-buildvcs=false -trimpath")
+                .args(["install", "-ldflags", &tool.ldflags()])
+                .arg(format!("{}@{}", tool.package(), tool.version()));
+            run_go(&mut cmd, tool.name(), &tmp.join("build.log"), None)?;
+        }
+        Some(module) => build_in_wrapper(tool, module, &tmp)?,
+    }
     util::remove_dir_all_if_exists(&dir)?;
     std::fs::rename(&tmp, &dir).map_err(crate::error::Error::io("renaming into place", &dir))?;
     Ok(bin)
+}
+
+/// A file of the tool's module kept next to its binary (one of
+/// [`GoTool::module_files`], by file name); builds the tool first if needed.
+pub fn ensure_tool_file(tool: GoTool, file_name: &str) -> Result<PathBuf> {
+    let bin = ensure_tool(tool)?;
+    let known = tool
+        .module_files()
+        .iter()
+        .any(|f| Path::new(f).file_name().is_some_and(|n| n == file_name));
+    let path = bin.with_file_name(file_name);
+    if !known || !path.is_file() {
+        return Err(crate::error::Error::Invalid(format!(
+            "{} {} has no module file {file_name:?} (kept: {:?})",
+            tool.name(),
+            tool.version(),
+            tool.module_files()
+        )));
+    }
+    Ok(path)
+}
+
+/// Builds `tool` in a wrapper module (`require module version`) in `tmp`,
+/// then copies its module files there.
+fn build_in_wrapper(tool: GoTool, module: &str, tmp: &Path) -> Result<()> {
+    let gomod = format!(
+        "// Generated by localkube: builds {} {} from the Go module proxy.\n\
+         module local/dgl-operator/{}\n\ngo 1.26.0\n\nrequire {module} {}\n",
+        tool.name(),
+        tool.version(),
+        tool.name(),
+        tool.version()
+    );
+    let wrapper = tmp.join("wrapper");
+    util::create_dir_all(&wrapper)?;
+    util::write_atomic(&wrapper.join("go.mod"), gomod.as_bytes(), 0o644)?;
+    let log = tmp.join("build.log");
+    let mut build = go_command(&wrapper);
+    build
+        .args(["build", "-trimpath", "-ldflags", &tool.ldflags(), "-o"])
+        .arg(tmp.join(tool.name()))
+        .arg(tool.package());
+    run_go(&mut build, tool.name(), &log, None)?;
+    let dir = module_dir(module, tool.version(), &wrapper)?;
+    for f in tool.module_files() {
+        let src = dir.join(f);
+        let name = Path::new(f).file_name().unwrap_or_default();
+        std::fs::copy(&src, tmp.join(name))
+            .map_err(crate::error::Error::io("copying a module file", &src))?;
+    }
+    util::remove_dir_all_if_exists(&wrapper)
+}
+
+/// The module's directory in the Go module cache (`go mod download -json`).
+fn module_dir(module: &str, version: &str, wrapper: &Path) -> Result<PathBuf> {
+    let out = go_command(wrapper)
+        .args(["mod", "download", "-json", &format!("{module}@{version}")])
+        .output()
+        .map_err(|source| crate::error::Error::Spawn {
+            program: "go".into(),
+            source,
+        })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let meta: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| crate::error::Error::GoMetadata {
+            context: format!("go mod download -json {module}@{version}"),
+            detail: format!("{e}: {text}{}", String::from_utf8_lossy(&out.stderr)),
+        })?;
+    match meta["Dir"].as_str() {
+        Some(d) if out.status.success() => Ok(PathBuf::from(d)),
+        _ => Err(crate::error::Error::GoMetadata {
+            context: format!("go mod download -json {module}@{version}"),
+            detail: meta["Error"].as_str().unwrap_or("no Dir").to_owned(),
+        }),
+    }
 }

@@ -1,28 +1,41 @@
 //! `cargo xtask bench scale`: the operator under hundreds of DGLJobs and
-//! thousands of pods.
+//! thousands of pods, and with `--peer mpi-operator` Kubeflow's mpi-operator
+//! under as many MPIJobs on the same cluster right after.
 //!
 //! A dedicated local control plane ("bench": etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler) with fake nodes played by kwok
 //! (a separate process): kwok gives bound pods an IP and makes them Running
-//! and Ready, and a Stage of ours makes each launcher pod Succeed a few
-//! seconds after it runs. The operator runs as its release binary in its own
-//! process, so its CPU time and memory are read from /proc.
+//! and Ready, and Stages of ours make each launcher pod (a DGLJob's, an
+//! MPIJob's) Succeed a few seconds after it runs. Each operator runs as a
+//! binary in its own process, so its CPU time and memory are read from /proc,
+//! and as a ServiceAccount of its own, so the API server counts its requests
+//! (`bench/identity.rs`).
 //!
-//! What is measured (client-side, from this process's own watches):
+//! The runs ("phases") follow one another on the same cluster, kwok and
+//! scheduler: ours in each `--mode`, then the peer with each
+//! `--peer-queue` limit; each in a namespace of its own, deleted (and its
+//! pods gone) before the next phase starts.
+//!
+//! What is measured per phase (client-side, from this process's own watches):
 //! - the time from the first job's creation to the last pod created, and per
 //!   job from its creation request to the moment all its pods exist
 //!   (p50/p95/p99);
-//! - the time until every job is Succeeded;
+//! - the time until every job is Succeeded, and until cleanPodPolicy's
+//!   deletions are done (every pod that is not Succeeded is gone);
 //! - the operator's CPU seconds and RSS (idle before the jobs, peak, final);
-//! - from the operator's /metrics: requests it sent by verb (counted by its
-//!   client layer, so the bench's own requests are not in them), status
-//!   writes, reconciles and their duration, errors;
-//! - status writes that changed nothing: the operator's status writes minus
+//! - from the API server's metrics: requests of all clients and of the
+//!   operator (its FlowSchema), per job, until the cleanup is done;
+//! - for ours, from its /metrics: requests it sent by verb (counted by its
+//!   client layer), status writes, reconciles and their duration, errors;
+//!   status writes that changed nothing: the operator's status writes minus
 //!   the DGLJob updates this process saw (only the operator writes a job
 //!   after it is created).
 //!
-//! Every process started here (kwok, the operator) is stopped by pid at the
+//! Every process started here (kwok, the operators) is stopped by pid at the
 //! end, and the cluster is stopped unless --keep-cluster.
+
+mod identity;
+mod peer;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -32,11 +45,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Subcommand, ValueEnum};
-use dgl_api::names::{LABEL_JOB_NAME, LABEL_MANAGED_BY, MANAGED_BY};
-use dgl_api::{DGLJob, JobPhase};
+use dgl_api::names::{LABEL_JOB_NAME, LABEL_MANAGED_BY, LABEL_REPLICA_TYPE, MANAGED_BY};
+use dgl_api::DGLJob;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::ApiResource;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use localkube::{ClusterConfig, LocalCluster};
@@ -45,16 +59,21 @@ use serde_json::json;
 use crate::test::{repo_root, run_cmd};
 
 const CLUSTER: &str = "bench";
-const NAMESPACE: &str = "bench";
 const STAGES: &str = include_str!("bench/kwok-stages.yaml");
 /// Fake nodes carry this annotation; kwok manages only them.
 const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// ServiceAccount (and FlowSchema suffix) our operator runs as.
+const OUR_ACCOUNT: &str = "dgl-operator";
+const PEER_ACCOUNT: &str = "mpi-operator";
 
 #[derive(clap::Args)]
 #[command(
     long_about = "Benchmarks on a local control plane with kwok fake nodes.\n\n\
     `scale` creates N DGLJobs of W workers and measures how fast the operator creates \
-    their pods and finishes them, its CPU and memory, and the API requests it makes. \
+    their pods and finishes them, its CPU and memory, and the API requests it makes; \
+    with `--peer mpi-operator` it then runs N MPIJobs of W workers through Kubeflow's \
+    mpi-operator (built from the Go module proxy, cached) on the same cluster and \
+    measures the same. \
     Needs the cached Kubernetes and kwok binaries (`cargo xtask cluster build`).\n\n\
     `partition` runs dglrun's native partition pipeline and DGL's partition_graph on the \
     same R-MAT graph (default 1 M nodes / 10 M raw edges, 64 features, 4 parts) and \
@@ -67,14 +86,14 @@ pub struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// N jobs x W workers; prints one markdown table row (and details).
+    /// N jobs x W workers; prints markdown table rows (and details).
     Scale(ScaleArgs),
     /// dglrun's native partition pipeline vs dgl.distributed.partition_graph
     /// on the same R-MAT graph: wall time, peak memory, edge cut, balance.
     Partition(crate::bench_partition::PartitionArgs),
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
 enum Mode {
     /// Partitioner pod first (kwok makes it Ready), then workers, then the launcher.
     DglApi,
@@ -82,24 +101,50 @@ enum Mode {
     Skip,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
+enum PeerOperator {
+    /// Kubeflow's mpi-operator (MPIJob v2beta1), see `bench/peer.rs`.
+    MpiOperator,
+}
+
 #[derive(clap::Args, Clone)]
 struct ScaleArgs {
-    /// Number of DGLJobs (0: only measure the idle operator).
+    /// Number of jobs per phase (0: only measure the idle operator).
     #[arg(long, default_value_t = 100)]
     jobs: usize,
     /// Workers per job.
     #[arg(long, default_value_t = 4)]
     workers: u32,
-    /// spec.partitionMode of the jobs.
-    #[arg(long, value_enum, default_value_t = Mode::DglApi)]
-    mode: Mode,
+    /// spec.partitionMode of the DGLJobs; several (comma-separated) run one
+    /// phase each, in this order.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "dgl-api")]
+    mode: Vec<Mode>,
+    /// Also run the peer operator with as many jobs of as many workers,
+    /// after ours, with the same client QPS, burst and worker threads.
+    #[arg(long, value_enum)]
+    peer: Option<PeerOperator>,
+    /// The peer's controller-queue limits, one phase each (comma-separated).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "default,lifted"
+    )]
+    peer_queue: Vec<peer::QueueLimit>,
+    /// Run only the peer's phases (not ours).
+    #[arg(long, requires = "peer")]
+    peer_only: bool,
+    /// Extra argument for the peer (repeatable), e.g. --peer-arg=-v=2
+    #[arg(long = "peer-arg", allow_hyphen_values = true)]
+    peer_args: Vec<String>,
     /// The operator binary (e.g. one built from an earlier commit, to compare).
     /// Default: the workspace's release build ($CARGO_TARGET_DIR or
     /// target/), built first.
     #[arg(long, alias = "operator-bin")]
     operator: Option<PathBuf>,
     /// Extra argument for `dgl-operator run` (repeatable), e.g.
-    /// --operator-arg=--kube-api-qps=100
+    /// --operator-arg=--kube-api-qps=100 (the peer gets the same
+    /// --kube-api-qps, --kube-api-burst and --concurrency as --threadiness)
     #[arg(long = "operator-arg", allow_hyphen_values = true)]
     operator_args: Vec<String>,
     /// Client QPS of the bench's own kube-scheduler (burst: twice that), so
@@ -113,28 +158,121 @@ struct ScaleArgs {
     /// Milliseconds a launcher pod runs before kwok makes it Succeeded.
     #[arg(long, default_value_t = 3000)]
     launcher_ms: u64,
-    /// Give up after this many seconds from the first job's creation.
+    /// Give up on a phase after this many seconds from its first job's creation.
     #[arg(long, default_value_t = 900)]
     timeout: u64,
     /// Seconds the started operator runs with no job before idle RSS is read.
     #[arg(long, default_value_t = 10)]
     idle_seconds: u64,
-    /// Seconds after the last job Succeeded before the final RSS is read.
+    /// Seconds after the cleanup before the final RSS is read.
     #[arg(long, default_value_t = 10)]
     settle_seconds: u64,
     /// Job creations in flight at once.
     #[arg(long, default_value_t = 32)]
     create_parallelism: usize,
-    /// A label for the table row (e.g. "before", "after").
+    /// A label for the table rows (e.g. "before", "after").
     #[arg(long, default_value = "")]
     label: String,
     /// Keep the "bench" cluster running afterwards (it is restarted with an
     /// empty etcd at the start of every run anyway).
     #[arg(long)]
     keep_cluster: bool,
-    /// Append the figures of the run as one JSON line to this file.
+    /// Append the figures of each phase as one JSON line to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+/// One phase of a run: which operator, on which jobs.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Subject {
+    Ours(Mode),
+    Mpi(peer::QueueLimit),
+}
+
+impl Subject {
+    fn all(args: &ScaleArgs) -> Vec<Subject> {
+        let mut out = Vec::new();
+        if !args.peer_only {
+            out.extend(args.mode.iter().map(|m| Subject::Ours(*m)));
+        }
+        if args.peer == Some(PeerOperator::MpiOperator) {
+            out.extend(args.peer_queue.iter().map(|q| Subject::Mpi(*q)));
+        }
+        out
+    }
+
+    fn namespace(self) -> String {
+        match self {
+            Subject::Ours(Mode::DglApi) => "bench-dgl-api".into(),
+            Subject::Ours(Mode::Skip) => "bench-skip".into(),
+            Subject::Mpi(q) => format!("bench-mpi-{}", q.name()),
+        }
+    }
+
+    fn describe(self) -> String {
+        match self {
+            Subject::Ours(Mode::DglApi) => "dgl-operator, DGLJob DGL-API".into(),
+            Subject::Ours(Mode::Skip) => "dgl-operator, DGLJob Skip".into(),
+            Subject::Mpi(q) => format!(
+                "mpi-operator {}, MPIJob, queue limit {}",
+                peer::version(),
+                q.name()
+            ),
+        }
+    }
+
+    fn pods_per_job(self, workers: u32) -> u32 {
+        match self {
+            Subject::Ours(Mode::DglApi) => workers + 2,
+            Subject::Ours(Mode::Skip) | Subject::Mpi(_) => workers + 1,
+        }
+    }
+
+    fn account(self) -> &'static str {
+        match self {
+            Subject::Ours(_) => OUR_ACCOUNT,
+            Subject::Mpi(_) => PEER_ACCOUNT,
+        }
+    }
+
+    fn resource(self) -> ApiResource {
+        match self {
+            Subject::Ours(_) => ApiResource::erase::<DGLJob>(&()),
+            Subject::Mpi(_) => peer::resource(),
+        }
+    }
+
+    /// Label selector of the jobs' pods, and their job-name and role labels.
+    fn pod_labels(self) -> (String, &'static str, &'static str) {
+        match self {
+            Subject::Ours(_) => (
+                format!("{LABEL_MANAGED_BY}={MANAGED_BY}"),
+                LABEL_JOB_NAME,
+                LABEL_REPLICA_TYPE,
+            ),
+            Subject::Mpi(_) => (peer::POD_SELECTOR.into(), peer::JOB_LABEL, peer::ROLE_LABEL),
+        }
+    }
+
+    /// Succeeded (true), Failed (false) or still running (None), from a
+    /// job's status.
+    fn finished(self, status: &serde_json::Value) -> Option<bool> {
+        match self {
+            Subject::Ours(_) => match status.get("phase").and_then(|p| p.as_str()) {
+                Some("Succeeded") => Some(true),
+                Some("Failed") => Some(false),
+                _ => None,
+            },
+            Subject::Mpi(_) => peer::finished(status),
+        }
+    }
+
+    fn job_object(self, name: &str, ns: &str, workers: u32) -> serde_json::Value {
+        match self {
+            Subject::Ours(mode) => job_object(name, ns, workers, mode),
+            Subject::Mpi(_) => peer::job_object(name, ns, workers),
+        }
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -144,7 +282,13 @@ pub fn run(args: Args) -> Result<()> {
     }
 }
 
-fn scale(args: ScaleArgs) -> Result<()> {
+/// The binaries a run needs: ours, and the peer's with its CRD.
+struct Bins {
+    operator: PathBuf,
+    peer: Option<(PathBuf, PathBuf)>,
+}
+
+fn binaries(args: &ScaleArgs) -> Result<Bins> {
     let operator = match &args.operator {
         Some(p) => p.clone(),
         None => {
@@ -160,6 +304,21 @@ fn scale(args: ScaleArgs) -> Result<()> {
     if !operator.is_file() {
         bail!("operator binary {} does not exist", operator.display());
     }
+    let peer = match args.peer {
+        Some(PeerOperator::MpiOperator) => {
+            peer::check_health_port()?;
+            Some(peer::ensure()?)
+        }
+        None => None,
+    };
+    Ok(Bins { operator, peer })
+}
+
+fn scale(args: ScaleArgs) -> Result<()> {
+    if Subject::all(&args).is_empty() {
+        bail!("nothing to run: --peer-only without --peer-queue");
+    }
+    let bins = binaries(&args)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -170,7 +329,14 @@ fn scale(args: ScaleArgs) -> Result<()> {
     cfg.build_if_missing = false;
     let cluster = LocalCluster::new(cfg)?;
     let mut procs = Procs::default();
-    let result = rt.block_on(scale_async(&args, &operator, &cluster, &mut procs));
+    let mut reports = Vec::new();
+    let result = rt.block_on(scale_async(
+        &args,
+        &bins,
+        &cluster,
+        &mut procs,
+        &mut reports,
+    ));
     procs.stop_all();
     if !args.keep_cluster {
         eprintln!("==> stopping cluster {CLUSTER:?}");
@@ -178,11 +344,28 @@ fn scale(args: ScaleArgs) -> Result<()> {
             eprintln!("warning: stopping cluster {CLUSTER:?}: {e}");
         }
     }
-    let report = result?;
-    println!("{}", Report::header());
-    println!("{}", report.row());
-    println!();
-    println!("{}", report.details());
+    print_reports(&args, &reports)?;
+    result
+}
+
+fn print_reports(args: &ScaleArgs, reports: &[Report]) -> Result<()> {
+    if reports.iter().any(|r| r.own.is_some()) {
+        println!("{}", Report::header());
+        for r in reports.iter().filter(|r| r.own.is_some()) {
+            println!("{}", r.row());
+        }
+        println!();
+    }
+    if !reports.is_empty() {
+        println!("{}", Report::compare_header());
+        for r in reports {
+            println!("{}", r.compare_row());
+        }
+        println!();
+    }
+    for r in reports {
+        println!("{}", r.details());
+    }
     if let Some(path) = &args.json {
         use std::io::Write;
         let mut f = std::fs::OpenOptions::new()
@@ -190,7 +373,9 @@ fn scale(args: ScaleArgs) -> Result<()> {
             .append(true)
             .open(path)
             .with_context(|| format!("opening {}", path.display()))?;
-        writeln!(f, "{}", serde_json::to_string(&report.json())?)?;
+        for r in reports {
+            writeln!(f, "{}", serde_json::to_string(&r.json())?)?;
+        }
     }
     Ok(())
 }
@@ -224,29 +409,41 @@ impl Procs {
         Ok(())
     }
 
-    fn stop_all(&mut self) {
-        for (name, mut child) in self.0.drain(..).rev() {
-            let pid = child.id() as i32;
-            if matches!(child.try_wait(), Ok(Some(_))) {
-                continue;
-            }
-            // SAFETY: kill(2) on the pid of our own child, which we have not reaped.
-            unsafe { libc::kill(pid, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(10);
-            loop {
-                match child.try_wait() {
-                    Ok(Some(_)) => break,
-                    _ if Instant::now() >= deadline => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        break;
-                    }
-                    _ => std::thread::sleep(Duration::from_millis(100)),
-                }
-            }
-            eprintln!("    stopped {name} (pid {pid})");
+    /// Stops the child with this pid (an operator between phases).
+    fn stop(&mut self, pid: u32) {
+        if let Some(i) = self.0.iter().position(|(_, c)| c.id() == pid) {
+            let (name, child) = self.0.remove(i);
+            stop_child(name, child);
         }
     }
+
+    fn stop_all(&mut self) {
+        for (name, child) in self.0.drain(..).rev() {
+            stop_child(name, child);
+        }
+    }
+}
+
+fn stop_child(name: &str, mut child: Child) {
+    let pid = child.id() as i32;
+    if matches!(child.try_wait(), Ok(Some(_))) {
+        return;
+    }
+    // SAFETY: kill(2) on the pid of our own child, which we have not reaped.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => break,
+            _ if Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break;
+            }
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    eprintln!("    stopped {name} (pid {pid})");
 }
 
 /// CPU seconds (user + system) and memory of a process, from /proc.
@@ -440,12 +637,21 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 /// What the bench's watches saw, with client-side arrival times.
 #[derive(Default)]
 struct Seen {
-    /// Pod name -> first time seen.
-    pods: HashMap<String, Instant>,
-    /// Pod name -> first time seen Ready with an IP.
-    ready: HashMap<String, Instant>,
+    pods: HashMap<String, PodSeen>,
     jobs: HashMap<String, JobSeen>,
     pod_events: u64,
+}
+
+struct PodSeen {
+    job: String,
+    /// The role label's value (launcher, worker, partitioner).
+    role: String,
+    seen: Instant,
+    /// First seen Ready with an IP.
+    ready: Option<Instant>,
+    /// Phase Succeeded or Failed (kept by cleanPodPolicy Running).
+    terminal: bool,
+    deleted: Option<Instant>,
 }
 
 #[derive(Default, Clone)]
@@ -461,25 +667,97 @@ struct JobSeen {
     last_rv: Option<String>,
 }
 
-/// Watches pods and jobs of the bench namespace into `seen`; resolves once
-/// both initial lists are done.
+impl Seen {
+    fn note_pod(&mut self, p: &Pod, job_label: &str, role_label: &str, pods_per_job: u32) {
+        let now = Instant::now();
+        self.pod_events += 1;
+        let st = p.status.as_ref();
+        let ready = st.is_some_and(|st| {
+            st.pod_ip.is_some()
+                && st
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+        });
+        let terminal = st
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|ph| ph == "Succeeded" || ph == "Failed");
+        let labels = p.labels();
+        let job = labels.get(job_label).cloned().unwrap_or_default();
+        let entry = self.pods.entry(p.name_any());
+        let new = matches!(entry, std::collections::hash_map::Entry::Vacant(_));
+        let ps = entry.or_insert_with(|| PodSeen {
+            job: job.clone(),
+            role: labels.get(role_label).cloned().unwrap_or_default(),
+            seen: now,
+            ready: None,
+            terminal: false,
+            deleted: None,
+        });
+        if ready && ps.ready.is_none() {
+            ps.ready = Some(now);
+        }
+        ps.terminal |= terminal;
+        if new && !job.is_empty() {
+            let j = self.jobs.entry(job).or_default();
+            j.pods += 1;
+            if j.pods == pods_per_job {
+                j.all_pods = Some(now);
+            }
+        }
+    }
+
+    fn note_job(&mut self, subject: Subject, j: &DynamicObject) {
+        let now = Instant::now();
+        let js = self.jobs.entry(j.name_any()).or_default();
+        let rv = j.resource_version();
+        if js.last_rv.is_some() && js.last_rv != rv {
+            js.updates += 1;
+        }
+        js.last_rv = rv;
+        match j.data.get("status").and_then(|s| subject.finished(s)) {
+            Some(true) if js.succeeded.is_none() => js.succeeded = Some(now),
+            Some(false) => js.failed = true,
+            _ => {}
+        }
+    }
+
+    /// When cleanPodPolicy's deletions were done: every pod is gone or
+    /// finished (the launchers stay). None while a pod remains to delete.
+    fn cleanup_done(&self) -> Option<Option<Instant>> {
+        if self
+            .pods
+            .values()
+            .any(|p| p.deleted.is_none() && !p.terminal)
+        {
+            return None;
+        }
+        Some(self.pods.values().filter_map(|p| p.deleted).max())
+    }
+}
+
+/// Watches the phase's pods and jobs into `seen`; resolves once both
+/// initial lists are done.
 async fn start_watches(
     client: &Client,
     seen: Arc<Mutex<Seen>>,
+    subject: Subject,
+    ns: &str,
     pods_per_job: u32,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>> {
     let (pods_ready_tx, pods_ready) = tokio::sync::oneshot::channel::<()>();
     let (jobs_ready_tx, jobs_ready) = tokio::sync::oneshot::channel::<()>();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let jobs: Api<DGLJob> = Api::namespaced(client.clone(), NAMESPACE);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let jobs: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &subject.resource());
+    let (selector, job_label, role_label) = subject.pod_labels();
 
     let s = seen.clone();
     let pod_task = tokio::spawn(async move {
         let mut ready = Some(pods_ready_tx);
-        let wc = watcher::Config::default().labels(&format!("{LABEL_MANAGED_BY}={MANAGED_BY}"));
+        let wc = watcher::Config::default().labels(&selector);
         let mut stream = watcher(pods, wc).boxed();
         while let Some(ev) = stream.next().await {
-            let now = Instant::now();
             match ev {
                 Ok(watcher::Event::InitDone) => {
                     if let Some(tx) = ready.take() {
@@ -487,30 +765,14 @@ async fn start_watches(
                     }
                 }
                 Ok(watcher::Event::Apply(p)) | Ok(watcher::Event::InitApply(p)) => {
+                    s.lock()
+                        .unwrap()
+                        .note_pod(&p, job_label, role_label, pods_per_job);
+                }
+                Ok(watcher::Event::Delete(p)) => {
                     let mut s = s.lock().unwrap();
-                    s.pod_events += 1;
-                    let name = p.name_any();
-                    let ready = p.status.as_ref().is_some_and(|st| {
-                        st.pod_ip.is_some()
-                            && st
-                                .conditions
-                                .iter()
-                                .flatten()
-                                .any(|c| c.type_ == "Ready" && c.status == "True")
-                    });
-                    if ready && !s.ready.contains_key(&name) {
-                        s.ready.insert(name.clone(), now);
-                    }
-                    if s.pods.contains_key(&name) {
-                        continue;
-                    }
-                    s.pods.insert(name, now);
-                    if let Some(job) = p.labels().get(LABEL_JOB_NAME) {
-                        let j = s.jobs.entry(job.clone()).or_default();
-                        j.pods += 1;
-                        if j.pods == pods_per_job {
-                            j.all_pods = Some(now);
-                        }
+                    if let Some(ps) = s.pods.get_mut(&p.name_any()) {
+                        ps.deleted.get_or_insert(Instant::now());
                     }
                 }
                 Ok(_) => {}
@@ -523,7 +785,6 @@ async fn start_watches(
         let mut ready = Some(jobs_ready_tx);
         let mut stream = watcher(jobs, watcher::Config::default()).boxed();
         while let Some(ev) = stream.next().await {
-            let now = Instant::now();
             match ev {
                 Ok(watcher::Event::InitDone) => {
                     if let Some(tx) = ready.take() {
@@ -531,20 +792,7 @@ async fn start_watches(
                     }
                 }
                 Ok(watcher::Event::Apply(j)) | Ok(watcher::Event::InitApply(j)) => {
-                    let mut s = s.lock().unwrap();
-                    let js = s.jobs.entry(j.name_any()).or_default();
-                    let rv = j.resource_version();
-                    if js.last_rv.is_some() && js.last_rv != rv {
-                        js.updates += 1;
-                    }
-                    js.last_rv = rv;
-                    match j.status.as_ref().and_then(|s| s.phase) {
-                        Some(JobPhase::Succeeded) if js.succeeded.is_none() => {
-                            js.succeeded = Some(now)
-                        }
-                        Some(JobPhase::Failed) => js.failed = true,
-                        _ => {}
-                    }
+                    s.lock().unwrap().note_job(subject, &j);
                 }
                 Ok(_) => {}
                 Err(e) => eprintln!("    job watch: {e}"),
@@ -556,7 +804,7 @@ async fn start_watches(
     Ok(vec![pod_task, job_task])
 }
 
-fn job_object(name: &str, workers: u32, mode: Mode) -> Result<DGLJob> {
+fn job_object(name: &str, ns: &str, workers: u32, mode: Mode) -> serde_json::Value {
     let container = |extra: serde_json::Value| {
         let mut c = json!({"name": "main", "image": "registry.invalid/dgl-bench:none"});
         if let (Some(c), Some(e)) = (c.as_object_mut(), extra.as_object()) {
@@ -564,10 +812,10 @@ fn job_object(name: &str, workers: u32, mode: Mode) -> Result<DGLJob> {
         }
         c
     };
-    Ok(serde_json::from_value(json!({
+    json!({
         "apiVersion": DGLJob::api_version(&()),
         "kind": DGLJob::kind(&()),
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": ns},
         "spec": {
             "cleanPodPolicy": "Running",
             "partitionMode": match mode { Mode::DglApi => "DGL-API", Mode::Skip => "Skip" },
@@ -580,7 +828,7 @@ fn job_object(name: &str, workers: u32, mode: Mode) -> Result<DGLJob> {
                 ]}}}
             }
         }
-    }))?)
+    })
 }
 
 async fn create_nodes(client: &Client, n: u32) -> Result<()> {
@@ -654,10 +902,12 @@ async fn scrape(port: u16) -> Result<Metrics> {
     Ok(Metrics::parse(&body))
 }
 
-/// Step 1: a fresh bench cluster with the CRD and the bench namespace.
+/// Step 1: a fresh bench cluster with the CRDs (ours; the peer's with
+/// --peer).
 async fn start_cluster(
     cluster: &LocalCluster,
     load: &str,
+    peer_crd: Option<&Path>,
 ) -> Result<(localkube::ClusterInfo, Client, PathBuf)> {
     eprintln!("==> cluster {CLUSTER:?} (fresh etcd); load average {load}");
     cluster
@@ -669,15 +919,39 @@ async fn start_cluster(
     let work = cluster.state_dir().join("bench");
     std::fs::create_dir_all(&work)?;
     localkube::apply_crds(&client, &dgl_api::crd_yaml()).await?;
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?;
-    Api::<Namespace>::all(client.clone())
-        .patch(
-            NAMESPACE,
-            &PatchParams::apply("xtask-bench"),
-            &Patch::Apply(&ns),
-        )
-        .await?;
+    if let Some(crd) = peer_crd {
+        localkube::apply_crds(&client, &peer::crd_yaml(crd)?).await?;
+    }
     Ok((info, client, work))
+}
+
+async fn create_namespace(client: &Client, ns: &str) -> Result<()> {
+    let obj: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}}))?;
+    Api::<Namespace>::all(client.clone())
+        .patch(ns, &PatchParams::apply("xtask-bench"), &Patch::Apply(&obj))
+        .await
+        .with_context(|| format!("creating namespace {ns}"))?;
+    Ok(())
+}
+
+/// Deletes a phase's namespace and waits (up to 5 min) until it is gone, so
+/// that the next phase starts on an empty cluster; not measured.
+async fn delete_namespace(client: &Client, ns: &str) -> Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let started = Instant::now();
+    api.delete(ns, &DeleteParams::background()).await?;
+    while api.get_opt(ns).await?.is_some() {
+        if started.elapsed() > Duration::from_secs(300) {
+            eprintln!("    warning: namespace {ns} still exists after 300 s; going on");
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    eprintln!(
+        "    namespace {ns} deleted in {:.0} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
 }
 
 /// Step 2 (with --scheduler-qps): a kube-scheduler of the bench's own, with
@@ -757,14 +1031,45 @@ async fn start_kwok(
     Ok(kwok_pid)
 }
 
-/// Step 4: the operator under test, ready; its pid and metrics port.
+/// An operator under test, started and ready.
+struct Operator {
+    pid: u32,
+    log: PathBuf,
+    /// Our operator's metrics port (its request counters, reconciles).
+    metrics_port: Option<u16>,
+    /// The arguments it was started with (for the report).
+    args: Vec<String>,
+}
+
+/// Step 4: the operator under test for this phase, ready.
 async fn start_operator(
-    args: &ScaleArgs,
-    operator: &Path,
-    info: &localkube::ClusterInfo,
-    work: &Path,
+    args: &Args2<'_>,
+    subject: Subject,
+    ns: &str,
+    kubeconfig: &Path,
     procs: &mut Procs,
-) -> Result<(u32, u16)> {
+) -> Result<Operator> {
+    match subject {
+        Subject::Ours(_) => start_ours(args, ns, kubeconfig, procs).await,
+        Subject::Mpi(q) => start_peer(args, q, ns, kubeconfig, procs).await,
+    }
+}
+
+/// What a phase needs besides its subject: the arguments, the binaries,
+/// the work directory.
+struct Args2<'a> {
+    scale: &'a ScaleArgs,
+    bins: &'a Bins,
+    work: &'a Path,
+}
+
+async fn start_ours(
+    a: &Args2<'_>,
+    ns: &str,
+    kubeconfig: &Path,
+    procs: &mut Procs,
+) -> Result<Operator> {
+    let operator = &a.bins.operator;
     eprintln!("==> operator {}", operator.display());
     let metrics_port = free_port()?;
     let mut op_args: Vec<String> = vec![
@@ -773,51 +1078,122 @@ async fn start_operator(
         "--metrics-auth=none".into(),
         format!("--metrics-addr=127.0.0.1:{metrics_port}"),
         "--gang-scheduler=none".into(),
-        format!("--namespace={NAMESPACE}"),
+        format!("--namespace={ns}"),
     ];
-    op_args.extend(args.operator_args.iter().cloned());
-    let op_log = work.join("operator.log");
-    let op_pid = procs.spawn(
-        "dgl-operator",
-        Command::new(operator)
+    op_args.extend(a.scale.operator_args.iter().cloned());
+    let log = a.work.join(format!("operator-{ns}.log"));
+    let mut cmd = Command::new(operator);
+    cmd.args(&op_args)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("RUST_LOG")
+        .env("NO_COLOR", "1");
+    // Its flags' environment variables would change the limits the peer is
+    // given (read from --operator-arg).
+    for v in [
+        "WATCH_NAMESPACE",
+        "DGL_OPERATOR_CONCURRENCY",
+        "DGL_OPERATOR_KUBE_API_QPS",
+        "DGL_OPERATOR_KUBE_API_BURST",
+    ] {
+        cmd.env_remove(v);
+    }
+    let pid = procs.spawn("dgl-operator", &mut cmd, &log)?;
+    wait_ready(procs, &log, || async move {
+        matches!(http_get(metrics_port, "/readyz").await, Ok((200, _)))
+    })
+    .await?;
+    Ok(Operator {
+        pid,
+        log,
+        metrics_port: Some(metrics_port),
+        args: op_args,
+    })
+}
+
+async fn start_peer(
+    a: &Args2<'_>,
+    queue: peer::QueueLimit,
+    ns: &str,
+    kubeconfig: &Path,
+    procs: &mut Procs,
+) -> Result<Operator> {
+    let Some((bin, _)) = &a.bins.peer else {
+        bail!("the peer's binary was not built");
+    };
+    eprintln!(
+        "==> mpi-operator {} (queue limit {})",
+        bin.display(),
+        queue.name()
+    );
+    peer::check_health_port()?;
+    let metrics_port = free_port()?;
+    let limits = peer::ClientLimits::from_operator_args(&a.scale.operator_args)?;
+    let mut op_args = peer::args(ns, identity::SYSTEM_NAMESPACE, metrics_port, limits, queue)?;
+    op_args.extend(a.scale.peer_args.iter().cloned());
+    let log = a.work.join(format!("mpi-operator-{ns}.log"));
+    let pid = procs.spawn(
+        "mpi-operator",
+        Command::new(bin)
             .args(&op_args)
-            .env("KUBECONFIG", &info.kubeconfig)
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1"),
-        &op_log,
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("KUBEFLOW_NAMESPACE"),
+        &log,
     )?;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    // Ready once it leads (it starts its informers then).
+    wait_ready(procs, &log, || async move {
+        match http_get(metrics_port, "/metrics").await {
+            Ok((200, body)) => Metrics::parse(&body).get("mpi_operator_is_leader") >= 1.0,
+            _ => false,
+        }
+    })
+    .await?;
+    Ok(Operator {
+        pid,
+        log,
+        metrics_port: None,
+        args: op_args,
+    })
+}
+
+async fn wait_ready<F, Fut>(procs: &mut Procs, log: &Path, ready: F) -> Result<()>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         procs.check_running()?;
-        if let Ok((200, _)) = http_get(metrics_port, "/readyz").await {
-            break;
+        if ready().await {
+            return Ok(());
         }
         if Instant::now() > deadline {
-            bail!("operator not ready in 30 s; see {}", op_log.display());
+            bail!("operator not ready in 60 s; see {}", log.display());
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Ok((op_pid, metrics_port))
 }
 
 /// Step 5: creates the jobs, `--create-parallelism` at a time, noting when
 /// each was created.
 fn spawn_creator(
-    jobs_api: Api<DGLJob>,
+    jobs_api: Api<DynamicObject>,
     seen: Arc<Mutex<Seen>>,
     names: Vec<String>,
     args: &ScaleArgs,
+    subject: Subject,
+    ns: &str,
 ) -> tokio::task::JoinHandle<Result<Vec<()>>> {
     let workers = args.workers;
-    let mode = args.mode;
     let par = args.create_parallelism.max(1);
+    let ns = ns.to_string();
     tokio::spawn(async move {
         futures::stream::iter(names)
             .map(|name| {
                 let api = jobs_api.clone();
                 let seen = seen.clone();
+                let obj = subject.job_object(&name, &ns, workers);
                 async move {
-                    let job = job_object(&name, workers, mode)?;
+                    let job: DynamicObject = serde_json::from_value(obj)?;
                     let at = Instant::now();
                     api.create(&PostParams::default(), &job)
                         .await
@@ -840,11 +1216,15 @@ struct Progress {
     timed_out: bool,
     created_all_at: Option<Duration>,
     min_nodes_ready: usize,
+    /// When every job had finished, and the operator's CPU seconds then.
+    finished: Option<(Duration, f64)>,
+    /// When cleanPodPolicy's deletions were done (from the watch).
+    cleanup_done: Option<Duration>,
 }
 
-/// Step 6: waits until every job has finished (or `--timeout`), sampling
-/// the operator's memory and the nodes, with a line every 10 s.
-#[allow(clippy::too_many_arguments)]
+/// Step 6: waits until every job has finished and its pods are cleaned up
+/// (or `--timeout`), sampling the operator's memory and the nodes, with a
+/// line every 10 s.
 async fn wait_for_jobs(
     args: &ScaleArgs,
     client: &Client,
@@ -852,47 +1232,60 @@ async fn wait_for_jobs(
     creator: &tokio::task::JoinHandle<Result<Vec<()>>>,
     procs: &mut Procs,
     op_pid: u32,
-    idle_rss: u64,
     t0: Instant,
 ) -> Result<Progress> {
-    let mut peak_rss = idle_rss;
+    let mut p = Progress {
+        peak_rss: 0,
+        timed_out: false,
+        created_all_at: None,
+        min_nodes_ready: args.nodes as usize,
+        finished: None,
+        cleanup_done: None,
+    };
     let mut last_print = Instant::now();
     let timeout = Duration::from_secs(args.timeout);
-    let mut timed_out = false;
-    let mut created_all_at = None;
     let mut nodes_checked = Instant::now();
-    let mut min_nodes_ready = args.nodes as usize;
     loop {
         procs.check_running()?;
         if nodes_checked.elapsed() > Duration::from_secs(5) {
             nodes_checked = Instant::now();
             if let Ok(r) = nodes_ready(client).await {
-                if r < min_nodes_ready {
+                if r < p.min_nodes_ready {
                     eprintln!(
                         "    warning: only {r} of {} nodes Ready (kwok heartbeats late?)",
                         args.nodes
                     );
                 }
-                min_nodes_ready = min_nodes_ready.min(r);
+                p.min_nodes_ready = p.min_nodes_ready.min(r);
             }
         }
-        if let Ok(s) = proc_sample(op_pid) {
-            peak_rss = peak_rss.max(s.rss_kib);
+        let sample = proc_sample(op_pid).ok();
+        if let Some(s) = sample {
+            p.peak_rss = p.peak_rss.max(s.rss_kib);
         }
-        if created_all_at.is_none() && creator.is_finished() {
-            created_all_at = Some(t0.elapsed());
+        if p.created_all_at.is_none() && creator.is_finished() {
+            p.created_all_at = Some(t0.elapsed());
         }
-        let (pods, done, failed) = {
+        let (pods, done, failed, cleanup) = {
             let s = seen.lock().unwrap();
             let done = s.jobs.values().filter(|j| j.succeeded.is_some()).count();
             let failed = s.jobs.values().filter(|j| j.failed).count();
-            (s.pods.len(), done, failed)
+            (s.pods.len(), done, failed, s.cleanup_done())
         };
-        if done + failed >= args.jobs && created_all_at.is_some() {
-            break;
+        if done + failed >= args.jobs && p.created_all_at.is_some() {
+            if p.finished.is_none() {
+                p.finished = Some((t0.elapsed(), sample.map(|s| s.cpu_seconds).unwrap_or(0.0)));
+            }
+            if let Some(at) = cleanup {
+                p.cleanup_done = Some(
+                    at.map(|at| at.saturating_duration_since(t0))
+                        .unwrap_or_default(),
+                );
+                break;
+            }
         }
         if t0.elapsed() > timeout {
-            timed_out = true;
+            p.timed_out = true;
             eprintln!("    timed out after {} s", args.timeout);
             break;
         }
@@ -902,34 +1295,32 @@ async fn wait_for_jobs(
                 "    {:>5.0} s: {pods} pods, {done} of {} jobs Succeeded, {failed} Failed; operator RSS {:.1} MiB; load {}",
                 t0.elapsed().as_secs_f64(),
                 args.jobs,
-                peak_rss as f64 / 1024.0,
+                p.peak_rss as f64 / 1024.0,
                 loadavg()
             );
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    Ok(Progress {
-        peak_rss,
-        timed_out,
-        created_all_at,
-        min_nodes_ready,
-    })
+    Ok(p)
 }
 
-/// How many WARN/ERROR lines the operator logged, and the first three.
+/// How many warning/error lines the operator logged, and the first three
+/// (ours: tracing's " WARN "/" ERROR "; mpi-operator: klog's W/E prefixes).
 fn log_warnings(op_log: &Path) -> (usize, Vec<String>) {
     let log = std::fs::read_to_string(op_log).unwrap_or_default();
-    let log_warnings = log
-        .lines()
-        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-        .count();
+    let is_warning = |l: &&str| {
+        l.contains(" WARN ")
+            || l.contains(" ERROR ")
+            || ((l.starts_with('W') || l.starts_with('E'))
+                && l.as_bytes().get(1).is_some_and(u8::is_ascii_digit))
+    };
     let first_warnings: Vec<String> = log
         .lines()
-        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .filter(is_warning)
         .take(3)
         .map(|l| l.chars().take(300).collect())
         .collect();
-    (log_warnings, first_warnings)
+    (log.lines().filter(is_warning).count(), first_warnings)
 }
 
 /// Where the jobs' time went, from what the watches saw.
@@ -946,11 +1337,72 @@ struct JobTimes {
     pods_seen: usize,
 }
 
+/// One job's pods as the watches saw them: the last of a role seen / Ready.
+struct RoleTimes {
+    seen: Option<Instant>,
+    ready: Option<Instant>,
+    count: usize,
+}
+
+fn role_times(s: &Seen, job: &str, role: &str) -> RoleTimes {
+    let pods: Vec<&PodSeen> = s
+        .pods
+        .values()
+        .filter(|p| p.job == job && p.role == role)
+        .collect();
+    let all = |f: &dyn Fn(&PodSeen) -> Option<Instant>| {
+        pods.iter()
+            .map(|p| f(p))
+            .collect::<Option<Vec<_>>>()
+            .and_then(|v| v.into_iter().max())
+    };
+    RoleTimes {
+        seen: all(&|p| Some(p.seen)),
+        ready: all(&|p| p.ready),
+        count: pods.len(),
+    }
+}
+
+/// One job's time split into the operator reacting (an event seen here →
+/// the next pods seen here) and the environment (pods seen → seen Ready
+/// with an IP: scheduler + kwok). For an MPIJob "reacting" to Ready workers
+/// includes the Job controller creating the launcher pod.
+fn split_job(
+    s: &Seen,
+    name: &str,
+    created: Instant,
+    subject: Subject,
+    workers: u32,
+) -> Option<(f64, f64)> {
+    let d = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
+    let w = role_times(s, name, "worker");
+    if w.count != workers as usize {
+        return None;
+    }
+    let (w_seen, w_ready) = (w.seen?, w.ready?);
+    let l_seen = role_times(s, name, "launcher").seen?;
+    Some(match subject {
+        Subject::Ours(Mode::DglApi) => {
+            let p = role_times(s, name, "partitioner");
+            let (p_seen, p_ready) = (p.seen?, p.ready?);
+            (
+                d(created, p_seen) + d(p_ready, w_seen) + d(w_ready, l_seen),
+                d(p_seen, p_ready) + d(w_seen, w_ready),
+            )
+        }
+        Subject::Ours(Mode::Skip) | Subject::Mpi(_) => {
+            (d(created, w_seen) + d(w_ready, l_seen), d(w_seen, w_ready))
+        }
+    })
+}
+
 /// Step 8: per-job timings, split into the operator's share and the rest.
-fn job_times(s: &Seen, names: &[String], args: &ScaleArgs, t0: Instant) -> JobTimes {
+fn job_times(s: &Seen, names: &[String], subject: Subject, workers: u32, t0: Instant) -> JobTimes {
     let mut per_job: Vec<f64> = Vec::new();
     let mut incomplete = 0;
     let mut updates = 0u64;
+    let mut reaction: Vec<f64> = Vec::new();
+    let mut environment: Vec<f64> = Vec::new();
     for name in names {
         let j = s.jobs.get(name).cloned().unwrap_or_default();
         updates += j.updates;
@@ -958,69 +1410,29 @@ fn job_times(s: &Seen, names: &[String], args: &ScaleArgs, t0: Instant) -> JobTi
             (Some(c), Some(a)) => per_job.push(a.saturating_duration_since(c).as_secs_f64()),
             _ => incomplete += 1,
         }
+        if let Some((r, e)) = j
+            .created
+            .and_then(|c| split_job(s, name, c, subject, workers))
+        {
+            reaction.push(r);
+            environment.push(e);
+        }
     }
-    per_job.sort_by(|a, b| a.total_cmp(b));
-    // Where each job's time went: the operator reacting (an event seen here →
-    // the next pods seen here) vs. the environment (a pod seen here → seen
-    // Ready with an IP: scheduler + kwok).
-    let mut reaction: Vec<f64> = Vec::new();
-    let mut environment: Vec<f64> = Vec::new();
-    for name in names {
-        let Some(created) = s.jobs.get(name).and_then(|j| j.created) else {
-            continue;
-        };
-        let seen = |p: &str| s.pods.get(p).copied();
-        let ready = |p: &str| s.ready.get(p).copied();
-        let workers: Vec<String> = (0..args.workers as i32)
-            .map(|i| dgl_api::names::worker_name(name, i))
-            .collect();
-        let last = |f: &dyn Fn(&str) -> Option<Instant>| {
-            workers
-                .iter()
-                .map(|w| f(w))
-                .collect::<Option<Vec<_>>>()
-                .and_then(|v| v.into_iter().max())
-        };
-        let (Some(w_seen), Some(w_ready), Some(l_seen)) = (
-            last(&seen),
-            last(&ready),
-            seen(&dgl_api::names::launcher_name(name)),
-        ) else {
-            continue;
-        };
-        let d = |a: Instant, b: Instant| b.saturating_duration_since(a).as_secs_f64();
-        let (r, e) = match args.mode {
-            Mode::DglApi => {
-                let part = dgl_api::names::partitioner_name(name);
-                let (Some(p_seen), Some(p_ready)) = (seen(&part), ready(&part)) else {
-                    continue;
-                };
-                (
-                    d(created, p_seen) + d(p_ready, w_seen) + d(w_ready, l_seen),
-                    d(p_seen, p_ready) + d(w_seen, w_ready),
-                )
-            }
-            Mode::Skip => (d(created, w_seen) + d(w_ready, l_seen), d(w_seen, w_ready)),
-        };
-        reaction.push(r);
-        environment.push(e);
+    for v in [&mut per_job, &mut reaction, &mut environment] {
+        v.sort_by(|a, b| a.total_cmp(b));
     }
-    reaction.sort_by(|a, b| a.total_cmp(b));
-    environment.sort_by(|a, b| a.total_cmp(b));
     let last_pod = s
         .pods
         .values()
+        .map(|p| p.seen)
         .max()
         .map(|t| t.saturating_duration_since(t0));
-    let succeeded = names
-        .iter()
-        .filter(|n| s.jobs.get(*n).is_some_and(|j| j.succeeded.is_some()))
-        .count();
-    let failed = names
-        .iter()
-        .filter(|n| s.jobs.get(*n).is_some_and(|j| j.failed))
-        .count();
-    let pods_seen = s.pods.len();
+    let count = |f: &dyn Fn(&JobSeen) -> bool| {
+        names
+            .iter()
+            .filter(|n| s.jobs.get(*n).is_some_and(f))
+            .count()
+    };
     JobTimes {
         per_job,
         incomplete,
@@ -1028,179 +1440,232 @@ fn job_times(s: &Seen, names: &[String], args: &ScaleArgs, t0: Instant) -> JobTi
         reaction,
         environment,
         last_pod,
-        succeeded,
-        failed,
-        pods_seen,
+        succeeded: count(&|j| j.succeeded.is_some()),
+        failed: count(&|j| j.failed),
+        pods_seen: s.pods.len(),
     }
 }
 
 async fn scale_async(
     args: &ScaleArgs,
-    operator: &Path,
+    bins: &Bins,
     cluster: &LocalCluster,
     procs: &mut Procs,
-) -> Result<Report> {
+    reports: &mut Vec<Report>,
+) -> Result<()> {
     let load_start = loadavg();
-    let (info, client, work) = start_cluster(cluster, &load_start).await?;
-    let bins = localkube::installed_binaries(&localkube::cache_dir()?)?;
-    let scheduler_pid = start_scheduler(args, &info, &work, &bins, procs)?;
-    let kwok_pid = start_kwok(args, &client, &info, &work, &bins, procs).await?;
-    let (op_pid, metrics_port) = start_operator(args, operator, &info, &work, procs).await?;
-    let op_log = work.join("operator.log");
+    let peer_crd = bins.peer.as_ref().map(|(_, crd)| crd.as_path());
+    let (info, client, work) = start_cluster(cluster, &load_start, peer_crd).await?;
+    let kbins = localkube::installed_binaries(&localkube::cache_dir()?)?;
+    let scheduler_pid = start_scheduler(args, &info, &work, &kbins, procs)?;
+    let kwok_pid = start_kwok(args, &client, &info, &work, &kbins, procs).await?;
+    let env = Env {
+        args: Args2 {
+            scale: args,
+            bins,
+            work: &work,
+        },
+        client: &client,
+        cluster,
+        scheduler_pid,
+        kwok_pid,
+    };
+    let mut kubeconfigs: HashMap<&str, PathBuf> = HashMap::new();
+    for subject in Subject::all(args) {
+        let account = subject.account();
+        if !kubeconfigs.contains_key(account) {
+            let kc = identity::identity(&client, &info.kubeconfig, &work, account).await?;
+            kubeconfigs.insert(account, kc);
+        }
+        reports.push(run_phase(&env, subject, &kubeconfigs[account], procs).await?);
+    }
+    Ok(())
+}
+
+/// The cluster side every phase shares.
+struct Env<'a> {
+    args: Args2<'a>,
+    client: &'a Client,
+    cluster: &'a LocalCluster,
+    scheduler_pid: Option<u32>,
+    kwok_pid: u32,
+}
+
+/// One phase: its namespace, its operator, its jobs; afterwards the
+/// operator is stopped and the namespace deleted.
+async fn run_phase(
+    env: &Env<'_>,
+    subject: Subject,
+    kubeconfig: &Path,
+    procs: &mut Procs,
+) -> Result<Report> {
+    let ns = subject.namespace();
+    eprintln!(
+        "==> phase: {} in namespace {ns}; load average {}",
+        subject.describe(),
+        loadavg()
+    );
+    create_namespace(env.client, &ns).await?;
+    let op = start_operator(&env.args, subject, &ns, kubeconfig, procs).await?;
+    let result = measure_phase(env, subject, &ns, &op, procs).await;
+    procs.stop(op.pid);
+    if let Err(e) = delete_namespace(env.client, &ns).await {
+        eprintln!("    warning: deleting namespace {ns}: {e:#}");
+    }
+    // The garbage collector and the endpoints controllers finish behind
+    // the namespace; their requests belong to no phase.
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    result
+}
+
+async fn scrape_opt(port: Option<u16>) -> Result<Option<Metrics>> {
+    Ok(match port {
+        Some(p) => Some(scrape(p).await?),
+        None => None,
+    })
+}
+
+async fn measure_phase(
+    env: &Env<'_>,
+    subject: Subject,
+    ns: &str,
+    op: &Operator,
+    procs: &mut Procs,
+) -> Result<Report> {
+    let args = env.args.scale;
+    let client = env.client;
+    let flow = identity::flow_schema(subject.account());
+    let idle0 = (Instant::now(), apiserver_scrape(client).await?);
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     procs.check_running()?;
-    let idle = proc_sample(op_pid)?;
-    let m0 = scrape(metrics_port).await?;
+    let idle = proc_sample(op.pid)?;
+    let idle_requests_per_s = (identity::dispatched(&apiserver_scrape(client).await?, &flow)
+        - identity::dispatched(&idle0.1, &flow))
+        / idle0.0.elapsed().as_secs_f64();
+    let m0 = scrape_opt(op.metrics_port).await?;
     eprintln!(
         "    idle: RSS {:.1} MiB, CPU {:.2} s",
         idle.rss_kib as f64 / 1024.0,
         idle.cpu_seconds
     );
-    let pods_per_job = args.workers
-        + 1
-        + match args.mode {
-            Mode::DglApi => 1,
-            Mode::Skip => 0,
-        };
+    let pods_per_job = subject.pods_per_job(args.workers);
     let seen = Arc::new(Mutex::new(Seen::default()));
-    let watches = start_watches(&client, seen.clone(), pods_per_job).await?;
-
-    let Baseline {
-        components,
-        comp_cpu0,
-        kwok_cpu0,
-        bench_cpu0,
-        apiserver0,
-        write_latency0,
-    } = baseline(cluster, &client, scheduler_pid, kwok_pid).await?;
+    let watches = start_watches(client, seen.clone(), subject, ns, pods_per_job).await?;
+    let base = baseline(env.cluster, client, env.scheduler_pid, env.kwok_pid).await?;
+    let load_start = loadavg();
 
     eprintln!(
-        "==> creating {} DGLJobs x {} workers ({} mode, {} pods each)",
+        "==> creating {} jobs x {} workers ({}, {pods_per_job} pods each)",
         args.jobs,
         args.workers,
-        if args.mode == Mode::DglApi {
-            "DGL-API"
-        } else {
-            "Skip"
-        },
-        pods_per_job
+        subject.describe(),
     );
     let t0 = Instant::now();
-    let jobs_api: Api<DGLJob> = Api::namespaced(client.clone(), NAMESPACE);
+    let jobs_api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &subject.resource());
     let names: Vec<String> = (0..args.jobs).map(|i| format!("bench-{i:05}")).collect();
-    let creator = spawn_creator(jobs_api, seen.clone(), names.clone(), args);
-
-    let progress = wait_for_jobs(
-        args,
-        &client,
-        &seen,
-        &creator,
-        procs,
-        op_pid,
-        idle.rss_kib,
-        t0,
-    )
-    .await?;
-    let Progress {
-        mut peak_rss,
-        timed_out,
-        created_all_at,
-        min_nodes_ready,
-    } = progress;
-    let all_done = t0.elapsed();
+    let creator = spawn_creator(jobs_api, seen.clone(), names.clone(), args, subject, ns);
+    let progress = wait_for_jobs(args, client, &seen, &creator, procs, op.pid, t0).await?;
     creator.await.context("job creation task")??;
     let load_end = loadavg();
-    let after_jobs = proc_sample(op_pid)?;
-    let m1 = scrape(metrics_port).await?;
-    let (apiserver1, write_latency1) = apiserver_metrics(&client).await?;
-    let apiserver_total = apiserver1 - apiserver0;
-    let write_latency = [0.5, 0.99]
-        .map(|q| histogram_quantile(q, &write_latency0, &write_latency1).map(|s| s * 1000.0));
+    let after = proc_sample(op.pid)?;
+    let m1 = scrape_opt(op.metrics_port).await?;
+    let api1 = apiserver_scrape(client).await?;
 
-    peak_rss = settle(args, op_pid, peak_rss).await;
+    let peak_rss = settle(args, op.pid, progress.peak_rss.max(idle.rss_kib)).await;
     procs.check_running()?;
-    let fin = proc_sample(op_pid)?;
-    let m2 = scrape(metrics_port).await?;
+    let fin = proc_sample(op.pid)?;
+    let m2 = scrape_opt(op.metrics_port).await?;
     for w in watches {
         w.abort();
     }
     let since = |pid: u32, c0: f64| proc_sample(pid).map(|s| s.cpu_seconds - c0).unwrap_or(0.0);
-    let comp_cpu: Vec<(String, f64)> = components
+    let components_cpu: Vec<(String, f64)> = base
+        .components
         .iter()
-        .zip(comp_cpu0)
-        .map(|((n, p), (_, c0))| (n.clone(), since(*p, c0)))
+        .zip(&base.comp_cpu0)
+        .map(|((n, p), (_, c0))| (n.clone(), since(*p, *c0)))
         .chain([
-            ("kwok".to_string(), since(kwok_pid, kwok_cpu0)),
+            ("kwok".to_string(), since(env.kwok_pid, base.kwok_cpu0)),
             (
                 "this bench (watches, creates)".to_string(),
-                since(std::process::id(), bench_cpu0),
+                since(std::process::id(), base.bench_cpu0),
             ),
         ])
         .collect();
-
-    let (log_warnings, first_warnings) = log_warnings(&op_log);
-
-    let JobTimes {
-        per_job,
-        incomplete,
-        updates,
-        reaction,
-        environment,
-        last_pod,
-        succeeded,
-        failed,
-        pods_seen,
-    } = job_times(&seen.lock().unwrap(), &names, args, t0);
+    let (log_warnings, first_warnings) = log_warnings(&op.log);
+    let times = job_times(&seen.lock().unwrap(), &names, subject, args.workers, t0);
 
     let n = args.jobs.max(1) as f64;
-    let (requests_per_job, requests_detail) = requests_per_job(&m0, &m1, n);
-    let hist = "dgl_operator_reconcile_duration_seconds";
-    let status_writes =
-        m1.get("dgl_operator_status_writes_total") - m0.get("dgl_operator_status_writes_total");
-    let reconciles = m1.get(&format!("{hist}_count")) - m0.get(&format!("{hist}_count"));
-
+    let api0 = &base.apiserver;
+    let own = match (&m0, &m1, &m2) {
+        (Some(m0), Some(m1), Some(m2)) => Some(own_metrics(m0, m1, m2, n, times.updates)),
+        _ => None,
+    };
+    let write_latency = [0.5, 0.99].map(|q| {
+        histogram_quantile(q, &write_buckets(api0), &write_buckets(&api1)).map(|s| s * 1000.0)
+    });
     Ok(Report {
         label: args.label.clone(),
+        subject,
+        namespace: ns.to_string(),
         jobs: args.jobs,
         workers: args.workers,
-        mode: args.mode,
         pods_per_job,
-        operator_args: args.operator_args.join(" "),
+        operator_args: op.args.join(" "),
         scheduler: if args.scheduler_qps > 0.0 {
             format!("bench kube-scheduler, client QPS {}", args.scheduler_qps)
         } else {
             "localkube kube-scheduler, stock client QPS 50".into()
         },
-        first_create_to_last_pod: last_pod.map(|d| d.as_secs_f64()),
-        jobs_created_in: created_all_at.map(|d| d.as_secs_f64()),
-        per_job_p50: percentile(&per_job, 0.50),
-        per_job_p95: percentile(&per_job, 0.95),
-        per_job_p99: percentile(&per_job, 0.99),
-        per_job_max: per_job.last().copied().unwrap_or(f64::NAN),
-        apiserver_requests: apiserver_total,
-        min_nodes_ready,
+        first_create_to_last_pod: times.last_pod.map(|d| d.as_secs_f64()),
+        jobs_created_in: progress.created_all_at.map(|d| d.as_secs_f64()),
+        per_job: [0.5, 0.95, 0.99].map(|q| percentile(&times.per_job, q)),
+        per_job_max: times.per_job.last().copied().unwrap_or(f64::NAN),
+        reaction: [0.5, 0.95, 0.99].map(|q| percentile(&times.reaction, q)),
+        environment: [0.5, 0.95, 0.99].map(|q| percentile(&times.environment, q)),
+        apiserver_requests: requests_total(&api1) - requests_total(api0),
+        apiserver_detail: per_job_diff(&by_verb_resource(api0), &by_verb_resource(&api1), n),
+        operator_requests: identity::dispatched(&api1, &flow) - identity::dispatched(api0, &flow),
+        idle_requests_per_s,
+        min_nodes_ready: progress.min_nodes_ready,
         nodes: args.nodes as usize,
         apiserver_write_ms: write_latency,
-        reaction: [
-            percentile(&reaction, 0.5),
-            percentile(&reaction, 0.95),
-            percentile(&reaction, 0.99),
-        ],
-        environment: [
-            percentile(&environment, 0.5),
-            percentile(&environment, 0.95),
-            percentile(&environment, 0.99),
-        ],
-        jobs_without_all_pods: incomplete,
-        all_succeeded: (!timed_out && succeeded == args.jobs).then_some(all_done.as_secs_f64()),
-        succeeded,
-        failed,
-        pods_seen,
-        cpu_seconds: after_jobs.cpu_seconds - idle.cpu_seconds,
+        jobs_without_all_pods: times.incomplete,
+        all_succeeded: (!progress.timed_out && times.succeeded == args.jobs)
+            .then_some(progress.finished.map(|f| f.0.as_secs_f64()))
+            .flatten(),
+        cleanup_done: progress.cleanup_done.map(|d| d.as_secs_f64()),
+        succeeded: times.succeeded,
+        failed: times.failed,
+        pods_seen: times.pods_seen,
+        cpu_seconds: progress
+            .finished
+            .map(|f| f.1 - idle.cpu_seconds)
+            .unwrap_or(f64::NAN),
+        cpu_seconds_cleanup: after.cpu_seconds - idle.cpu_seconds,
         cpu_seconds_settled: fin.cpu_seconds - idle.cpu_seconds,
         idle_rss_mib: idle.rss_kib as f64 / 1024.0,
         peak_rss_mib: peak_rss.max(fin.hwm_kib) as f64 / 1024.0,
         final_rss_mib: fin.rss_kib as f64 / 1024.0,
+        own,
+        log_warnings,
+        first_warnings,
+        components_cpu,
+        load_start,
+        load_end,
+    })
+}
+
+/// Our operator's own counters between the scrapes before the jobs (m0),
+/// after the cleanup (m1) and after settling (m2).
+fn own_metrics(m0: &Metrics, m1: &Metrics, m2: &Metrics, n: f64, updates: u64) -> OwnMetrics {
+    let (requests_per_job, requests_detail) = requests_per_job(m0, m1, n);
+    let hist = "dgl_operator_reconcile_duration_seconds";
+    let status_writes =
+        m1.get("dgl_operator_status_writes_total") - m0.get("dgl_operator_status_writes_total");
+    let reconciles = m1.get(&format!("{hist}_count")) - m0.get(&format!("{hist}_count"));
+    OwnMetrics {
         requests_per_job,
         requests_detail,
         status_writes_per_job: status_writes / n,
@@ -1214,12 +1679,7 @@ async fn scale_async(
             - m0.get("dgl_operator_reconcile_errors_total"),
         throttled_seconds: m1.get("dgl_operator_client_throttled_seconds_total")
             - m0.get("dgl_operator_client_throttled_seconds_total"),
-        log_warnings,
-        first_warnings,
-        components_cpu: comp_cpu,
-        load_start,
-        load_end,
-    })
+    }
 }
 
 /// CPU seconds and API server counters before the jobs are created.
@@ -1228,8 +1688,7 @@ struct Baseline {
     comp_cpu0: Vec<(String, f64)>,
     kwok_cpu0: f64,
     bench_cpu0: f64,
-    apiserver0: f64,
-    write_latency0: Vec<(f64, f64)>,
+    apiserver: Metrics,
 }
 
 async fn baseline(
@@ -1251,19 +1710,17 @@ async fn baseline(
             )
         })
         .collect();
-    let (apiserver0, write_latency0) = apiserver_metrics(client).await?;
     Ok(Baseline {
         components,
         comp_cpu0,
         kwok_cpu0: proc_sample(kwok_pid)?.cpu_seconds,
         bench_cpu0: proc_sample(std::process::id())?.cpu_seconds,
-        apiserver0,
-        write_latency0,
+        apiserver: apiserver_scrape(client).await?,
     })
 }
 
-/// Settle: cleanPodPolicy deletions, then the final memory; returns the
-/// peak RSS seen so far.
+/// Settle: the final memory after a quiet while; returns the peak RSS seen
+/// so far.
 async fn settle(args: &ScaleArgs, op_pid: u32, mut peak_rss: u64) -> u64 {
     let settle_end = Instant::now() + Duration::from_secs(args.settle_seconds);
     while Instant::now() < settle_end {
@@ -1275,6 +1732,19 @@ async fn settle(args: &ScaleArgs, op_pid: u32, mut peak_rss: u64) -> u64 {
     peak_rss
 }
 
+/// (after - before) / n per key, keys that grew only.
+fn per_job_diff(
+    before: &BTreeMap<String, f64>,
+    after: &BTreeMap<String, f64>,
+    n: f64,
+) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, c)| (k.clone(), (c - before.get(k).copied().unwrap_or(0.0)) / n))
+        .filter(|(_, c)| *c > 0.0)
+        .collect()
+}
+
 /// The operator's requests between two scrapes, per job: by verb, and by
 /// verb and resource.
 fn requests_per_job(
@@ -1282,37 +1752,51 @@ fn requests_per_job(
     m1: &Metrics,
     n: f64,
 ) -> (BTreeMap<String, f64>, BTreeMap<String, f64>) {
-    let verbs0 = m0.requests_by_verb();
-    let by_verb = m1
-        .requests_by_verb()
-        .into_iter()
-        .map(|(v, c)| {
-            let before = verbs0.get(&v).copied().unwrap_or(0.0);
-            (v, (c - before) / n)
-        })
-        .filter(|(_, c)| *c > 0.0)
-        .collect();
-    let vr0 = m0.requests_by_verb_resource();
-    let detail = m1
-        .requests_by_verb_resource()
-        .into_iter()
-        .map(|((v, r), c)| {
-            let before = vr0.get(&(v.clone(), r.clone())).copied().unwrap_or(0.0);
-            (format!("{v} {r}"), (c - before) / n)
-        })
-        .filter(|(_, c)| *c > 0.0)
-        .collect();
-    (by_verb, detail)
+    let by_verb = per_job_diff(&m0.requests_by_verb(), &m1.requests_by_verb(), n);
+    let flat = |m: &Metrics| {
+        m.requests_by_verb_resource()
+            .into_iter()
+            .map(|((v, r), c)| (format!("{v} {r}"), c))
+            .collect::<BTreeMap<_, _>>()
+    };
+    (by_verb, per_job_diff(&flat(m0), &flat(m1), n))
 }
 
-/// The API server's own metrics: requests served (all clients, watches
-/// excluded) and the latency histogram of writes.
-async fn apiserver_metrics(client: &Client) -> Result<(f64, Vec<(f64, f64)>)> {
+/// The API server's own metrics.
+async fn apiserver_scrape(client: &Client) -> Result<Metrics> {
     let req = http::Request::get("/metrics").body(Vec::new())?;
-    let m = Metrics::parse(&client.request_text(req).await?);
-    let total = m.sum("apiserver_request_total", |l| {
+    Ok(Metrics::parse(&client.request_text(req).await?))
+}
+
+/// Requests served, all clients, watches excluded.
+fn requests_total(m: &Metrics) -> f64 {
+    m.sum("apiserver_request_total", |l| {
         l.get("verb").is_none_or(|v| v != "WATCH")
-    });
+    })
+}
+
+/// Requests served by verb and resource[/subresource], all clients,
+/// watches excluded.
+fn by_verb_resource(m: &Metrics) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for (n, l, v) in &m.0 {
+        let verb = l.get("verb").map(String::as_str).unwrap_or("");
+        if n != "apiserver_request_total" || verb == "WATCH" {
+            continue;
+        }
+        let res = l.get("resource").map(String::as_str).unwrap_or("");
+        let key = match l.get("subresource").map(String::as_str) {
+            Some(s) if !s.is_empty() => format!("{verb} {res}/{s}"),
+            _ => format!("{verb} {res}"),
+        };
+        *out.entry(key).or_insert(0.0) += v;
+    }
+    out
+}
+
+/// The latency histogram of writes, all clients (buckets summed over
+/// resources).
+fn write_buckets(m: &Metrics) -> Vec<(f64, f64)> {
     let mut buckets: BTreeMap<String, (f64, f64)> = BTreeMap::new();
     for (n, l, v) in &m.0 {
         let write = l
@@ -1334,7 +1818,7 @@ async fn apiserver_metrics(client: &Client) -> Result<(f64, Vec<(f64, f64)>)> {
         .filter(|(le, _)| !le.is_nan())
         .collect();
     b.sort_by(|a, b| a.0.total_cmp(&b.0));
-    Ok((total, b))
+    b
 }
 
 async fn component_pids(cluster: &LocalCluster) -> Vec<(String, u32)> {
@@ -1348,43 +1832,8 @@ async fn component_pids(cluster: &LocalCluster) -> Vec<(String, u32)> {
     }
 }
 
-struct Report {
-    label: String,
-    jobs: usize,
-    workers: u32,
-    mode: Mode,
-    pods_per_job: u32,
-    operator_args: String,
-    scheduler: String,
-    first_create_to_last_pod: Option<f64>,
-    jobs_created_in: Option<f64>,
-    per_job_p50: f64,
-    per_job_p95: f64,
-    per_job_p99: f64,
-    per_job_max: f64,
-    /// p50/p95/p99 of the operator's share of a job's time to all pods.
-    reaction: [f64; 3],
-    /// Requests the API server served from the first job's creation until
-    /// every job Succeeded, from all clients (watches excluded).
-    apiserver_requests: f64,
-    /// Fewest fake nodes Ready at once during the run (all, unless kwok's
-    /// heartbeats fell behind: then pods were marked NotReady too).
-    min_nodes_ready: usize,
-    nodes: usize,
-    /// p50/p99 (ms) of the API server's latency for writes, all clients.
-    apiserver_write_ms: [Option<f64>; 2],
-    /// p50/p95/p99 of the scheduler's and kwok's share (pod created → Ready).
-    environment: [f64; 3],
-    jobs_without_all_pods: usize,
-    all_succeeded: Option<f64>,
-    succeeded: usize,
-    failed: usize,
-    pods_seen: usize,
-    cpu_seconds: f64,
-    cpu_seconds_settled: f64,
-    idle_rss_mib: f64,
-    peak_rss_mib: f64,
-    final_rss_mib: f64,
+/// Our operator's own counters (its /metrics), per phase.
+struct OwnMetrics {
     requests_per_job: BTreeMap<String, f64>,
     requests_detail: BTreeMap<String, f64>,
     status_writes_per_job: f64,
@@ -1394,6 +1843,59 @@ struct Report {
     reconcile_p99_ms: Option<f64>,
     reconcile_errors: f64,
     throttled_seconds: f64,
+}
+
+struct Report {
+    label: String,
+    subject: Subject,
+    namespace: String,
+    jobs: usize,
+    workers: u32,
+    pods_per_job: u32,
+    operator_args: String,
+    scheduler: String,
+    first_create_to_last_pod: Option<f64>,
+    jobs_created_in: Option<f64>,
+    /// Per job, creation → all pods seen: p50, p95, p99.
+    per_job: [f64; 3],
+    per_job_max: f64,
+    /// p50/p95/p99 of the operator's share of a job's time to all pods.
+    reaction: [f64; 3],
+    /// p50/p95/p99 of the scheduler's and kwok's share (pod created → Ready).
+    environment: [f64; 3],
+    /// Requests the API server served from the first job's creation until
+    /// the cleanup was done, from all clients (watches excluded).
+    apiserver_requests: f64,
+    /// The same by verb and resource, per job.
+    apiserver_detail: BTreeMap<String, f64>,
+    /// Requests of the operator in the same window (its FlowSchema's
+    /// dispatched requests, watches included).
+    operator_requests: f64,
+    /// The operator's requests per second with no job (leader election,
+    /// resyncs), over `--idle-seconds`.
+    idle_requests_per_s: f64,
+    /// Fewest fake nodes Ready at once during the run (all, unless kwok's
+    /// heartbeats fell behind: then pods were marked NotReady too).
+    min_nodes_ready: usize,
+    nodes: usize,
+    /// p50/p99 (ms) of the API server's latency for writes, all clients.
+    apiserver_write_ms: [Option<f64>; 2],
+    jobs_without_all_pods: usize,
+    all_succeeded: Option<f64>,
+    /// First job's creation → every pod that cleanPodPolicy deletes gone.
+    cleanup_done: Option<f64>,
+    succeeded: usize,
+    failed: usize,
+    pods_seen: usize,
+    /// Operator CPU from the first job until all finished, until the
+    /// cleanup was done, and after settling.
+    cpu_seconds: f64,
+    cpu_seconds_cleanup: f64,
+    cpu_seconds_settled: f64,
+    idle_rss_mib: f64,
+    peak_rss_mib: f64,
+    final_rss_mib: f64,
+    own: Option<OwnMetrics>,
     log_warnings: usize,
     first_warnings: Vec<String>,
     components_cpu: Vec<(String, f64)>,
@@ -1412,15 +1914,61 @@ impl Report {
             .to_string()
     }
 
-    fn mode(&self) -> &'static str {
-        match self.mode {
-            Mode::DglApi => "DGL-API",
-            Mode::Skip => "Skip",
+    /// The table of `--peer` runs: the same figures for every phase.
+    fn compare_header() -> String {
+        "| run | operator, jobs | jobs x workers (pods per job) | load avg at start | first job → last pod (s) | per job → all pods p50 / p95 / p99 (s) | all Succeeded (s) | cleanup done (s) | operator CPU until cleanup (s) | RSS idle / peak (MiB) | API requests per job: operator / all clients |\n\
+         |---|---|---|---|---:|---|---:|---:|---:|---|---|"
+            .to_string()
+    }
+
+    fn succeeded_cell(&self) -> String {
+        match self.all_succeeded {
+            Some(s) => format!("{s:.1}"),
+            None => format!(
+                "— ({} of {} ok, {} failed)",
+                self.succeeded, self.jobs, self.failed
+            ),
         }
     }
 
+    fn compare_row(&self) -> String {
+        let n = self.jobs.max(1) as f64;
+        format!(
+            "| {} | {} | {} x {} ({}) | {} | {} | {:.1} / {:.1} / {:.1} | {} | {} | {:.1} | {:.1} / {:.1} | {:.1} / {:.1} |",
+            if self.label.is_empty() { "-" } else { &self.label },
+            self.subject.describe(),
+            self.jobs,
+            self.workers,
+            self.pods_per_job,
+            self.load_start,
+            secs(self.first_create_to_last_pod),
+            self.per_job[0],
+            self.per_job[1],
+            self.per_job[2],
+            self.succeeded_cell(),
+            secs(self.cleanup_done),
+            self.cpu_seconds_cleanup,
+            self.idle_rss_mib,
+            self.peak_rss_mib,
+            self.operator_requests / n,
+            self.apiserver_requests / n,
+        )
+    }
+
+    fn mode(&self) -> &'static str {
+        match self.subject {
+            Subject::Ours(Mode::DglApi) => "DGL-API",
+            Subject::Ours(Mode::Skip) => "Skip",
+            Subject::Mpi(_) => "MPIJob",
+        }
+    }
+
+    /// The row of our operator's own table (its counters).
     fn row(&self) -> String {
-        let reqs = self
+        let Some(own) = &self.own else {
+            return String::new();
+        };
+        let reqs = own
             .requests_per_job
             .iter()
             .map(|(v, c)| format!("{v} {c:.1}"))
@@ -1434,31 +1982,33 @@ impl Report {
             self.workers,
             self.mode(),
             secs(self.first_create_to_last_pod),
-            self.per_job_p50,
-            self.per_job_p95,
-            self.per_job_p99,
-            match self.all_succeeded {
-                Some(s) => format!("{s:.1}"),
-                None => format!("— ({} of {} ok, {} failed)", self.succeeded, self.jobs, self.failed),
-            },
+            self.per_job[0],
+            self.per_job[1],
+            self.per_job[2],
+            self.succeeded_cell(),
             self.cpu_seconds,
             self.idle_rss_mib,
             self.peak_rss_mib,
             self.final_rss_mib,
             reqs,
-            self.status_writes_per_job,
-            self.noop_status_writes,
-            self.reconciles_per_job,
-            ms(self.reconcile_p50_ms),
-            ms(self.reconcile_p99_ms),
-            self.reconcile_errors as u64 + self.log_warnings as u64,
+            own.status_writes_per_job,
+            own.noop_status_writes,
+            own.reconciles_per_job,
+            ms(own.reconcile_p50_ms),
+            ms(own.reconcile_p99_ms),
+            own.reconcile_errors as u64 + self.log_warnings as u64,
         )
     }
 
     fn details(&self) -> String {
         let mut out = String::new();
         use std::fmt::Write;
-        let _ = writeln!(out, "details:");
+        let _ = writeln!(
+            out,
+            "details: {} (namespace {})",
+            self.subject.describe(),
+            self.namespace
+        );
         let _ = writeln!(out, "  operator args: {}", self.operator_args);
         let _ = writeln!(out, "  scheduler: {}", self.scheduler);
         let _ = writeln!(
@@ -1479,9 +2029,11 @@ impl Report {
         }
         let _ = writeln!(
             out,
-            "  all jobs created in {} s; slowest job to all pods {:.1} s",
+            "  all jobs created in {} s; slowest job to all pods {:.1} s; all finished at {} s, cleanup done at {} s",
             secs(self.jobs_created_in),
-            self.per_job_max
+            self.per_job_max,
+            secs(self.all_succeeded),
+            secs(self.cleanup_done)
         );
         let _ = writeln!(
             out,
@@ -1496,22 +2048,39 @@ impl Report {
         );
         let _ = writeln!(
             out,
-            "  operator CPU {:.1} s until all Succeeded, {:.1} s including settle",
-            self.cpu_seconds, self.cpu_seconds_settled
+            "  operator CPU {:.1} s until all finished, {:.1} s until cleanup done, {:.1} s including settle; RSS idle / peak / final {:.1} / {:.1} / {:.1} MiB",
+            self.cpu_seconds, self.cpu_seconds_cleanup, self.cpu_seconds_settled,
+            self.idle_rss_mib, self.peak_rss_mib, self.final_rss_mib
         );
-        let _ = writeln!(out, "  requests per job by verb and resource:");
-        for (k, v) in &self.requests_detail {
-            let _ = writeln!(out, "    {k:<40} {v:.2}");
-        }
-        let operator_total: f64 = self.requests_per_job.values().sum::<f64>() * self.jobs as f64;
+        let n = self.jobs.max(1) as f64;
         let _ = writeln!(
             out,
-            "  API server requests during the run, all clients (no watches): {:.0} ({:.1} per job); the operator's: {:.0} ({:.0}%)",
+            "  API server requests until cleanup done, all clients (no watches): {:.0} ({:.1} per job); the operator's (its FlowSchema): {:.0} ({:.1} per job)",
             self.apiserver_requests,
-            self.apiserver_requests / self.jobs.max(1) as f64,
-            operator_total,
-            100.0 * operator_total / self.apiserver_requests.max(1.0)
+            self.apiserver_requests / n,
+            self.operator_requests,
+            self.operator_requests / n,
         );
+        let _ = writeln!(
+            out,
+            "  the operator's requests with no job: {:.2}/s",
+            self.idle_requests_per_s
+        );
+        let _ = writeln!(out, "  all clients' requests per job by verb and resource:");
+        for (k, v) in self.apiserver_detail.iter().filter(|(_, v)| **v >= 0.05) {
+            let _ = writeln!(out, "    {k:<40} {v:.2}");
+        }
+        if let Some(own) = &self.own {
+            let _ = writeln!(out, "  the operator's requests per job (its own counter):");
+            for (k, v) in &own.requests_detail {
+                let _ = writeln!(out, "    {k:<40} {v:.2}");
+            }
+            let _ = writeln!(
+                out,
+                "  client-side throttling: {:.1} s waited in total; reconcile errors {}",
+                own.throttled_seconds, own.reconcile_errors
+            );
+        }
         let _ = writeln!(
             out,
             "  API server latency of writes (all clients) p50/p99: {} / {} ms",
@@ -1522,16 +2091,7 @@ impl Report {
                 .map(|v| format!("{v:.0}"))
                 .unwrap_or("—".into()),
         );
-        let _ = writeln!(
-            out,
-            "  client-side throttling: {:.1} s waited in total",
-            self.throttled_seconds
-        );
-        let _ = writeln!(
-            out,
-            "  reconcile errors {}, WARN/ERROR log lines {}",
-            self.reconcile_errors, self.log_warnings
-        );
+        let _ = writeln!(out, "  warning/error log lines {}", self.log_warnings);
         for w in &self.first_warnings {
             let _ = writeln!(out, "    {w}");
         }
@@ -1548,36 +2108,49 @@ impl Report {
     }
 
     fn json(&self) -> serde_json::Value {
+        let own = self.own.as_ref().map(|o| {
+            json!({
+                "requests_per_job": o.requests_per_job,
+                "requests_per_job_detail": o.requests_detail,
+                "status_writes_per_job": o.status_writes_per_job,
+                "noop_status_writes": o.noop_status_writes,
+                "reconciles_per_job": o.reconciles_per_job,
+                "reconcile_ms": {"p50": o.reconcile_p50_ms, "p99": o.reconcile_p99_ms},
+                "reconcile_errors": o.reconcile_errors,
+                "throttled_s": o.throttled_seconds,
+            })
+        });
         json!({
             "label": self.label,
+            "subject": self.subject.describe(),
+            "namespace": self.namespace,
             "jobs": self.jobs,
             "workers": self.workers,
+            "pods_per_job": self.pods_per_job,
             "mode": self.mode(),
             "operator_args": self.operator_args,
             "scheduler": self.scheduler,
             "first_create_to_last_pod_s": self.first_create_to_last_pod,
             "jobs_created_in_s": self.jobs_created_in,
-            "per_job_all_pods_s": {"p50": self.per_job_p50, "p95": self.per_job_p95,
-                                   "p99": self.per_job_p99, "max": self.per_job_max},
+            "per_job_all_pods_s": {"p50": self.per_job[0], "p95": self.per_job[1],
+                                   "p99": self.per_job[2], "max": self.per_job_max},
             "operator_reaction_s": {"p50": self.reaction[0], "p95": self.reaction[1], "p99": self.reaction[2]},
             "scheduler_kwok_s": {"p50": self.environment[0], "p95": self.environment[1], "p99": self.environment[2]},
             "all_succeeded_s": self.all_succeeded,
+            "cleanup_done_s": self.cleanup_done,
             "apiserver_requests": self.apiserver_requests,
+            "apiserver_requests_per_job_detail": self.apiserver_detail,
+            "operator_requests": self.operator_requests,
+            "operator_idle_requests_per_s": self.idle_requests_per_s,
             "min_nodes_ready": self.min_nodes_ready,
             "apiserver_write_ms": {"p50": self.apiserver_write_ms[0], "p99": self.apiserver_write_ms[1]},
             "succeeded": self.succeeded,
             "failed": self.failed,
             "operator_cpu_s": self.cpu_seconds,
+            "operator_cpu_until_cleanup_s": self.cpu_seconds_cleanup,
             "rss_mib": {"idle": self.idle_rss_mib, "peak": self.peak_rss_mib, "final": self.final_rss_mib},
-            "requests_per_job": self.requests_per_job,
-            "requests_per_job_detail": self.requests_detail,
-            "status_writes_per_job": self.status_writes_per_job,
-            "noop_status_writes": self.noop_status_writes,
-            "reconciles_per_job": self.reconciles_per_job,
-            "reconcile_ms": {"p50": self.reconcile_p50_ms, "p99": self.reconcile_p99_ms},
-            "reconcile_errors": self.reconcile_errors,
+            "own": own,
             "log_warnings": self.log_warnings,
-            "throttled_s": self.throttled_seconds,
             "components_cpu_s": self.components_cpu.iter().cloned().collect::<BTreeMap<_, _>>(),
             "load_start": self.load_start,
             "load_end": self.load_end,
@@ -1604,6 +2177,94 @@ mod tests {
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 0.99), 4.0);
     }
 
+    fn pod(name: &str, job: &str, role: &str, phase: &str, ready: bool) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {peer::JOB_LABEL: job, peer::ROLE_LABEL: role}},
+            "status": {"phase": phase, "podIP": "10.0.0.1", "conditions": [
+                {"type": "Ready", "status": if ready { "True" } else { "False" }}
+            ]}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn watches_count_pods_per_job_and_see_the_cleanup() {
+        let mut s = Seen::default();
+        let (job, role) = (peer::JOB_LABEL, peer::ROLE_LABEL);
+        s.note_pod(
+            &pod("a-worker-0", "a", "worker", "Running", true),
+            job,
+            role,
+            2,
+        );
+        assert!(s.jobs["a"].all_pods.is_none());
+        s.note_pod(
+            &pod("a-worker-0", "a", "worker", "Running", true),
+            job,
+            role,
+            2,
+        );
+        assert!(
+            s.jobs["a"].all_pods.is_none(),
+            "a pod seen twice counts once"
+        );
+        s.note_pod(
+            &pod("a-launcher-x", "a", "launcher", "Running", true),
+            job,
+            role,
+            2,
+        );
+        assert!(s.jobs["a"].all_pods.is_some());
+        assert_eq!(role_times(&s, "a", "worker").count, 1);
+        assert!(role_times(&s, "a", "worker").ready.is_some());
+        assert_eq!(s.cleanup_done(), None, "a running worker remains");
+        s.note_pod(
+            &pod("a-launcher-x", "a", "launcher", "Succeeded", false),
+            job,
+            role,
+            2,
+        );
+        assert_eq!(s.cleanup_done(), None);
+        let gone = Instant::now();
+        s.pods.get_mut("a-worker-0").unwrap().deleted = Some(gone);
+        assert_eq!(s.cleanup_done(), Some(Some(gone)));
+    }
+
+    #[test]
+    fn job_status_is_read_per_kind() {
+        let ours = Subject::Ours(Mode::Skip);
+        let mpi = Subject::Mpi(peer::QueueLimit::Default);
+        assert_eq!(ours.finished(&json!({"phase": "Succeeded"})), Some(true));
+        assert_eq!(ours.finished(&json!({"phase": "Running"})), None);
+        assert_eq!(
+            mpi.finished(&json!({"conditions": [{"type": "Succeeded", "status": "True"}]})),
+            Some(true)
+        );
+        assert_eq!(ours.pods_per_job(4), 5);
+        assert_eq!(mpi.pods_per_job(4), 5);
+        assert_eq!(Subject::Ours(Mode::DglApi).pods_per_job(4), 6);
+        let j: DynamicObject = serde_json::from_value(ours.job_object("x", "ns", 3)).unwrap();
+        assert_eq!(j.data["spec"]["partitionMode"], "Skip");
+    }
+
+    #[test]
+    fn warnings_of_both_log_formats_are_counted() {
+        let dir = std::env::temp_dir().join(format!("bench-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("log");
+        std::fs::write(
+            &log,
+            "2024-01-01T00:00:00Z  WARN dgl_operator: slow\n\
+             I1123 19:09:00.1 1 x.go:1] fine\n\
+             E1123 19:09:00.1 1 x.go:1] failed\n\
+             Error is not a klog line\n",
+        )
+        .unwrap();
+        let (n, first) = log_warnings(&log);
+        assert_eq!(n, 2, "{first:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn stages_parse_as_yaml_documents() {
         let text = STAGES.replace("__LAUNCHER_DELAY_MS__", "3000");
@@ -1622,7 +2283,8 @@ mod tests {
                 "node-heartbeat-with-lease",
                 "pod-ready",
                 "pod-delete",
-                "dgl-launcher-complete"
+                "dgl-launcher-complete",
+                "mpi-launcher-complete"
             ]
         );
     }

@@ -34,7 +34,7 @@ pub const SERVICE_CIDR: &str = "10.96.0.0/16";
 /// Issuer of service-account tokens (the in-cluster DNS name of the apiserver).
 pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
-const ETCD: &str = "etcd";
+pub(crate) const ETCD: &str = "etcd";
 pub(crate) const APISERVER: &str = "kube-apiserver";
 const CONTROLLER_MANAGER: &str = "kube-controller-manager";
 const SCHEDULER: &str = "kube-scheduler";
@@ -232,7 +232,7 @@ impl LocalCluster {
             dir: self.state_dir.join("pki"),
         }
     }
-    fn server(&self) -> String {
+    pub(crate) fn server(&self) -> String {
         self.server_for(self.cfg.node.as_ref())
     }
     /// A node cluster's apiserver serves on the node IP only (see `node.rs`).
@@ -824,7 +824,7 @@ where
 /// A client with short timeouts for health probes. With a kubeconfig it
 /// authenticates as the admin; without, it is anonymous and accepts any
 /// certificate (controller-manager and scheduler serve self-signed ones).
-async fn health_client(server: &str, kubeconfig: Option<&Path>) -> Result<Client> {
+pub(crate) async fn health_client(server: &str, kubeconfig: Option<&Path>) -> Result<Client> {
     let mut config = match kubeconfig {
         Some(path) => kubeconfig::config_from_file(path).await?,
         None => {
@@ -852,7 +852,7 @@ async fn get_ok(client: &Client, path: &str) -> bool {
     )
 }
 
-async fn readyz(client: &Client) -> bool {
+pub(crate) async fn readyz(client: &Client) -> bool {
     get_ok(client, "/readyz").await
 }
 
@@ -869,7 +869,7 @@ async fn default_sa_exists(client: &Client) -> bool {
 
 /// etcd's `/health` over plain HTTP/1.0 on loopback; a raw request keeps the
 /// HTTP client (TLS-only kube client) out of it.
-async fn etcd_healthy(port: u16) -> bool {
+pub(crate) async fn etcd_healthy(port: u16) -> bool {
     let probe = crate::util::http_get(port, "/health");
     matches!(
         tokio::time::timeout(Duration::from_secs(3), probe).await,

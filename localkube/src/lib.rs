@@ -19,6 +19,7 @@
 mod binaries;
 mod cluster;
 mod error;
+mod faults;
 pub mod host;
 pub mod image;
 mod kubeconfig;
@@ -38,6 +39,7 @@ pub use cluster::{
     DEFAULT_CLUSTER, SERVICE_ACCOUNT_ISSUER, SERVICE_CIDR, TEST_CLUSTER,
 };
 pub use error::{Error, Result};
+pub use faults::Component;
 pub use kubeconfig::{client_from_file, config_from_file};
 pub use node::{
     NodeConfig, NodePaths, NodePorts, NodeTeardown, CNI_BRIDGE, CRI_NAMESPACE, NODE_INTERFACE,

@@ -158,7 +158,7 @@ pub(crate) fn is_running(rec: &PidRecord) -> bool {
     }
 }
 
-fn signal(rec: &PidRecord, sig: libc::c_int) -> Result<()> {
+pub(crate) fn signal(rec: &PidRecord, sig: libc::c_int) -> Result<()> {
     // SAFETY: plain syscall with integer arguments.
     if unsafe { libc::kill(rec.pid, sig) } == 0 {
         return Ok(());

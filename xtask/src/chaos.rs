@@ -23,6 +23,9 @@ use dgl_api::{DGLJob, JobPhase};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
+use localkube::{Component, LocalCluster};
+
+use crate::chaos_infra as infra;
 
 use crate::e2e::{
     apply_job, children, example_job, follow, pod_ready, OPERATOR_NAMESPACE, RELEASE,
@@ -33,6 +36,26 @@ pub enum Fault {
     OperatorKill,
     WorkerDelete,
     Churn,
+    ApiserverRestart,
+    EtcdPause,
+    KubeletRestart,
+    PartitionerKill,
+    ShardCorrupt,
+    NetworkCut,
+}
+
+impl Fault {
+    pub const ALL: [Fault; 9] = [
+        Fault::OperatorKill,
+        Fault::WorkerDelete,
+        Fault::Churn,
+        Fault::ApiserverRestart,
+        Fault::EtcdPause,
+        Fault::KubeletRestart,
+        Fault::PartitionerKill,
+        Fault::ShardCorrupt,
+        Fault::NetworkCut,
+    ];
 }
 
 #[derive(clap::Args)]
@@ -65,11 +88,17 @@ pub fn run(args: Args) -> Result<()> {
     let rt = crate::e2e::runtime()?;
     let stack = crate::e2e::prepare(&rt, &args.name, args.profile)?;
     let faults = if args.only.is_empty() {
-        vec![Fault::OperatorKill, Fault::WorkerDelete, Fault::Churn]
+        Fault::ALL.to_vec()
     } else {
         args.only.clone()
     };
-    let r = rt.block_on(run_all(&stack.client, &faults, args.runs, args.churn_jobs));
+    let r = rt.block_on(run_all(
+        &stack.client,
+        &stack.cluster,
+        &faults,
+        args.runs,
+        args.churn_jobs,
+    ));
     let down = rt.block_on(stack.cluster.down(false));
     let table = r?;
     down?;
@@ -89,7 +118,13 @@ struct Tally {
 
 /// Runs every fault `runs` times; fails on the first unexpected outcome
 /// after printing the table so far.
-pub async fn run_all(client: &Client, faults: &[Fault], runs: u32, churn: u32) -> Result<String> {
+pub async fn run_all(
+    client: &Client,
+    cluster: &LocalCluster,
+    faults: &[Fault],
+    runs: u32,
+    churn: u32,
+) -> Result<String> {
     let mut rows: BTreeMap<Fault, Tally> = BTreeMap::new();
     for &f in faults {
         for i in 0..runs {
@@ -99,6 +134,19 @@ pub async fn run_all(client: &Client, faults: &[Fault], runs: u32, churn: u32) -
                 Fault::OperatorKill => operator_kill(client, &ns, i).await,
                 Fault::WorkerDelete => worker_delete(client, &ns).await,
                 Fault::Churn => churn_run(client, &ns, churn).await,
+                Fault::ApiserverRestart => {
+                    infra::component(client, cluster, &ns, Component::Apiserver, None).await
+                }
+                Fault::EtcdPause => {
+                    let pause = Some(Duration::from_secs(10));
+                    infra::component(client, cluster, &ns, Component::Etcd, pause).await
+                }
+                Fault::KubeletRestart => {
+                    infra::component(client, cluster, &ns, Component::Kubelet, None).await
+                }
+                Fault::PartitionerKill => infra::partitioner_kill(client, &ns).await,
+                Fault::ShardCorrupt => infra::shard_corrupt(client, cluster, &ns).await,
+                Fault::NetworkCut => infra::network_cut(client, &ns).await,
             };
             let row = rows.entry(f).or_default();
             row.runs += 1;
@@ -144,10 +192,10 @@ fn table(rows: &BTreeMap<Fault, Tally>) -> String {
     s
 }
 
-struct Outcome {
-    terminal: Option<Duration>,
-    left: usize,
-    note: String,
+pub(crate) struct Outcome {
+    pub terminal: Option<Duration>,
+    pub left: usize,
+    pub note: String,
 }
 
 /// A pseudo-random delay in [0, max): the wall clock's nanoseconds, printed so
@@ -293,7 +341,7 @@ async fn churn_run(client: &Client, ns: &str, jobs: u32) -> Result<Outcome> {
     })
 }
 
-async fn follow_to_end<F>(client: &Client, ns: &str, name: &str, on_poll: F) -> Result<DGLJob>
+pub(crate) async fn follow_to_end<F>(client: &Client, ns: &str, name: &str, on_poll: F) -> Result<DGLJob>
 where
     F: FnMut(&DGLJob, &[Pod], Duration),
 {
@@ -308,7 +356,7 @@ where
     .await
 }
 
-fn expect_phase(job: &DGLJob, want: JobPhase) -> Result<()> {
+pub(crate) fn expect_phase(job: &DGLJob, want: JobPhase) -> Result<()> {
     let got = job.status.as_ref().and_then(|s| s.phase);
     if got != Some(want) {
         bail!(
@@ -321,7 +369,7 @@ fn expect_phase(job: &DGLJob, want: JobPhase) -> Result<()> {
 }
 
 /// Deletes the job; returns how many of its children remain after 120 s (0 expected).
-async fn delete_and_count_left(client: &Client, ns: &str, name: &str) -> Result<usize> {
+pub(crate) async fn delete_and_count_left(client: &Client, ns: &str, name: &str) -> Result<usize> {
     crate::e2e::delete_and_check_children(client, ns, name).await?;
     Ok(children(client, ns, name).await?.len())
 }

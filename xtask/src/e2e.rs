@@ -195,8 +195,7 @@ pub fn run(args: Args) -> Result<()> {
                 Scenario::Standalone => standalone(&stack.client).await,
                 Scenario::Chaos => {
                     use crate::chaos::Fault;
-                    let all = [Fault::OperatorKill, Fault::WorkerDelete, Fault::Churn];
-                    crate::chaos::run_all(&stack.client, &all, 1, 4).await
+                    crate::chaos::run_all(&stack.client, &stack.cluster, &Fault::ALL, 1, 4).await
                 }
                 Scenario::Namespaced => {
                     crate::e2e_namespaced::namespaced(&stack.client, &stack.kubeconfig).await
@@ -437,9 +436,24 @@ where
     let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={name}"));
     let start = Instant::now();
     let mut last = String::new();
+    let mut failing_since: Option<Instant> = None;
     loop {
-        let job = jobs.get(name).await?;
-        let mut list = pods.list(&lp).await?.items;
+        // A poll that fails (an API server restarting) is retried for a minute.
+        let (job, mut list) = match tokio::try_join!(jobs.get(name), pods.list(&lp)) {
+            Ok((job, list)) => {
+                failing_since = None;
+                (job, list.items)
+            }
+            Err(e) => {
+                let since = *failing_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(60) {
+                    return Err(e).context(format!("polling DGLJob {ns}/{name} for a minute"));
+                }
+                println!("    {:>6.1}s  (poll failed: {e})", start.elapsed().as_secs_f64());
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
         list.sort_by_key(|p| p.name_any());
         let line = format!(
             "{:<13} {}",

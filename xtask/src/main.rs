@@ -5,6 +5,7 @@ mod bench;
 mod bench_partition;
 mod bench_shards;
 mod chaos;
+mod chaos_infra;
 mod cluster;
 mod demo;
 mod e2e;

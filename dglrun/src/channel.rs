@@ -243,9 +243,15 @@ impl Session {
         };
         let (c2s, s2c) = (key(CLIENT_TO_SERVER_LABEL), key(SERVER_TO_CLIENT_LABEL));
         if is_server {
-            Session { send: s2c, recv: c2s }
+            Session {
+                send: s2c,
+                recv: c2s,
+            }
         } else {
-            Session { send: c2s, recv: s2c }
+            Session {
+                send: c2s,
+                recv: s2c,
+            }
         }
     }
 
@@ -504,10 +510,9 @@ impl Channel {
     ) -> Result<Channel, ChannelError> {
         stream.set_nodelay(true)?;
         set_keepalive(&stream);
-        let session =
-            tokio::time::timeout(HANDSHAKE_TIMEOUT, server_handshake(&mut stream, token))
-                .await
-                .map_err(|_| ChannelError::Timeout(HANDSHAKE_TIMEOUT))??;
+        let session = tokio::time::timeout(HANDSHAKE_TIMEOUT, server_handshake(&mut stream, token))
+            .await
+            .map_err(|_| ChannelError::Timeout(HANDSHAKE_TIMEOUT))??;
         Ok(Channel::from_stream(stream, session, peer))
     }
 
@@ -578,6 +583,7 @@ impl Channel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dgl_api::wire::Request;
 
     #[test]
     fn token_debug_is_redacted_and_whitespace_trimmed() {
@@ -593,7 +599,126 @@ mod tests {
         let t = Token::from_bytes(b"k").unwrap();
         let t2 = t.clone();
         let server = tokio::spawn(async move { server_handshake(&mut a, &t2).await });
-        client_handshake(&mut b, &t).await.unwrap();
-        server.await.unwrap().unwrap();
+        let client = client_handshake(&mut b, &t).await.unwrap();
+        let server = server.await.unwrap().unwrap();
+        // Each side's sending key is the other's receiving key.
+        let (mut cs, mut sr) = (client.send, server.recv);
+        assert_eq!(cs.tag(&[b"x"]), sr.tag(&[b"x"]));
+        let (mut ss, mut cr) = (server.send, client.recv);
+        assert_eq!(ss.tag(&[b"x"]), cr.tag(&[b"x"]));
+    }
+
+    /// Both sides of one session, as a handshake with these nonces makes them.
+    fn sessions(token: &[u8]) -> (Session, Session) {
+        let t = Token::from_bytes(token).unwrap();
+        let (sn, cn) = ([1u8; NONCE_LEN], [2u8; NONCE_LEN]);
+        (
+            Session::derive(&t, &sn, &cn, false),
+            Session::derive(&t, &sn, &cn, true),
+        )
+    }
+
+    /// What `session`'s writer puts on the wire for `msgs`, one buffer each.
+    async fn frames(session: Session, msgs: &[Request]) -> Vec<Vec<u8>> {
+        let (_, mut w) = session.split(&b""[..], Vec::new());
+        let mut out = Vec::new();
+        for m in msgs {
+            let before = w.get_ref().len();
+            w.write_frame(m).await.unwrap();
+            out.push(w.get_ref()[before..].to_vec());
+        }
+        out
+    }
+
+    /// The frames `session`'s reader gets from `wire` until the first error.
+    async fn read_all(session: Session, wire: &[u8]) -> (Vec<Request>, Option<ChannelError>) {
+        let (mut r, _) = session.split(wire, Vec::<u8>::new());
+        let mut got = Vec::new();
+        loop {
+            match r.read_frame::<Request>().await {
+                Ok(Some(m)) => got.push(m),
+                Ok(None) => return (got, None),
+                Err(e) => return (got, Some(e)),
+            }
+        }
+    }
+
+    fn fetch(offset: u64) -> Request {
+        Request::Fetch {
+            path: "part0/graph.dgl".into(),
+            offset,
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_pass_in_order_and_fail_altered_replayed_reordered_or_reflected() {
+        let msgs = [fetch(0), fetch(1), fetch(2)];
+        let (client, _) = sessions(b"k");
+        let f = frames(client, &msgs).await;
+        let unit = |e: Option<ChannelError>| match e {
+            Some(ChannelError::Unauthentic { unit }) => unit,
+            other => panic!("expected a failed tag, got {other:?}"),
+        };
+
+        let (got, err) = read_all(sessions(b"k").1, &f.concat()).await;
+        assert_eq!((got.as_slice(), err.is_none()), (&msgs[..], true));
+
+        // A flipped byte of frame 1's JSON.
+        let mut altered = f.concat();
+        altered[f[0].len() + 10] ^= 1;
+        let (got, err) = read_all(sessions(b"k").1, &altered).await;
+        assert_eq!((got, unit(err)), (vec![fetch(0)], 1));
+
+        // Frame 0 sent again in place of frame 1.
+        let replayed = [f[0].clone(), f[0].clone(), f[1].clone()].concat();
+        let (got, err) = read_all(sessions(b"k").1, &replayed).await;
+        assert_eq!((got, unit(err)), (vec![fetch(0)], 1));
+
+        // Frames 1 and 0 swapped; frame 2 dropped after frame 0.
+        let swapped = [f[1].clone(), f[0].clone()].concat();
+        assert_eq!(unit(read_all(sessions(b"k").1, &swapped).await.1), 0);
+        let dropped = [f[0].clone(), f[2].clone()].concat();
+        assert_eq!(unit(read_all(sessions(b"k").1, &dropped).await.1), 1);
+
+        // The client's own frames sent back to it, another session's frames,
+        // another token's: all refused at frame 0.
+        assert_eq!(unit(read_all(sessions(b"k").0, &f.concat()).await.1), 0);
+        let t = Token::from_bytes(b"k").unwrap();
+        let other = Session::derive(&t, &[1u8; NONCE_LEN], &[3u8; NONCE_LEN], true);
+        assert_eq!(unit(read_all(other, &f.concat()).await.1), 0);
+        assert_eq!(unit(read_all(sessions(b"k2").1, &f.concat()).await.1), 0);
+
+        let e = ChannelError::Unauthentic { unit: 7 };
+        assert!(e.to_string().starts_with("frame 7 failed authentication"));
+        assert!(e.is_transient(), "a new connection may succeed");
+    }
+
+    #[tokio::test]
+    async fn sealed_sums_are_checked_and_counted_with_the_frames() {
+        let (client, server) = sessions(b"k");
+        let (_, mut w) = server.split(&b""[..], Vec::new());
+        w.write_frame(&fetch(0)).await.unwrap();
+        w.write_sealed(&[9u8; 32]).await.unwrap();
+        let wire = w.get_ref().clone();
+        assert_eq!(wire.len(), f_len(&fetch(0)) + 32 + TAG_LEN);
+
+        let (mut r, _) = client.split(&wire[..], Vec::<u8>::new());
+        assert_eq!(r.read_frame::<Request>().await.unwrap(), Some(fetch(0)));
+        let mut sum = [0u8; 32];
+        r.read_sealed(&mut sum).await.unwrap();
+        assert_eq!(sum, [9u8; 32]);
+
+        let mut forged = wire.clone();
+        let at = forged.len() - TAG_LEN - 1;
+        forged[at] ^= 1;
+        let (client, _) = sessions(b"k");
+        let (mut r, _) = client.split(&forged[..], Vec::<u8>::new());
+        r.read_frame::<Request>().await.unwrap();
+        let e = r.read_sealed(&mut sum).await.unwrap_err();
+        assert!(matches!(e, ChannelError::Unauthentic { unit: 1 }), "{e:?}");
+    }
+
+    fn f_len(m: &Request) -> usize {
+        wire::encode_frame(m).unwrap().len() + TAG_LEN
     }
 }

@@ -424,11 +424,7 @@ async fn start_training(cfg: &LaunchConfig) -> Result<Started, LaunchError> {
 }
 
 /// Passes worker `i`'s messages on, then how its connection ended.
-async fn forward_events(
-    i: usize,
-    mut reader: ChannelReader,
-    tx: mpsc::Sender<(usize, Event)>,
-) {
+async fn forward_events(i: usize, mut reader: ChannelReader, tx: mpsc::Sender<(usize, Event)>) {
     loop {
         match read_frame::<_, Response>(&mut reader).await {
             Ok(Some(m)) => {

@@ -525,6 +525,9 @@ enum Received {
     /// A chunk (or the whole file) did not match its sum; the partial file
     /// was cut before it.
     Corrupt(String),
+    /// A chunk's sum failed its tag (altered in flight by someone without
+    /// the token); the partial file was cut before the chunk.
+    Forged(String),
     /// The local file.
     Write(std::io::Error),
 }
@@ -532,7 +535,7 @@ enum Received {
 impl Received {
     fn into_attempt(self, partial: &Path, stats: &mut FetchStats) -> Attempt {
         match self {
-            Received::Interrupted(m) => Attempt::Retry(m),
+            Received::Interrupted(m) | Received::Forged(m) => Attempt::Retry(m),
             Received::Corrupt(m) => {
                 stats.restarted += 1;
                 Attempt::Retry(m)
@@ -717,7 +720,16 @@ impl<R: AsyncRead + Unpin> Receiver<'_, R> {
                 pos += want as u64;
                 pipe.push(block).await?;
             }
-            let expected = self.read_sum().await?;
+            let expected = match self.read_sum().await {
+                Ok(sum) => sum,
+                Err(Received::Forged(m)) => {
+                    // The chunk's bytes are unauthenticated: never keep them.
+                    let sink = pipe.settle().await?;
+                    sink.file.set_len(start).map_err(Received::Write)?;
+                    return Err(Received::Forged(format!("{path}: chunk {k}: {m}")));
+                }
+                Err(e) => return Err(e),
+            };
             let sink = pipe.settle().await?;
             let got: Sum = std::mem::take(&mut sink.chunk).finalize().into();
             if got != expected {
@@ -738,6 +750,9 @@ impl<R: AsyncRead + Unpin> Receiver<'_, R> {
         let mut sum = [0u8; SUM_LEN];
         match tokio::time::timeout(self.idle, self.reader.read_sealed(&mut sum)).await {
             Ok(Ok(())) => Ok(sum),
+            Ok(Err(e @ ChannelError::Unauthentic { .. })) => {
+                Err(Received::Forged(format!("its sum: {e}")))
+            }
             Ok(Err(e)) => Err(Received::Interrupted(format!("a chunk's sum: {e}"))),
             Err(_) => Err(Received::Interrupted(format!(
                 "no chunk sum for {:?} ({} of {} bytes received so far)",

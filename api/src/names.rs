@@ -137,6 +137,11 @@ pub fn service_name(job: &str) -> String {
     format!("{job}-worker")
 }
 
+/// `<job>-network`: the NetworkPolicy that admits only the job's own pods.
+pub fn network_policy_name(job: &str) -> String {
+    format!("{job}-network")
+}
+
 /// The pod name of a role's replica.
 pub fn pod_name(job: &str, role: ReplicaType, index: i32) -> String {
     match role {

@@ -15,14 +15,27 @@
 //!    client checks so that it never takes shards or orders from a peer that
 //!    does not hold the job's token. The context string keeps the server's
 //!    proof from ever being a valid client answer (no reflection).
-//! 4. Then frames both ways: a 4-byte big-endian length followed by that many
+//! 4. Both sides derive one key per direction with HKDF-SHA256: input key
+//!    material the token, salt `server_nonce || client_nonce`, info
+//!    [`CLIENT_TO_SERVER_LABEL`] or [`SERVER_TO_CLIENT_LABEL`] (32 bytes
+//!    each). Every unit sent after the handshake (a frame, a chunk's sum)
+//!    is followed by a tag of [`TAG_LEN`] bytes: the first bytes of
+//!    `HMAC-SHA256(direction's key, counter || unit)`, where `counter` is
+//!    the unit's number in its direction (a big-endian u64 from 0, never
+//!    sent: both ends count). A unit altered, dropped, replayed (within
+//!    or from another connection: the nonces differ) or reordered fails
+//!    its tag, and the receiver ends the connection.
+//! 5. Then frames both ways: a 4-byte big-endian length followed by that many
 //!    bytes of JSON ([`Request`] from the client, [`Response`] from the
-//!    server), at most [`MAX_FRAME_LEN`] bytes. A [`Response::File`] frame is
+//!    server), at most [`MAX_FRAME_LEN`] bytes, then the tag over length and
+//!    JSON. A [`Response::File`] frame is
 //!    followed by the file's bytes from `offset` on, chunk by chunk: chunk
 //!    `k` covers bytes `[k * chunk_size, (k + 1) * chunk_size)` of the file
 //!    (the last one is shorter); after the bytes of each chunk (the first
 //!    one may start in its middle, at `offset`) come the [`SUM_LEN`] bytes
-//!    of the sha256 of the whole chunk, as the sender computed it. The
+//!    of the sha256 of the whole chunk, as the sender computed it, and
+//!    their tag. The chunk's bytes carry no tag of their own: they are
+//!    authenticated through their sum (no second pass over them). The
 //!    receiver checks every chunk before it takes the next.
 //!
 //! The token is the job's Secret; it never travels on the wire.
@@ -52,8 +65,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::ReplicaType;
 
-/// First bytes the server sends: `DGLRUN`, a zero, and the protocol version.
-pub const MAGIC: [u8; 8] = *b"DGLRUN\x00\x01";
+/// First bytes the server sends: `DGLRUN`, a zero, and the protocol version
+/// (2: every frame and chunk sum carries a tag).
+pub const MAGIC: [u8; 8] = *b"DGLRUN\x00\x02";
 /// Length of each side's random nonce.
 pub const NONCE_LEN: usize = 32;
 /// Length of an HMAC-SHA256 tag.
@@ -64,6 +78,12 @@ pub const AUTH_OK: u8 = 0x00;
 pub const AUTH_REFUSED: u8 = 0x01;
 /// Prefix of the message the server signs to prove it holds the token.
 pub const SERVER_PROOF_CONTEXT: &[u8] = b"dglrun server proof v1";
+/// HKDF info of the key that authenticates what the client sends.
+pub const CLIENT_TO_SERVER_LABEL: &[u8] = b"dglrun v2 client to server";
+/// HKDF info of the key that authenticates what the server sends.
+pub const SERVER_TO_CLIENT_LABEL: &[u8] = b"dglrun v2 server to client";
+/// Length of the tag after each frame and chunk sum (HMAC-SHA256, truncated).
+pub const TAG_LEN: usize = 16;
 /// Length of a frame's length prefix.
 pub const FRAME_HEADER_LEN: usize = 4;
 /// Largest JSON frame accepted (file bytes are not framed and not limited).

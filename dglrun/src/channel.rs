@@ -1,8 +1,11 @@
 //! The authenticated control channel (protocol: `dgl_api::wire`).
 //!
 //! Both ends prove they hold the job's token with HMAC-SHA256 over the other
-//! side's random nonce, then exchange length-prefixed JSON frames. File bytes
-//! are sent raw after a `File` frame, through the same buffered reader.
+//! side's random nonce, derive one key per direction from the token and both
+//! nonces (HKDF), then exchange length-prefixed JSON frames, each with a tag
+//! over its number and bytes. File bytes are sent raw after a `File` frame,
+//! each chunk followed by its sha256 with a tag, so that the bytes are
+//! authenticated through their sum without a second pass over them.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -10,9 +13,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use dgl_api::wire::{
-    self, WireError, AUTH_OK, AUTH_REFUSED, FRAME_HEADER_LEN, MAC_LEN, MAGIC, NONCE_LEN,
-    SERVER_PROOF_CONTEXT,
+    self, WireError, AUTH_OK, AUTH_REFUSED, CLIENT_TO_SERVER_LABEL, FRAME_HEADER_LEN, MAC_LEN,
+    MAGIC, NONCE_LEN, SERVER_PROOF_CONTEXT, SERVER_TO_CLIENT_LABEL, TAG_LEN,
 };
+use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -136,6 +140,10 @@ pub enum ChannelError {
     Wire(#[from] WireError),
     #[error("the peer closed the connection")]
     Closed,
+    /// A tag did not match: the unit was altered, replayed, dropped or
+    /// reordered on the way (or the peer is not the one that authenticated).
+    #[error("frame {unit} failed authentication (altered, replayed or reordered in flight); the connection is closed")]
+    Unauthentic { unit: u64 },
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     #[error("{peer} sent nothing for {after:?} while we waited for {what}")]
@@ -154,7 +162,9 @@ impl ChannelError {
             ChannelError::Io(_)
             | ChannelError::Closed
             | ChannelError::Timeout(_)
-            | ChannelError::Silent { .. } => true,
+            | ChannelError::Silent { .. }
+            // A damaged connection: a new one has fresh keys and counts.
+            | ChannelError::Unauthentic { .. } => true,
             ChannelError::Auth(_) | ChannelError::Wire(_) => false,
         }
     }
@@ -166,8 +176,102 @@ fn random_nonce() -> [u8; NONCE_LEN] {
     n
 }
 
-/// Server side of the handshake.
-pub async fn server_handshake<S>(s: &mut S, token: &Token) -> Result<(), ChannelError>
+/// One direction of a session: its key and the number of the next unit
+/// (frame or chunk sum). The number is never sent: both ends count, so a
+/// unit replayed, dropped or reordered fails its tag.
+#[derive(Clone)]
+struct Direction {
+    /// Keyed once; cloned per unit (cheaper than keying again).
+    mac: HmacSha256,
+    next: u64,
+}
+
+impl Direction {
+    fn new(key: &[u8]) -> Direction {
+        Direction {
+            mac: HmacSha256::new_from_slice(key).expect("HMAC accepts keys of any length"),
+            next: 0,
+        }
+    }
+
+    /// The MAC of the next unit, made of `parts`; advances the count.
+    fn next_mac(&mut self, parts: &[&[u8]]) -> (u64, HmacSha256) {
+        let n = self.next;
+        self.next += 1;
+        let mut mac = self.mac.clone();
+        mac.update(&n.to_be_bytes());
+        for p in parts {
+            mac.update(p);
+        }
+        (n, mac)
+    }
+
+    fn tag(&mut self, parts: &[&[u8]]) -> [u8; TAG_LEN] {
+        let full = self.next_mac(parts).1.finalize().into_bytes();
+        let mut tag = [0u8; TAG_LEN];
+        tag.copy_from_slice(&full[..TAG_LEN]);
+        tag
+    }
+
+    /// Checks the next unit's tag (in constant time).
+    fn check(&mut self, parts: &[&[u8]], tag: &[u8]) -> Result<(), ChannelError> {
+        let (n, mac) = self.next_mac(parts);
+        mac.verify_truncated_left(tag)
+            .map_err(|_| ChannelError::Unauthentic { unit: n })
+    }
+}
+
+/// The keys of one authenticated connection, as one side sees them: what
+/// it sends and what it receives are tagged with different keys, so a
+/// unit reflected back at its sender fails too.
+pub struct Session {
+    send: Direction,
+    recv: Direction,
+}
+
+impl Session {
+    /// HKDF-SHA256 of the token, salted with both nonces, one key per
+    /// direction (labels in [`dgl_api::wire`]).
+    fn derive(token: &Token, server_nonce: &[u8], client_nonce: &[u8], is_server: bool) -> Session {
+        let salt = [server_nonce, client_nonce].concat();
+        let hk = Hkdf::<Sha256>::new(Some(&salt), &token.0);
+        let key = |label: &[u8]| {
+            let mut k = [0u8; 32];
+            hk.expand(label, &mut k)
+                .expect("32 bytes is a valid HKDF-SHA256 output length");
+            Direction::new(&k)
+        };
+        let (c2s, s2c) = (key(CLIENT_TO_SERVER_LABEL), key(SERVER_TO_CLIENT_LABEL));
+        if is_server {
+            Session {
+                send: s2c,
+                recv: c2s,
+            }
+        } else {
+            Session {
+                send: c2s,
+                recv: s2c,
+            }
+        }
+    }
+
+    /// The two halves of the connection, each with its direction's key.
+    pub fn split<R, W>(self, reader: R, writer: W) -> (FrameReader<R>, FrameWriter<W>) {
+        (
+            FrameReader {
+                inner: reader,
+                dir: self.recv,
+            },
+            FrameWriter {
+                inner: writer,
+                dir: self.send,
+            },
+        )
+    }
+}
+
+/// Server side of the handshake; the session's keys on success.
+pub async fn server_handshake<S>(s: &mut S, token: &Token) -> Result<Session, ChannelError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -195,11 +299,11 @@ where
     ok.push(AUTH_OK);
     ok.extend_from_slice(&server_proof);
     s.write_all(&ok).await?;
-    Ok(())
+    Ok(Session::derive(token, &nonce, client_nonce, true))
 }
 
-/// Client side of the handshake.
-pub async fn client_handshake<S>(s: &mut S, token: &Token) -> Result<(), ChannelError>
+/// Client side of the handshake; the session's keys on success.
+pub async fn client_handshake<S>(s: &mut S, token: &Token) -> Result<Session, ChannelError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -230,7 +334,7 @@ where
         .mac(&[SERVER_PROOF_CONTEXT, &client_nonce])
         .verify_slice(&server_proof)
         .map_err(|_| AuthError::WrongServerProof)?;
-    Ok(())
+    Ok(Session::derive(token, server_nonce, &client_nonce, false))
 }
 
 fn eof_is_closed(e: std::io::Error) -> ChannelError {
@@ -241,40 +345,117 @@ fn eof_is_closed(e: std::io::Error) -> ChannelError {
     }
 }
 
+/// The receiving half of an authenticated connection: frames and chunk
+/// sums are checked against their tags; file bytes are read raw from
+/// [`Self::get_mut`] (they are authenticated through their chunk's sum).
+pub struct FrameReader<R> {
+    inner: R,
+    dir: Direction,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    /// The connection itself, for a chunk's bytes.
+    pub fn get_mut(&mut self) -> &mut R {
+        &mut self.inner
+    }
+
+    /// Reads one frame; `Ok(None)` when the peer closed the connection
+    /// cleanly between frames.
+    pub async fn read_frame<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ChannelError> {
+        let mut header = [0u8; FRAME_HEADER_LEN];
+        // Distinguish a clean close (0 bytes) from a frame cut in half.
+        let n = self.inner.read(&mut header).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if n < FRAME_HEADER_LEN {
+            self.inner
+                .read_exact(&mut header[n..])
+                .await
+                .map_err(eof_is_closed)?;
+        }
+        let len = wire::frame_len(header)?;
+        let mut body = vec![0u8; len + TAG_LEN];
+        self.inner
+            .read_exact(&mut body)
+            .await
+            .map_err(eof_is_closed)?;
+        let (body, tag) = body.split_at(len);
+        // The tag first: JSON from an unauthenticated source is never parsed.
+        self.dir.check(&[&header, body], tag)?;
+        Ok(Some(wire::decode_body(body)?))
+    }
+
+    /// Reads `buf.len()` bytes and their tag (a chunk's sum) and checks them.
+    pub async fn read_sealed(&mut self, buf: &mut [u8]) -> Result<(), ChannelError> {
+        let mut tag = [0u8; TAG_LEN];
+        self.inner.read_exact(buf).await.map_err(eof_is_closed)?;
+        self.inner
+            .read_exact(&mut tag)
+            .await
+            .map_err(eof_is_closed)?;
+        self.dir.check(&[buf], &tag)
+    }
+}
+
+/// The sending half of an authenticated connection (see [`FrameReader`]).
+pub struct FrameWriter<W> {
+    inner: W,
+    dir: Direction,
+}
+
+impl<W: AsyncWrite + Unpin> FrameWriter<W> {
+    /// The connection itself, for a chunk's bytes.
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.inner
+    }
+
+    pub fn get_ref(&self) -> &W {
+        &self.inner
+    }
+
+    /// Writes one frame and its tag.
+    pub async fn write_frame<T: Serialize>(&mut self, msg: &T) -> Result<(), ChannelError> {
+        let mut frame = wire::encode_frame(msg)?;
+        let tag = self.dir.tag(&[&frame]);
+        frame.extend_from_slice(&tag);
+        self.inner.write_all(&frame).await?;
+        self.inner.flush().await?;
+        Ok(())
+    }
+
+    /// Writes `bytes` (a chunk's sum) and their tag.
+    pub async fn write_sealed(&mut self, bytes: &[u8]) -> Result<(), ChannelError> {
+        let tag = self.dir.tag(&[bytes]);
+        let unit = [bytes, &tag].concat();
+        self.inner.write_all(&unit).await?;
+        self.inner.flush().await?;
+        Ok(())
+    }
+
+    /// Closes the sending direction.
+    pub async fn shutdown(&mut self) -> std::io::Result<()> {
+        self.inner.shutdown().await
+    }
+}
+
 /// Writes one frame.
-pub async fn write_frame<W, T>(w: &mut W, msg: &T) -> Result<(), ChannelError>
+pub async fn write_frame<W, T>(w: &mut FrameWriter<W>, msg: &T) -> Result<(), ChannelError>
 where
     W: AsyncWrite + Unpin,
     T: Serialize,
 {
-    let frame = wire::encode_frame(msg)?;
-    w.write_all(&frame).await?;
-    w.flush().await?;
-    Ok(())
+    w.write_frame(msg).await
 }
 
 /// Reads one frame; `Ok(None)` when the peer closed the connection cleanly
 /// between frames.
-pub async fn read_frame<R, T>(r: &mut R) -> Result<Option<T>, ChannelError>
+pub async fn read_frame<R, T>(r: &mut FrameReader<R>) -> Result<Option<T>, ChannelError>
 where
     R: AsyncRead + Unpin,
     T: DeserializeOwned,
 {
-    let mut header = [0u8; FRAME_HEADER_LEN];
-    // Distinguish a clean close (0 bytes) from a frame cut in half.
-    let n = r.read(&mut header).await?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if n < FRAME_HEADER_LEN {
-        r.read_exact(&mut header[n..])
-            .await
-            .map_err(eof_is_closed)?;
-    }
-    let len = wire::frame_len(header)?;
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await.map_err(eof_is_closed)?;
-    Ok(Some(wire::decode_body(&body)?))
+    r.read_frame().await
 }
 
 /// Enables TCP keepalive so that a peer whose machine vanished (no FIN ever
@@ -289,10 +470,15 @@ fn set_keepalive(stream: &TcpStream) {
     }
 }
 
+/// The receiving half of a [`Channel`].
+pub type ChannelReader = FrameReader<BufReader<OwnedReadHalf>>;
+/// The sending half of a [`Channel`].
+pub type ChannelWriter = FrameWriter<OwnedWriteHalf>;
+
 /// An authenticated connection.
 pub struct Channel {
-    pub reader: BufReader<OwnedReadHalf>,
-    pub writer: OwnedWriteHalf,
+    pub reader: ChannelReader,
+    pub writer: ChannelWriter,
     pub peer: SocketAddr,
 }
 
@@ -307,13 +493,13 @@ impl Channel {
             let mut stream = TcpStream::connect(addr).await?;
             stream.set_nodelay(true)?;
             set_keepalive(&stream);
-            client_handshake(&mut stream, token).await?;
-            Ok::<_, ChannelError>(stream)
+            let session = client_handshake(&mut stream, token).await?;
+            Ok::<_, ChannelError>((stream, session))
         };
-        let stream = tokio::time::timeout(timeout, fut)
+        let (stream, session) = tokio::time::timeout(timeout, fut)
             .await
             .map_err(|_| ChannelError::Timeout(timeout))??;
-        Ok(Channel::from_stream(stream, addr))
+        Ok(Channel::from_stream(stream, session, addr))
     }
 
     /// Authenticates an accepted connection (server side).
@@ -324,27 +510,28 @@ impl Channel {
     ) -> Result<Channel, ChannelError> {
         stream.set_nodelay(true)?;
         set_keepalive(&stream);
-        tokio::time::timeout(HANDSHAKE_TIMEOUT, server_handshake(&mut stream, token))
+        let session = tokio::time::timeout(HANDSHAKE_TIMEOUT, server_handshake(&mut stream, token))
             .await
             .map_err(|_| ChannelError::Timeout(HANDSHAKE_TIMEOUT))??;
-        Ok(Channel::from_stream(stream, peer))
+        Ok(Channel::from_stream(stream, session, peer))
     }
 
-    fn from_stream(stream: TcpStream, peer: SocketAddr) -> Channel {
+    fn from_stream(stream: TcpStream, session: Session, peer: SocketAddr) -> Channel {
         let (r, w) = stream.into_split();
+        let (reader, writer) = session.split(BufReader::with_capacity(256 * 1024, r), w);
         Channel {
-            reader: BufReader::with_capacity(256 * 1024, r),
-            writer: w,
+            reader,
+            writer,
             peer,
         }
     }
 
     pub async fn send<T: Serialize>(&mut self, msg: &T) -> Result<(), ChannelError> {
-        write_frame(&mut self.writer, msg).await
+        self.writer.write_frame(msg).await
     }
 
     pub async fn recv<T: DeserializeOwned>(&mut self) -> Result<Option<T>, ChannelError> {
-        read_frame(&mut self.reader).await
+        self.reader.read_frame().await
     }
 
     /// Receives a frame, treating a close as an error.
@@ -396,6 +583,7 @@ impl Channel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use dgl_api::wire::Request;
 
     #[test]
     fn token_debug_is_redacted_and_whitespace_trimmed() {
@@ -411,7 +599,126 @@ mod tests {
         let t = Token::from_bytes(b"k").unwrap();
         let t2 = t.clone();
         let server = tokio::spawn(async move { server_handshake(&mut a, &t2).await });
-        client_handshake(&mut b, &t).await.unwrap();
-        server.await.unwrap().unwrap();
+        let client = client_handshake(&mut b, &t).await.unwrap();
+        let server = server.await.unwrap().unwrap();
+        // Each side's sending key is the other's receiving key.
+        let (mut cs, mut sr) = (client.send, server.recv);
+        assert_eq!(cs.tag(&[b"x"]), sr.tag(&[b"x"]));
+        let (mut ss, mut cr) = (server.send, client.recv);
+        assert_eq!(ss.tag(&[b"x"]), cr.tag(&[b"x"]));
+    }
+
+    /// Both sides of one session, as a handshake with these nonces makes them.
+    fn sessions(token: &[u8]) -> (Session, Session) {
+        let t = Token::from_bytes(token).unwrap();
+        let (sn, cn) = ([1u8; NONCE_LEN], [2u8; NONCE_LEN]);
+        (
+            Session::derive(&t, &sn, &cn, false),
+            Session::derive(&t, &sn, &cn, true),
+        )
+    }
+
+    /// What `session`'s writer puts on the wire for `msgs`, one buffer each.
+    async fn frames(session: Session, msgs: &[Request]) -> Vec<Vec<u8>> {
+        let (_, mut w) = session.split(&b""[..], Vec::new());
+        let mut out = Vec::new();
+        for m in msgs {
+            let before = w.get_ref().len();
+            w.write_frame(m).await.unwrap();
+            out.push(w.get_ref()[before..].to_vec());
+        }
+        out
+    }
+
+    /// The frames `session`'s reader gets from `wire` until the first error.
+    async fn read_all(session: Session, wire: &[u8]) -> (Vec<Request>, Option<ChannelError>) {
+        let (mut r, _) = session.split(wire, Vec::<u8>::new());
+        let mut got = Vec::new();
+        loop {
+            match r.read_frame::<Request>().await {
+                Ok(Some(m)) => got.push(m),
+                Ok(None) => return (got, None),
+                Err(e) => return (got, Some(e)),
+            }
+        }
+    }
+
+    fn fetch(offset: u64) -> Request {
+        Request::Fetch {
+            path: "part0/graph.dgl".into(),
+            offset,
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_pass_in_order_and_fail_altered_replayed_reordered_or_reflected() {
+        let msgs = [fetch(0), fetch(1), fetch(2)];
+        let (client, _) = sessions(b"k");
+        let f = frames(client, &msgs).await;
+        let unit = |e: Option<ChannelError>| match e {
+            Some(ChannelError::Unauthentic { unit }) => unit,
+            other => panic!("expected a failed tag, got {other:?}"),
+        };
+
+        let (got, err) = read_all(sessions(b"k").1, &f.concat()).await;
+        assert_eq!((got.as_slice(), err.is_none()), (&msgs[..], true));
+
+        // A flipped byte of frame 1's JSON.
+        let mut altered = f.concat();
+        altered[f[0].len() + 10] ^= 1;
+        let (got, err) = read_all(sessions(b"k").1, &altered).await;
+        assert_eq!((got, unit(err)), (vec![fetch(0)], 1));
+
+        // Frame 0 sent again in place of frame 1.
+        let replayed = [f[0].clone(), f[0].clone(), f[1].clone()].concat();
+        let (got, err) = read_all(sessions(b"k").1, &replayed).await;
+        assert_eq!((got, unit(err)), (vec![fetch(0)], 1));
+
+        // Frames 1 and 0 swapped; frame 2 dropped after frame 0.
+        let swapped = [f[1].clone(), f[0].clone()].concat();
+        assert_eq!(unit(read_all(sessions(b"k").1, &swapped).await.1), 0);
+        let dropped = [f[0].clone(), f[2].clone()].concat();
+        assert_eq!(unit(read_all(sessions(b"k").1, &dropped).await.1), 1);
+
+        // The client's own frames sent back to it, another session's frames,
+        // another token's: all refused at frame 0.
+        assert_eq!(unit(read_all(sessions(b"k").0, &f.concat()).await.1), 0);
+        let t = Token::from_bytes(b"k").unwrap();
+        let other = Session::derive(&t, &[1u8; NONCE_LEN], &[3u8; NONCE_LEN], true);
+        assert_eq!(unit(read_all(other, &f.concat()).await.1), 0);
+        assert_eq!(unit(read_all(sessions(b"k2").1, &f.concat()).await.1), 0);
+
+        let e = ChannelError::Unauthentic { unit: 7 };
+        assert!(e.to_string().starts_with("frame 7 failed authentication"));
+        assert!(e.is_transient(), "a new connection may succeed");
+    }
+
+    #[tokio::test]
+    async fn sealed_sums_are_checked_and_counted_with_the_frames() {
+        let (client, server) = sessions(b"k");
+        let (_, mut w) = server.split(&b""[..], Vec::new());
+        w.write_frame(&fetch(0)).await.unwrap();
+        w.write_sealed(&[9u8; 32]).await.unwrap();
+        let wire = w.get_ref().clone();
+        assert_eq!(wire.len(), f_len(&fetch(0)) + 32 + TAG_LEN);
+
+        let (mut r, _) = client.split(&wire[..], Vec::<u8>::new());
+        assert_eq!(r.read_frame::<Request>().await.unwrap(), Some(fetch(0)));
+        let mut sum = [0u8; 32];
+        r.read_sealed(&mut sum).await.unwrap();
+        assert_eq!(sum, [9u8; 32]);
+
+        let mut forged = wire.clone();
+        let at = forged.len() - TAG_LEN - 1;
+        forged[at] ^= 1;
+        let (client, _) = sessions(b"k");
+        let (mut r, _) = client.split(&forged[..], Vec::<u8>::new());
+        r.read_frame::<Request>().await.unwrap();
+        let e = r.read_sealed(&mut sum).await.unwrap_err();
+        assert!(matches!(e, ChannelError::Unauthentic { unit: 1 }), "{e:?}");
+    }
+
+    fn f_len(m: &Request) -> usize {
+        wire::encode_frame(m).unwrap().len() + TAG_LEN
     }
 }

@@ -11,14 +11,14 @@ use dgl_api::wire::{
     AgentInfo, ExitInfo, Request, Response, ShardRequest, ShardSource, TrainResult, TrainSpec,
 };
 use dgl_api::ReplicaType;
-use tokio::io::BufReader;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::channel::{read_frame, write_frame, Channel, ChannelError, Token};
+use crate::channel::{
+    read_frame, write_frame, Channel, ChannelError, ChannelReader, ChannelWriter, Token,
+};
 use crate::hosts::Peer;
 use crate::training::{DGLRUN, TRAINER};
 
@@ -378,14 +378,14 @@ async fn prepare_shard(
 /// The training's connections: one writer per started worker (`None` once
 /// done with it) and the events of all of them, tagged with the worker's
 /// position.
-type Started = (Vec<Option<OwnedWriteHalf>>, mpsc::Receiver<(usize, Event)>);
+type Started = (Vec<Option<ChannelWriter>>, mpsc::Receiver<(usize, Event)>);
 
 /// Sends `Start` to every worker, each as its machine rank. A worker that
 /// cannot be started fails the launch: the ones already started are
 /// stopped, and every worker is told to exit.
 async fn start_training(cfg: &LaunchConfig) -> Result<Started, LaunchError> {
     let (ev_tx, ev_rx) = mpsc::channel::<(usize, Event)>(4096);
-    let mut writers: Vec<Option<OwnedWriteHalf>> = Vec::new();
+    let mut writers: Vec<Option<ChannelWriter>> = Vec::new();
     for w in &cfg.workers {
         let mut spec = cfg.spec.clone();
         spec.machine_rank = w.index;
@@ -424,11 +424,7 @@ async fn start_training(cfg: &LaunchConfig) -> Result<Started, LaunchError> {
 }
 
 /// Passes worker `i`'s messages on, then how its connection ended.
-async fn forward_events(
-    i: usize,
-    mut reader: BufReader<OwnedReadHalf>,
-    tx: mpsc::Sender<(usize, Event)>,
-) {
+async fn forward_events(i: usize, mut reader: ChannelReader, tx: mpsc::Sender<(usize, Event)>) {
     loop {
         match read_frame::<_, Response>(&mut reader).await {
             Ok(Some(m)) => {
@@ -474,7 +470,7 @@ fn print_line(worker: usize, process: &str, line: &str) {
 /// Follows the running training until every worker reported.
 async fn follow(
     cfg: &LaunchConfig,
-    writers: Vec<Option<OwnedWriteHalf>>,
+    writers: Vec<Option<ChannelWriter>>,
     mut ev_rx: mpsc::Receiver<(usize, Event)>,
 ) -> Result<(), LaunchError> {
     let mut p = Progress::new(cfg, writers);
@@ -516,7 +512,7 @@ async fn follow(
 struct Progress<'a> {
     workers: &'a [Peer],
     /// The `Start` connections; `None` once done with the worker.
-    writers: Vec<Option<OwnedWriteHalf>>,
+    writers: Vec<Option<ChannelWriter>>,
     results: Vec<Option<TrainResult>>,
     /// Workers that will report nothing more (refused to start, connection lost).
     gone: Vec<bool>,
@@ -533,7 +529,7 @@ struct Progress<'a> {
 }
 
 impl<'a> Progress<'a> {
-    fn new(cfg: &'a LaunchConfig, writers: Vec<Option<OwnedWriteHalf>>) -> Progress<'a> {
+    fn new(cfg: &'a LaunchConfig, writers: Vec<Option<ChannelWriter>>) -> Progress<'a> {
         let n = cfg.workers.len();
         Progress {
             workers: &cfg.workers,

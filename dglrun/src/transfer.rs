@@ -19,7 +19,7 @@ use dgl_api::wire::{
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
-use crate::channel::{Channel, ChannelError, Timeouts, Token};
+use crate::channel::{Channel, ChannelError, FrameReader, Timeouts, Token};
 use crate::chunks::{self, FileSums, Sum, CHUNK_SIZE, SUM_LEN};
 use crate::dataset::sha256_file;
 
@@ -525,6 +525,9 @@ enum Received {
     /// A chunk (or the whole file) did not match its sum; the partial file
     /// was cut before it.
     Corrupt(String),
+    /// A chunk's sum failed its tag (altered in flight by someone without
+    /// the token); the partial file was cut before the chunk.
+    Forged(String),
     /// The local file.
     Write(std::io::Error),
 }
@@ -532,7 +535,7 @@ enum Received {
 impl Received {
     fn into_attempt(self, partial: &Path, stats: &mut FetchStats) -> Attempt {
         match self {
-            Received::Interrupted(m) => Attempt::Retry(m),
+            Received::Interrupted(m) | Received::Forged(m) => Attempt::Retry(m),
             Received::Corrupt(m) => {
                 stats.restarted += 1;
                 Attempt::Retry(m)
@@ -676,7 +679,7 @@ impl Pipe {
 
 /// The network side of one transfer.
 struct Receiver<'a, R> {
-    reader: &'a mut R,
+    reader: &'a mut FrameReader<R>,
     idle: Duration,
     size: u64,
     stats: &'a mut FetchStats,
@@ -707,7 +710,7 @@ impl<R: AsyncRead + Unpin> Receiver<'_, R> {
             while pos < end {
                 let want = (end - pos).min(BLOCK as u64) as usize;
                 let mut block = pipe.buffer(want);
-                if let Err((filled, e)) = self.read_exact(&mut block, true).await {
+                if let Err((filled, e)) = self.read_exact(&mut block).await {
                     // What did arrive is kept (the next attempt resumes
                     // after it and checks it with the rest of the chunk).
                     block.truncate(filled);
@@ -717,10 +720,16 @@ impl<R: AsyncRead + Unpin> Receiver<'_, R> {
                 pos += want as u64;
                 pipe.push(block).await?;
             }
-            let mut expected = [0u8; SUM_LEN];
-            self.read_exact(&mut expected, false)
-                .await
-                .map_err(|(_, e)| e)?;
+            let expected = match self.read_sum().await {
+                Ok(sum) => sum,
+                Err(Received::Forged(m)) => {
+                    // The chunk's bytes are unauthenticated: never keep them.
+                    let sink = pipe.settle().await?;
+                    sink.file.set_len(start).map_err(Received::Write)?;
+                    return Err(Received::Forged(format!("{path}: chunk {k}: {m}")));
+                }
+                Err(e) => return Err(e),
+            };
             let sink = pipe.settle().await?;
             let got: Sum = std::mem::take(&mut sink.chunk).finalize().into();
             if got != expected {
@@ -735,17 +744,29 @@ impl<R: AsyncRead + Unpin> Receiver<'_, R> {
         Ok(())
     }
 
-    /// Fills `buf`; a read that brings no byte for `idle` interrupts (the
-    /// error comes with the bytes filled by then). `file_bytes`: counted as
-    /// transferred (a chunk's sum is not).
-    async fn read_exact(
-        &mut self,
-        buf: &mut [u8],
-        file_bytes: bool,
-    ) -> Result<(), (usize, Received)> {
+    /// The chunk's sum that follows its bytes, checked against its tag: the
+    /// bytes are authenticated through it. A bad tag ends the connection.
+    async fn read_sum(&mut self) -> Result<Sum, Received> {
+        let mut sum = [0u8; SUM_LEN];
+        match tokio::time::timeout(self.idle, self.reader.read_sealed(&mut sum)).await {
+            Ok(Ok(())) => Ok(sum),
+            Ok(Err(e @ ChannelError::Unauthentic { .. })) => {
+                Err(Received::Forged(format!("its sum: {e}")))
+            }
+            Ok(Err(e)) => Err(Received::Interrupted(format!("a chunk's sum: {e}"))),
+            Err(_) => Err(Received::Interrupted(format!(
+                "no chunk sum for {:?} ({} of {} bytes received so far)",
+                self.idle, self.stats.transferred, self.size
+            ))),
+        }
+    }
+
+    /// Fills `buf` with file bytes; a read that brings no byte for `idle`
+    /// interrupts (the error comes with the bytes filled by then).
+    async fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), (usize, Received)> {
         let mut filled = 0;
         while filled < buf.len() {
-            let read = self.reader.read(&mut buf[filled..]);
+            let read = self.reader.get_mut().read(&mut buf[filled..]);
             let n = match tokio::time::timeout(self.idle, read).await {
                 Err(_) => {
                     return Err((
@@ -771,10 +792,8 @@ impl<R: AsyncRead + Unpin> Receiver<'_, R> {
                 Ok(Ok(n)) => n,
             };
             filled += n;
-            if file_bytes {
-                self.stats.transferred += n as u64;
-                self.received.fetch_add(n as u64, Ordering::Relaxed);
-            }
+            self.stats.transferred += n as u64;
+            self.received.fetch_add(n as u64, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -991,7 +1010,7 @@ impl Sender {
                     sum
                 }
             };
-            self.write(ch, &sum).await?;
+            self.write_sum(ch, &sum).await?;
         }
         Ok(())
     }
@@ -1003,10 +1022,18 @@ impl Sender {
 
     async fn write(&self, ch: &mut Channel, bytes: &[u8]) -> Result<(), ChannelError> {
         let peer = ch.peer;
-        tokio::time::timeout(self.within, ch.writer.write_all(bytes))
+        tokio::time::timeout(self.within, ch.writer.get_mut().write_all(bytes))
             .await
             .map_err(|_| self.silent(peer))??;
         Ok(())
+    }
+
+    /// A chunk's sum with its tag, which authenticates the chunk's bytes.
+    async fn write_sum(&self, ch: &mut Channel, sum: &Sum) -> Result<(), ChannelError> {
+        let peer = ch.peer;
+        tokio::time::timeout(self.within, ch.writer.write_sealed(sum))
+            .await
+            .map_err(|_| self.silent(peer))?
     }
 
     fn silent(&self, peer: SocketAddr) -> ChannelError {
@@ -1022,7 +1049,7 @@ impl Sender {
     async fn sendfile(&self, ch: &mut Channel, from: u64, end: u64) -> Result<(), ChannelError> {
         use std::os::fd::AsRawFd;
         use tokio::io::Interest;
-        let stream: &tokio::net::TcpStream = ch.writer.as_ref();
+        let stream: &tokio::net::TcpStream = ch.writer.get_ref().as_ref();
         let mut off = i64::try_from(from).map_err(std::io::Error::other)?;
         let end = i64::try_from(end).map_err(std::io::Error::other)?;
         while off < end {

@@ -465,7 +465,6 @@ async fn session(
     let _ = events_tx.send(Response::Finished(result)).await;
     drop(events_tx);
     if let Ok(Ok(mut w)) = tokio::time::timeout(Duration::from_secs(10), writer_task).await {
-        use tokio::io::AsyncWriteExt;
         let _ = w.shutdown().await;
     }
     // Wait (briefly) for the launcher to read the result and close.

@@ -52,10 +52,11 @@ async fn fake_agent(script: Script) -> SocketAddr {
 }
 
 async fn fake_session(mut s: TcpStream, script: Script) {
-    if server_handshake(&mut s, &token()).await.is_err() {
+    let Ok(session) = server_handshake(&mut s, &token()).await else {
         return;
-    }
-    let (mut r, mut w) = s.into_split();
+    };
+    let (r, w) = s.into_split();
+    let (mut r, mut w) = session.split(r, w);
     while let Ok(Some(req)) = read_frame::<_, Request>(&mut r).await {
         match script(&req) {
             Some(answers) => {

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use dgl_api::wire::{self, FileEntry, Request, Response, AUTH_OK, MAC_LEN, MAGIC, NONCE_LEN};
 use dgl_api::ReplicaType;
-use dglrun::channel::{AuthError, Channel, ChannelError, Token};
+use dglrun::channel::{
+    client_handshake, read_frame, server_handshake, AuthError, Channel, ChannelError, Token,
+};
 use dglrun::dataset::{sha256_file, Layout};
 use dglrun::transfer::{Fetcher, FileServer, RetryPolicy, TransferError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -195,13 +197,23 @@ async fn a_foreign_protocol_is_detected() {
 
 #[tokio::test]
 async fn oversized_frames_are_refused() {
-    let (mut a, mut b) = tokio::io::duplex(64);
+    let (mut a, mut b) = tokio::io::duplex(256);
+    let tok = token("t");
+    let t2 = tok.clone();
     tokio::spawn(async move {
-        a.write_all(&((wire::MAX_FRAME_LEN as u32) + 1).to_be_bytes())
+        let session = server_handshake(&mut a, &t2).await.unwrap();
+        let (r, w) = tokio::io::split(a);
+        let (_r, mut w) = session.split(r, w);
+        w.get_mut()
+            .write_all(&((wire::MAX_FRAME_LEN as u32) + 1).to_be_bytes())
             .await
             .unwrap();
+        tokio::time::sleep(Duration::from_secs(2)).await;
     });
-    let r = dglrun::channel::read_frame::<_, Request>(&mut b).await;
+    let session = client_handshake(&mut b, &tok).await.unwrap();
+    let (r, w) = tokio::io::split(b);
+    let (mut r, _w) = session.split(r, w);
+    let r = read_frame::<_, Request>(&mut r).await;
     assert!(
         matches!(r, Err(ChannelError::Wire(wire::WireError::TooLarge { .. }))),
         "{r:?}"
@@ -558,4 +570,194 @@ async fn a_listed_file_that_changed_is_refused_with_its_name() {
         "{e}"
     );
     assert!(!dst.path().join("dataset/part0/node_feat.dgl").exists());
+}
+
+// ---------------------------------------------------------------------------
+// After the handshake every frame and every chunk's sum carries a tag
+// (issue #15, item 8): whoever sits on the path without the token can
+// neither alter, replay nor forge what the two ends exchange.
+
+/// Bytes the server sends in the handshake: magic, nonce, status, proof.
+const SERVER_HELLO: usize = MAGIC.len() + NONCE_LEN + 1 + MAC_LEN;
+/// Bytes the client sends in the handshake: proof, nonce.
+const CLIENT_HELLO: usize = MAC_LEN + NONCE_LEN;
+
+/// Copies `n` bytes from `r` to `w` (what a proxy passes on untouched).
+async fn pass(
+    r: &mut (impl tokio::io::AsyncRead + Unpin),
+    w: &mut (impl tokio::io::AsyncWrite + Unpin),
+    n: usize,
+) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    r.read_exact(&mut buf).await.unwrap();
+    w.write_all(&buf).await.unwrap();
+    buf
+}
+
+/// Reads one whole frame (length, JSON, tag) without checking it.
+async fn raw_frame(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> Vec<u8> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).await.unwrap();
+    let mut rest = vec![0u8; u32::from_be_bytes(len) as usize + wire::TAG_LEN];
+    r.read_exact(&mut rest).await.unwrap();
+    [len.to_vec(), rest].concat()
+}
+
+#[tokio::test]
+async fn a_frame_altered_after_the_handshake_ends_the_connection() {
+    let ws = tempfile::tempdir().unwrap();
+    let tok = token("t");
+    let addr = serve(&fake_dataset(ws.path()), &tok).await;
+    // A byte of the Pong's JSON (past its 4-byte length).
+    let (proxy, _) = faulty_proxy(addr, Fault::FlipAt(SERVER_HELLO + 6)).await;
+    let mut ch = Channel::connect(proxy, &tok, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let err = ch.call::<_, Response>(&Request::Ping).await.unwrap_err();
+    assert!(
+        matches!(err, ChannelError::Unauthentic { unit: 0 }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("frame 0 failed authentication"),
+        "{err}"
+    );
+    // The next connection (not damaged) works.
+    let mut ch = Channel::connect(proxy, &tok, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let r: Response = ch.call(&Request::Ping).await.unwrap();
+    assert!(matches!(r, Response::Pong(_)), "{r:?}");
+}
+
+#[tokio::test]
+async fn a_replayed_frame_is_refused() {
+    // The real handshake and framing on the server side, behind a proxy
+    // that sends the client's first frame twice.
+    let tok = token("t");
+    let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = server.local_addr().unwrap();
+    let t2 = tok.clone();
+    let received = tokio::spawn(async move {
+        let (mut s, _) = server.accept().await.unwrap();
+        let session = server_handshake(&mut s, &t2).await.unwrap();
+        let (r, w) = s.into_split();
+        let (mut r, _w) = session.split(r, w);
+        let first = read_frame::<_, Request>(&mut r).await;
+        let second = read_frame::<_, Request>(&mut r).await;
+        (first.unwrap(), second)
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let (client, _) = listener.accept().await.unwrap();
+        let server = TcpStream::connect(upstream).await.unwrap();
+        let (mut cr, mut cw) = client.into_split();
+        let (mut sr, mut sw) = server.into_split();
+        tokio::spawn(async move { tokio::io::copy(&mut sr, &mut cw).await });
+        pass(&mut cr, &mut sw, CLIENT_HELLO).await;
+        let frame = raw_frame(&mut cr).await;
+        sw.write_all(&frame).await.unwrap();
+        sw.write_all(&frame).await.unwrap();
+        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+    });
+    let mut ch = Channel::connect(proxy, &tok, Duration::from_secs(5))
+        .await
+        .unwrap();
+    ch.send(&Request::Ping).await.unwrap();
+    let (first, second) = received.await.unwrap();
+    assert_eq!(first, Some(Request::Ping));
+    let err = second.unwrap_err();
+    assert!(
+        matches!(err, ChannelError::Unauthentic { unit: 1 }),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("frame 1 failed authentication"),
+        "{err}"
+    );
+}
+
+/// A proxy that, on its first connection, replaces chunk `k` (of `len`
+/// bytes, all chunks before it of `CHUNK` bytes) of the first file fetched
+/// with other bytes and their right sha256, keeping the partitioner's tag:
+/// all an attacker without the token can do. Later connections pass.
+async fn forging_proxy(upstream: SocketAddr, k: usize, len: usize) -> SocketAddr {
+    const CHUNK: usize = wire::CHUNK_SIZE as usize;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut first = true;
+        loop {
+            let (client, _) = listener.accept().await.unwrap();
+            let server = TcpStream::connect(upstream).await.unwrap();
+            let forge = std::mem::replace(&mut first, false);
+            tokio::spawn(async move {
+                let (mut cr, mut cw) = client.into_split();
+                let (mut sr, mut sw) = server.into_split();
+                tokio::spawn(async move { tokio::io::copy(&mut cr, &mut sw).await });
+                if forge {
+                    // The greeting, then (after the client's answer) the rest.
+                    pass(&mut sr, &mut cw, MAGIC.len() + NONCE_LEN).await;
+                    pass(&mut sr, &mut cw, 1 + MAC_LEN).await;
+                    let header = raw_frame(&mut sr).await;
+                    cw.write_all(&header).await.unwrap();
+                    for _ in 0..k {
+                        pass(&mut sr, &mut cw, CHUNK + wire::SUM_LEN + wire::TAG_LEN).await;
+                    }
+                    let mut chunk = vec![0u8; len];
+                    sr.read_exact(&mut chunk).await.unwrap();
+                    chunk[len / 2] ^= 0xff;
+                    let mut sum_and_tag = [0u8; wire::SUM_LEN + wire::TAG_LEN];
+                    sr.read_exact(&mut sum_and_tag).await.unwrap();
+                    use sha2::Digest;
+                    sum_and_tag[..wire::SUM_LEN].copy_from_slice(&sha2::Sha256::digest(&chunk));
+                    cw.write_all(&chunk).await.unwrap();
+                    cw.write_all(&sum_and_tag).await.unwrap();
+                }
+                let _ = tokio::io::copy(&mut sr, &mut cw).await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn a_chunk_forged_in_flight_with_its_sum_is_refused() {
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let tok = token("t");
+    let layout = three_chunk_dataset(src.path());
+    let addr = serve_listed(&layout, &tok).await;
+    let graph = Fetcher::new(addr, tok.clone(), fast_policy())
+        .manifest()
+        .await
+        .unwrap()
+        .get("part1/graph.dgl")
+        .unwrap()
+        .clone();
+    let proxy = forging_proxy(addr, 1, 4 << 20).await;
+    let dest = Layout::new(dst.path(), "g");
+    // One attempt: the forged chunk (whose sha256 matches its bytes) is
+    // refused by its sum's tag, and its bytes are not kept.
+    let once = RetryPolicy {
+        max_attempts: 1,
+        ..fast_policy()
+    };
+    let e = Fetcher::new(proxy, tok.clone(), once)
+        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("part1/graph.dgl: chunk 1"), "{e}");
+    assert!(e.contains("failed authentication"), "{e}");
+    let partial = dest.dir.join("part1/graph.dgl.dglrun-partial");
+    assert_eq!(std::fs::metadata(&partial).unwrap().len(), 4 << 20);
+    assert!(!dest.dir.join("part1/graph.dgl").exists());
+    // The next connection is not forged: the transfer resumes after chunk 0.
+    let stats = Fetcher::new(proxy, tok, fast_policy())
+        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
+        .await
+        .unwrap();
+    assert_eq!(stats.resumed_bytes, 4 << 20, "{stats:?}");
+    same_file(&layout.dir.join(&graph.path), &dest.dir.join(&graph.path));
 }

@@ -15,9 +15,12 @@ use k8s_openapi::api::core::v1::{
     Secret, SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec, Volume,
     VolumeMount,
 };
+use k8s_openapi::api::networking::v1::{
+    NetworkPolicy, NetworkPolicyIngressRule, NetworkPolicyPeer, NetworkPolicySpec,
+};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::ByteString;
 use kube::api::ApiResource;
 use kube::core::GroupVersionKind;
@@ -48,6 +51,9 @@ pub struct BuildConfig {
     pub gang: Option<GangScheduler>,
     /// ServiceAccounts no job's pod may run as (the operator's own first).
     pub protected_service_accounts: Vec<crate::validate::ProtectedServiceAccount>,
+    /// Give every job a NetworkPolicy admitting only its own pods
+    /// ([`network_policy`]).
+    pub network_policy: bool,
 }
 
 /// Supported gang schedulers (their PodGroup CRDs).
@@ -268,6 +274,32 @@ pub fn worker_service(job: &DGLJob) -> Service {
             ..Default::default()
         }),
         ..Default::default()
+    })
+}
+
+/// `<job>-network`: the job's pods take traffic (any port) from the job's
+/// own pods only; their egress is not restricted (DNS, the API server for
+/// the launcher's watcher-loop, the user's data). Enforced only where the
+/// cluster's network plugin implements NetworkPolicy.
+pub fn network_policy(job: &DGLJob) -> NetworkPolicy {
+    let pods = LabelSelector {
+        match_labels: Some(job_labels(job)),
+        ..Default::default()
+    };
+    with_hash(NetworkPolicy {
+        metadata: meta(job, network_policy_name(&job.name_any()), job_labels(job)),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(pods.clone()),
+            policy_types: Some(vec!["Ingress".into()]),
+            ingress: Some(vec![NetworkPolicyIngressRule {
+                from: Some(vec![NetworkPolicyPeer {
+                    pod_selector: Some(pods),
+                    ..Default::default()
+                }]),
+                ports: None,
+            }]),
+            egress: None,
+        }),
     })
 }
 
@@ -938,6 +970,64 @@ mod tests {
             cm.annotations()[HASH_ANNOTATION],
             cm2.annotations()[HASH_ANNOTATION]
         );
+    }
+
+    #[test]
+    fn the_network_policy_admits_only_the_jobs_own_pods() {
+        let j = seed();
+        let np = network_policy(&j);
+        let mut got = serde_json::to_value(&np).unwrap();
+        let hash = got["metadata"]["annotations"][HASH_ANNOTATION].take();
+        assert!(hash.is_string());
+        let labels = serde_json::json!({
+            "app.kubernetes.io/managed-by": "dgl-operator",
+            "dgloperator.io/job-name": "dgl-graphsage",
+        });
+        let expected = serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": {
+                "name": "dgl-graphsage-network",
+                "namespace": "ns",
+                "labels": labels,
+                "annotations": {HASH_ANNOTATION: null},
+                "ownerReferences": [{
+                    "apiVersion": "dgloperator.io/v1alpha1",
+                    "kind": "DGLJob",
+                    "name": "dgl-graphsage",
+                    "uid": "uid-1",
+                    "controller": true,
+                }],
+            },
+            "spec": {
+                "podSelector": {"matchLabels": labels},
+                "policyTypes": ["Ingress"],
+                "ingress": [{"from": [{"podSelector": {"matchLabels": labels}}]}],
+            },
+        });
+        assert_eq!(got, expected);
+        // Every pod of the job, in every role, is selected.
+        let cfg = BuildConfig::default();
+        for pod in [
+            partitioner_pod(&j, 0, &cfg),
+            worker_pod(&j, 1, 0, &cfg),
+            launcher_pod(&j, 0, &cfg),
+        ] {
+            let pod_labels = pod.metadata.labels.unwrap();
+            for (k, v) in np
+                .spec
+                .as_ref()
+                .unwrap()
+                .pod_selector
+                .as_ref()
+                .unwrap()
+                .match_labels
+                .as_ref()
+                .unwrap()
+            {
+                assert_eq!(pod_labels.get(k), Some(v), "{k}");
+            }
+        }
     }
 
     #[test]

@@ -147,6 +147,14 @@ struct RunArgs {
     )]
     protected_service_accounts: Vec<ProtectedServiceAccount>,
 
+    /// Give every DGLJob a NetworkPolicy (`<job>-network`, owned by the job)
+    /// that admits to its pods only traffic from the same job's pods (any
+    /// port; egress unrestricted). Takes effect where the cluster's network
+    /// plugin enforces NetworkPolicies; needs RBAC on networking.k8s.io
+    /// networkpolicies (the Helm chart's networkPolicy.enabled sets both).
+    #[arg(long, env = "DGL_OPERATOR_NETWORK_POLICY")]
+    network_policy: bool,
+
     /// Gang scheduler for runPolicy.schedulingPolicy.
     #[arg(long, value_enum, default_value_t = Gang::Auto)]
     gang_scheduler: Gang,
@@ -254,6 +262,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             watcher_image: args.watcher_image.clone(),
             gang,
             protected_service_accounts: args.protected_service_accounts.clone(),
+            network_policy: args.network_policy,
         },
         instance,
     };

@@ -862,7 +862,7 @@ fn first_byte(partitioner: SocketAddr, token: &Token) -> Result<f64> {
             bail!("the partitioner did not send {}", big.path);
         };
         let mut one = [0u8; 1];
-        tokio::io::AsyncReadExt::read_exact(&mut ch.reader, &mut one).await?;
+        tokio::io::AsyncReadExt::read_exact(ch.reader.get_mut(), &mut one).await?;
         Ok(started.elapsed().as_secs_f64())
     })
 }

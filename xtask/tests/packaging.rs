@@ -141,6 +141,53 @@ fn chart_single_namespace_mode_uses_a_role() {
     assert_eq!(find(&d, "ServiceMonitor").len(), 1);
 }
 
+/// The operator container's arguments.
+fn operator_args(docs: &[Value]) -> Vec<String> {
+    find(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Whether the operator's (Cluster)Role may write NetworkPolicies.
+fn may_write_network_policies(docs: &[Value], kind: &str) -> bool {
+    find(docs, kind).iter().any(|r| {
+        r["rules"].as_array().unwrap().iter().any(|rule| {
+            rule["apiGroups"][0] == "networking.k8s.io"
+                && rule["resources"][0] == "networkpolicies"
+                && rule["verbs"].as_array().unwrap().contains(&"create".into())
+        })
+    })
+}
+
+#[test]
+fn network_policy_value_toggles_the_flag_and_its_rule() {
+    let on = helm_template(&["-n", "ops"]);
+    assert!(operator_args(&on).contains(&"--network-policy".to_string()));
+    assert!(may_write_network_policies(&on, "ClusterRole"));
+    let off = helm_template(&["-n", "ops", "--set", "networkPolicy.enabled=false"]);
+    assert!(!operator_args(&off)
+        .iter()
+        .any(|a| a.contains("network-policy")));
+    assert!(!may_write_network_policies(&off, "ClusterRole"));
+    let single = helm_template(&["-n", "ops", "--set", "watchNamespace=jobs"]);
+    assert!(may_write_network_policies(&single, "Role"));
+    // deploy/ runs with the policy, and both installs grant the rule.
+    for dir in ["deploy/cluster-wide", "deploy/namespaced"] {
+        let d = kustomize(dir);
+        assert!(
+            operator_args(&d).contains(&"--network-policy".to_string()),
+            "{dir}"
+        );
+    }
+    assert!(may_write_network_policies(
+        &kustomize("deploy/namespaced"),
+        "Role"
+    ));
+}
+
 #[test]
 fn helm_and_kustomize_grant_the_same_rules() {
     let helm = helm_template(&["-n", "ops"]);

@@ -47,4 +47,10 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: ["scheduling.volcano.sh", "scheduling.x-k8s.io"]
   resources: ["podgroups"]
   verbs: ["get", "create", "patch"]
+{{- if .Values.networkPolicy.enabled }}
+# Each job's <job>-network policy (deleted with the job by the garbage collector).
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+{{- end }}
 {{- end -}}

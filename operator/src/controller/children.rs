@@ -1,5 +1,5 @@
 //! Pipeline step "apply": the job's supporting objects (ConfigMap, Secret,
-//! RBAC, Service, PodGroup), each written only when it changed.
+//! RBAC, Service, NetworkPolicy, PodGroup), each written only when it changed.
 
 use std::borrow::Cow;
 
@@ -230,6 +230,10 @@ pub(super) async fn apply_children(
     // A job without workers has none to put behind a Service.
     if !job.spec.is_standalone() {
         writes.push(apply(ctx, job, ns, &svc, ApplyWhen::Changed).boxed());
+    }
+    if ctx.settings.build.network_policy {
+        let np = builders::network_policy(job);
+        writes.push(async move { apply(ctx, job, ns, &np, ApplyWhen::Changed).await }.boxed());
     }
     if let Some(gang) = ctx.settings.build.gang {
         writes.push(apply_pod_group(ctx, job, ns, gang).boxed());

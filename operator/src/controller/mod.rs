@@ -31,6 +31,7 @@ use dgl_api::DGLJob;
 use futures::future;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::NamespaceResourceScope;
@@ -148,10 +149,11 @@ pub async fn run(
 ) {
     let ns = settings.namespace.clone();
     let owned = watcher::Config::default().labels(&managed_selector());
-    let ready = Readiness::new(7);
+    let network_policy = settings.build.network_policy;
+    let ready = Readiness::new(if network_policy { 8 } else { 7 });
     let pods = Arc::new(PodCache::default());
     let children = Arc::new(ChildCache::default());
-    let triggers = futures::stream::select_all([
+    let mut triggers = vec![
         cache::pod_triggers(
             api::<SlimPod>(&client, &ns),
             owned.clone(),
@@ -166,7 +168,13 @@ pub async fn run(
         cache::child_triggers::<RoleBinding>(&client, &ns, &owned, &children, &ready),
         // Metadata only: whether the job's Secret exists, and whose it is.
         cache::child_triggers::<Secret>(&client, &ns, &owned, &children, &ready),
-    ]);
+    ];
+    if network_policy {
+        triggers.push(cache::child_triggers::<NetworkPolicy>(
+            &client, &ns, &owned, &children, &ready,
+        ));
+    }
+    let triggers = futures::stream::select_all(triggers);
 
     // Jobs: a reconcile per new generation (or first sight), not per status
     // write; the cache still takes every version.

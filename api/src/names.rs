@@ -106,6 +106,11 @@ pub const IP_CONFIG: &str = "ip_config";
 pub const DGL_SERVER_PORT: u16 = 30050;
 /// The port of dglrun's authenticated control and shard channel.
 pub const AGENT_PORT: u16 = 30049;
+/// Where the kubelet reads a container's termination message (the default
+/// `terminationMessagePath`); it shows in the pod's status and the job's.
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+/// The kubelet keeps at most this many bytes of a termination message.
+pub const TERMINATION_MESSAGE_MAX: usize = 4096;
 
 /// `<job>-launcher`
 pub fn launcher_name(job: &str) -> String {

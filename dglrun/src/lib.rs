@@ -37,6 +37,7 @@ pub mod preflight;
 pub mod procs;
 pub mod rsh;
 pub mod standalone;
+pub mod termination;
 pub mod training;
 pub mod transfer;
 pub mod worker;

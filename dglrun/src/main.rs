@@ -62,6 +62,7 @@ fn main() -> ExitCode {
             Ok(code) => code,
             Err(e) => {
                 tracing::error!("{e:#}");
+                dglrun::termination::write(&format!("{e:#}"));
                 1
             }
         }

@@ -97,10 +97,8 @@ impl LocalCluster {
                 let client =
                     crate::cluster::health_client(&self.server(), Some(&self.kubeconfig_path()))
                         .await?;
-                self.wait_for(APISERVER, rec, timeout, || {
-                    crate::cluster::readyz(&client)
-                })
-                .await
+                self.wait_for(APISERVER, rec, timeout, || crate::cluster::readyz(&client))
+                    .await
             }
             Component::Kubelet => {
                 let port = NodePorts::for_ports(&self.config().ports).kubelet_healthz;

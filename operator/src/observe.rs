@@ -106,14 +106,43 @@ fn pod_state(pod: &Pod) -> PodState {
     }
 }
 
-/// `pod <pod>: container <c> exited with code <n> (<reason>)`.
+/// `pod <pod>: container <c> exited with code <n> (<reason>): <message>`,
+/// the message being the container's termination message (dglrun writes its
+/// error there), on one line and capped.
 fn container_failed(pod: &str, c: &ContainerExit<'_>) -> String {
+    let message = c
+        .message
+        .map(one_line)
+        .filter(|m| !m.is_empty())
+        .map(|m| format!(": {m}"))
+        .unwrap_or_default();
     format!(
-        "pod {pod}: container {} exited with code {}{}",
+        "pod {pod}: container {} exited with code {}{}{message}",
         c.name,
         c.exit_code,
         c.reason.map(|r| format!(" ({r})")).unwrap_or_default()
     )
+}
+
+/// Longest termination message quoted in a condition: its end, the cause.
+const MESSAGE_MAX: usize = 1024;
+
+/// `s` on one line (`; ` between lines), its last [`MESSAGE_MAX`] bytes.
+fn one_line(s: &str) -> String {
+    let joined = s
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if joined.len() <= MESSAGE_MAX {
+        return joined;
+    }
+    let mut start = joined.len() - MESSAGE_MAX;
+    while !joined.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &joined[start..])
 }
 
 /// Reason and message of a Failed pod: the first container that exited
@@ -155,6 +184,30 @@ mod tests {
 
     fn pod(v: serde_json::Value) -> Pod {
         serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_termination_message_is_quoted_on_one_line_and_capped() {
+        let c = ContainerExit {
+            init: false,
+            name: "main",
+            exit_code: 1,
+            reason: Some("Error"),
+            message: Some("getting worker-1 its shard failed:\n part1/graph.dgl changed\n"),
+        };
+        assert_eq!(
+            container_failed("j-launcher", &c),
+            "pod j-launcher: container main exited with code 1 (Error): \
+             getting worker-1 its shard failed:; part1/graph.dgl changed"
+        );
+        let long = format!("{}the cause", "x".repeat(5000));
+        let m = one_line(&long);
+        assert!(m.ends_with("the cause") && m.len() <= MESSAGE_MAX + "…".len());
+        let blank = ContainerExit {
+            message: Some(" \n"),
+            ..c
+        };
+        assert!(container_failed("p", &blank).ends_with("(Error)"));
     }
 
     #[test]

@@ -341,7 +341,12 @@ async fn churn_run(client: &Client, ns: &str, jobs: u32) -> Result<Outcome> {
     })
 }
 
-pub(crate) async fn follow_to_end<F>(client: &Client, ns: &str, name: &str, on_poll: F) -> Result<DGLJob>
+pub(crate) async fn follow_to_end<F>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    on_poll: F,
+) -> Result<DGLJob>
 where
     F: FnMut(&DGLJob, &[Pod], Duration),
 {

@@ -104,20 +104,31 @@ pub async fn component(
     pause: Option<Duration>,
 ) -> Result<Outcome> {
     let name = "chaos-infra";
-    let (terminal, done, note) = during(client, ns, name, 0, |j, _| running(j), || async {
-        let t = Instant::now();
-        match pause {
-            Some(p) => cluster.pause_component(c, p).await?,
-            None => {
-                cluster.restart_component(c).await?;
+    let (terminal, done, note) = during(
+        client,
+        ns,
+        name,
+        0,
+        |j, _| running(j),
+        || async {
+            let t = Instant::now();
+            match pause {
+                Some(p) => cluster.pause_component(c, p).await?,
+                None => {
+                    cluster.restart_component(c).await?;
+                }
             }
-        }
-        let verb = if pause.is_some() { "paused" } else { "restarted" };
-        Ok(format!(
-            "{c:?} {verb} while Running, serving again after {:.1}s",
-            t.elapsed().as_secs_f64()
-        ))
-    })
+            let verb = if pause.is_some() {
+                "paused"
+            } else {
+                "restarted"
+            };
+            Ok(format!(
+                "{c:?} {verb} while Running, serving again after {:.1}s",
+                t.elapsed().as_secs_f64()
+            ))
+        },
+    )
     .await?;
     expect_phase(&done, JobPhase::Succeeded)?;
     ensure!(
@@ -133,21 +144,17 @@ pub async fn component(
     })
 }
 
-/// The partitioner's pod deleted (grace 0) as soon as a worker's container
-/// runs, i.e. while the workers fetch their shards. With backoffLimit 1 the
-/// run restarts once (a new partitioner partitions again) and Succeeds.
+/// The partitioner's pod deleted (grace 0) as soon as the job reports
+/// Partitioned, before or while the workers fetch their shards (the
+/// example's shards take well under a second). With backoffLimit 1 the run
+/// restarts once (a new partitioner partitions again) and Succeeds.
 pub async fn partitioner_kill(client: &Client, ns: &str) -> Result<Outcome> {
     let name = "chaos-part";
-    let fetching = |_: &DGLJob, pods: &[Pod]| {
-        pods.iter().any(|p| {
-            p.name_any().starts_with(&format!("{name}-worker-"))
-                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-        })
-    };
+    let partitioned = |j: &DGLJob, _: &[Pod]| condition_true(j, "Partitioned");
     let victim = partitioner_name(name);
-    let (terminal, done, note) = during(client, ns, name, 1, fetching, || async {
+    let (terminal, done, note) = during(client, ns, name, 1, partitioned, || async {
         delete_now(client, ns, &victim).await?;
-        Ok(format!("{victim} deleted while a worker fetched"))
+        Ok(format!("{victim} deleted at Partitioned"))
     })
     .await?;
     expect_phase(&done, JobPhase::Succeeded)?;
@@ -185,16 +192,28 @@ pub async fn shard_corrupt(client: &Client, cluster: &LocalCluster, ns: &str) ->
         0,
         |j, _| condition_true(j, "Partitioned"),
         || async {
-            let uid = pods.get(&partitioner_name(name)).await?.uid().unwrap_or_default();
+            let uid = pods
+                .get(&partitioner_name(name))
+                .await?
+                .uid()
+                .unwrap_or_default();
             let pod_dir = cluster.node_paths().kubelet_root().join("pods").join(uid);
             let file = largest_file(&pod_dir.join("volumes"), "part1")?
                 .with_context(|| format!("no part1 file under {}", pod_dir.display()))?;
             flip_a_byte(&file)?;
             let shown = file.file_name().unwrap_or_default().to_string_lossy();
-            Ok(format!("flipped a byte of part1/{shown} on the partitioner's disk"))
+            Ok(format!(
+                "flipped a byte of part1/{shown} on the partitioner's disk"
+            ))
         },
     )
     .await?;
+    let file = note
+        .split("part1/")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or("part1/")
+        .to_owned();
     expect_phase(&done, JobPhase::Failed)?;
     let message = done
         .status
@@ -203,7 +222,7 @@ pub async fn shard_corrupt(client: &Client, cluster: &LocalCluster, ns: &str) ->
         .map(|c| c.message.clone())
         .unwrap_or_default();
     ensure!(
-        message.contains("part1/"),
+        message.contains(&file),
         "the Failed condition does not name the corrupted file: {message:?}"
     );
     let left = delete_and_count_left(client, ns, name).await?;
@@ -267,15 +286,30 @@ pub async fn network_cut(client: &Client, ns: &str) -> Result<Outcome> {
     let name = "chaos-net";
     let victim = worker_name(name, 1);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let (terminal, done, note) = during(client, ns, name, 1, |j, _| running(j), || async {
-        let uid = pods.get(&victim).await?.uid().unwrap_or_default();
-        let pid = pid_in_pod(&uid)?;
-        for chain in ["INPUT", "OUTPUT"] {
-            run(Command::new("nsenter")
-                .args(["-t", &pid.to_string(), "-n", "iptables", "-I", chain, "-j", "DROP"]))?;
-        }
-        Ok(format!("{victim} cut off the network while Running"))
-    })
+    let (terminal, done, note) = during(
+        client,
+        ns,
+        name,
+        1,
+        |j, _| running(j),
+        || async {
+            let uid = pods.get(&victim).await?.uid().unwrap_or_default();
+            let pid = pid_in_pod(&uid)?;
+            for chain in ["INPUT", "OUTPUT"] {
+                run(Command::new("nsenter").args([
+                    "-t",
+                    &pid.to_string(),
+                    "-n",
+                    "iptables",
+                    "-I",
+                    chain,
+                    "-j",
+                    "DROP",
+                ]))?;
+            }
+            Ok(format!("{victim} cut off the network while Running"))
+        },
+    )
     .await?;
     expect_phase(&done, JobPhase::Succeeded)?;
     ensure!(restarts(&done) == 1, "restarted {} times", restarts(&done));

@@ -449,7 +449,10 @@ where
                 if since.elapsed() > Duration::from_secs(60) {
                     return Err(e).context(format!("polling DGLJob {ns}/{name} for a minute"));
                 }
-                println!("    {:>6.1}s  (poll failed: {e})", start.elapsed().as_secs_f64());
+                println!(
+                    "    {:>6.1}s  (poll failed: {e})",
+                    start.elapsed().as_secs_f64()
+                );
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;
             }

@@ -137,7 +137,9 @@ mod tests {
         );
         assert_eq!(p.summary(), "epoch 3/10");
         assert_eq!(Progress::from_json(&p.to_json()).unwrap(), p);
-        let only = parse_line(r#"DGLRUN_PROGRESS {"epoch":0}"#).unwrap().unwrap();
+        let only = parse_line(r#"DGLRUN_PROGRESS {"epoch":0}"#)
+            .unwrap()
+            .unwrap();
         assert_eq!(only.summary(), "epoch 0");
         assert_eq!(only.to_json(), r#"{"epoch":0}"#);
     }
@@ -162,7 +164,10 @@ mod tests {
         assert!(err(r#"DGLRUN_PROGRESS {"epoch":-1}"#).contains("epoch required"));
         assert!(err(r#"DGLRUN_PROGRESS {"epoch":1,"loss":NaN}"#).contains("JSON"));
         assert!(err(r#"DGLRUN_PROGRESS {"epoch":1,"loss":1e999}"#).contains("JSON"));
-        let unit = format!(r#"DGLRUN_PROGRESS {{"epoch":1,"unit":"{}"}}"#, "u".repeat(33));
+        let unit = format!(
+            r#"DGLRUN_PROGRESS {{"epoch":1,"unit":"{}"}}"#,
+            "u".repeat(33)
+        );
         assert!(err(&unit).contains("field unit"));
         let long = format!(
             r#"DGLRUN_PROGRESS {{"epoch":1,"x":"{}"}}"#,

@@ -365,7 +365,7 @@ async fn every_field_round_trips() {
             epoch: 3,
             epochs: Some(10),
             loss: Some(0.1 + 0.2),
-            throughput: Some(1234.567_890_123_456_7),
+            throughput: Some(1_234.567_890_123_456_7),
             unit: Some("samples/s".into()),
             summary: "epoch 3/10".into(),
             updated_at: Some(now),

@@ -46,6 +46,12 @@ use serde::{Deserialize, Serialize};
         description = "Number of worker pods"
     ),
     printcolumn(
+        name = "Progress",
+        type_ = "string",
+        json_path = ".status.progress.summary",
+        description = "The training's last progress report"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -340,6 +346,61 @@ pub struct DGLJobStatus {
     /// The generation of the spec this status was derived from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// The training's last progress report (only for scripts that print
+    /// `DGLRUN_PROGRESS` lines; see the user guide). Kept after the job
+    /// finished; cleared when a restart begins a new run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<JobProgress>,
+}
+
+/// The training's last progress report, as the launcher published it.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobProgress {
+    /// The epoch the training is in or has just finished, as the script counts.
+    pub epoch: u32,
+    /// Total epochs, when the script reports them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epochs: Option<u32>,
+    /// The last loss.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
+    /// The last throughput, in `unit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub throughput: Option<f64>,
+    /// Unit of `throughput`, e.g. `samples/s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// `epoch 3/10` (or `epoch 3`): the Progress printer column.
+    pub summary: String,
+    /// When the operator first saw this report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<Time>,
+}
+
+impl JobProgress {
+    /// The status form of a report, seen at `at`.
+    pub fn new(p: &crate::progress::Progress, at: Time) -> JobProgress {
+        JobProgress {
+            epoch: p.epoch,
+            epochs: p.epochs,
+            loss: p.loss,
+            throughput: p.throughput,
+            unit: p.unit.clone(),
+            summary: p.summary(),
+            updated_at: Some(at),
+        }
+    }
+
+    /// Whether this is the status form of `p` (whenever it was seen).
+    pub fn reports(&self, p: &crate::progress::Progress) -> bool {
+        self.epoch == p.epoch
+            && self.epochs == p.epochs
+            && self.loss == p.loss
+            && self.throughput == p.throughput
+            && self.unit == p.unit
+    }
 }
 
 /// Pod counts of one role.

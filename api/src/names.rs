@@ -16,6 +16,9 @@ pub const LABEL_REPLICA_TYPE: &str = "dgloperator.io/replica-type";
 pub const LABEL_REPLICA_INDEX: &str = "dgloperator.io/replica-index";
 /// Label: which run of the job (0, then +1 per restart) created the pod.
 pub const LABEL_RUN: &str = "dgloperator.io/run";
+/// Annotation on the launcher pod: the training's latest progress report
+/// (`dgl_api::progress::Progress` as JSON), written by the launcher itself.
+pub const ANNOTATION_PROGRESS: &str = "dgloperator.io/progress";
 /// Standard label naming the controller of every child.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`].

@@ -355,10 +355,21 @@ async fn every_field_round_trips() {
             ),
         ]),
         start_time: Some(now.clone()),
-        completion_time: Some(now),
+        completion_time: Some(now.clone()),
         phase: Some(JobPhase::Running),
         restart_count: Some(1),
         observed_generation: Some(1),
+        // Numbers come back bit for bit (else an unchanged report would
+        // look changed and be written again and again).
+        progress: Some(JobProgress {
+            epoch: 3,
+            epochs: Some(10),
+            loss: Some(0.1 + 0.2),
+            throughput: Some(1_234.567_890_123_456_7),
+            unit: Some("samples/s".into()),
+            summary: "epoch 3/10".into(),
+            updated_at: Some(now),
+        }),
     };
     let patch =
         json!({"apiVersion": "dgloperator.io/v1alpha1", "kind": "DGLJob", "status": status});

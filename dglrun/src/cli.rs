@@ -391,6 +391,17 @@ pub struct LaunchArgs {
     /// `dglrun probe --partitioned` checks.
     #[arg(long, env = "DGLRUN_STATE_DIR", value_name = "DIR", default_value = names::LAUNCHER_STATE_DIR)]
     pub state_dir: PathBuf,
+    /// Seconds between two publications of the training's progress (its
+    /// `DGLRUN_PROGRESS` lines) as an annotation on the launcher's own pod,
+    /// which the operator shows in the job's status; 0 publishes nothing.
+    /// Only in a pod (the operator's downward-API env and service account).
+    #[arg(
+        long,
+        env = "DGLRUN_PROGRESS_INTERVAL",
+        value_name = "SECONDS",
+        default_value_t = 5
+    )]
+    pub progress_interval: u64,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -764,6 +775,7 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
         peer_timeout: opts.timeouts.peer(),
         stop_grace: opts.stop_grace(),
         dist_partition,
+        progress_interval: Duration::from_secs(opts.launch.progress_interval),
     })
 }
 
@@ -815,6 +827,7 @@ pub fn standalone_config(opts: &Options) -> anyhow::Result<StandaloneConfig> {
     Ok(StandaloneConfig {
         spec,
         stop_grace: opts.stop_grace(),
+        progress_interval: Duration::from_secs(opts.launch.progress_interval),
     })
 }
 

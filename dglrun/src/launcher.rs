@@ -20,6 +20,7 @@ use crate::channel::{
     read_frame, write_frame, Channel, ChannelError, ChannelReader, ChannelWriter, Token,
 };
 use crate::hosts::Peer;
+use crate::progress::Reporter;
 use crate::training::{DGLRUN, TRAINER};
 
 /// The launcher's settings.
@@ -41,6 +42,8 @@ pub struct LaunchConfig {
     /// Partition mode DistParMETIS: the workers' ranks partition the graph
     /// (mpirun) before the training; then no shard is shipped.
     pub dist_partition: Option<crate::distpart::DistPartition>,
+    /// How often the trainers' progress lines are published (0: never).
+    pub progress_interval: Duration,
 }
 
 /// How a launch failed. Every message names the worker concerned.
@@ -474,6 +477,7 @@ async fn follow(
     mut ev_rx: mpsc::Receiver<(usize, Event)>,
 ) -> Result<(), LaunchError> {
     let mut p = Progress::new(cfg, writers);
+    p.reporter = Some(Reporter::from_env(cfg.progress_interval));
     let mut sigterm = signal(SignalKind::terminate()).expect("SIGTERM handler installs");
     let mut sigint = signal(SignalKind::interrupt()).expect("SIGINT handler installs");
     while p.waiting().next().is_some() {
@@ -505,6 +509,9 @@ async fn follow(
         };
         p.on_event(i, ev).await;
     }
+    if let Some(r) = p.reporter.take() {
+        r.finish().await;
+    }
     p.outcome()
 }
 
@@ -526,6 +533,8 @@ struct Progress<'a> {
     /// Workers finish stopping within their grace period plus the time to
     /// report; past that the launcher stops waiting.
     stop_bound: Duration,
+    /// The trainers' progress lines, published on the launcher's pod.
+    reporter: Option<Reporter>,
 }
 
 impl<'a> Progress<'a> {
@@ -541,6 +550,7 @@ impl<'a> Progress<'a> {
             interrupted: None,
             deadline: None,
             stop_bound: cfg.stop_grace + Duration::from_secs(20),
+            reporter: None,
         }
     }
 
@@ -588,7 +598,12 @@ impl<'a> Progress<'a> {
     async fn on_event(&mut self, i: usize, ev: Event) {
         let label = self.workers[i].label();
         match ev {
-            Event::Msg(Response::Output(l)) => print_line(i, &l.process, &l.line),
+            Event::Msg(Response::Output(l)) => {
+                if let (Some(r), true) = (&mut self.reporter, l.process == TRAINER) {
+                    r.observe(&l.line);
+                }
+                print_line(i, &l.process, &l.line)
+            }
             Event::Msg(Response::Exited(e)) => {
                 tracing::info!(worker = %label, process = %e.process, status = %e.exit, "process exited")
             }

@@ -13,6 +13,7 @@
 //! - [`preflight`]: checks before DGL starts;
 //! - [`training`]: one machine's servers + trainers, supervised;
 //! - [`partition`], [`worker`], [`launcher`]: the three roles;
+//! - [`progress`]: the trainers' progress lines, published on the launcher's pod;
 //! - [`standalone`]: the launcher of a job without workers (one local process);
 //! - [`exec`], [`rsh`]: MPI's daemons on the workers for partition mode
 //!   DistParMETIS, started by `mpirun` through `dglrun rsh` (no ssh);
@@ -35,6 +36,7 @@ pub mod launcher;
 pub mod partition;
 pub mod preflight;
 pub mod procs;
+pub mod progress;
 pub mod rsh;
 pub mod standalone;
 pub mod termination;

@@ -12,12 +12,15 @@ use tokio::sync::mpsc;
 
 use crate::command::{Template, Value, Values};
 use crate::procs::{ProcSpec, Supervisor};
+use crate::progress::Reporter;
 
 /// What a standalone launcher runs.
 #[derive(Debug, Clone)]
 pub struct StandaloneConfig {
     pub spec: ProcSpec,
     pub stop_grace: Duration,
+    /// How often the script's progress lines are published (0: never).
+    pub progress_interval: Duration,
 }
 
 /// Why a placeholder of the distributed contract has no value here.
@@ -92,10 +95,13 @@ pub fn process(
 /// stops it and gives 143 or 130.
 pub async fn run(cfg: &StandaloneConfig) -> anyhow::Result<i32> {
     let (tx, mut rx) = mpsc::channel::<OutputLine>(1024);
+    let mut reporter = Reporter::from_env(cfg.progress_interval);
     let printer = tokio::spawn(async move {
         while let Some(l) = rx.recv().await {
+            reporter.observe(&l.line);
             println!("{}", l.line);
         }
+        reporter.finish().await;
     });
     // What the script forks (DGL's dataloader workers) is reaped and killed
     // with the rest.

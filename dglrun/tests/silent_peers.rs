@@ -188,6 +188,7 @@ fn launch_config(agent: SocketAddr, peer_timeout: Duration) -> LaunchConfig {
         peer_timeout,
         stop_grace: Duration::from_secs(1),
         dist_partition: None,
+        progress_interval: Duration::ZERO,
     }
 }
 

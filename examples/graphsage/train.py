@@ -19,6 +19,8 @@ Output contract (parsed by dglrun and the tests), one line per epoch and rank:
     epoch=<i> loss=<mean batch loss> rank=<torch rank> train_acc=<..> steps=<n> seconds=<..>
 
 then ``eval rank=<r> val_acc=<..> test_acc=<..>`` and ``training done rank=<r>``.
+Rank 0 also prints dglrun's progress line after each epoch (``report_progress``),
+which ``kubectl get dgljobs`` shows as ``epoch <n>/<E>``.
 The exit status is 0 only if training finished; any exception exits 1.
 
 Failure injection for tests (off unless set):
@@ -37,6 +39,21 @@ import traceback
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
 CRASH_EXIT_CODE = 3
+
+
+def report_progress(epoch, epochs=None, loss=None, throughput=None, unit=None):
+    """Print dglrun's progress line (docs/user-guide.md, "Live progress").
+
+    Only ``epoch`` is required; a number that is not finite is left out
+    (JSON has no NaN). Scripts that print nothing of the kind work as before.
+    """
+    import json
+    import math
+    fields = {"epoch": epoch, "epochs": epochs, "loss": loss,
+              "throughput": throughput, "unit": unit}
+    fields = {k: v for k, v in fields.items() if v is not None
+              and not (isinstance(v, float) and not math.isfinite(v))}
+    print("DGLRUN_PROGRESS " + json.dumps(fields, separators=(",", ":")), flush=True)
 
 
 def positive_int(text):
@@ -251,8 +268,12 @@ def run(args):
             steps += 1
         mean_loss = loss_sum / max(steps, 1)
         train_acc = correct / max(seen, 1)
+        seconds = time.time() - tic
         print(f"epoch={epoch} loss={mean_loss:.4f} rank={rank} train_acc={train_acc:.4f} "
-              f"steps={steps} seconds={time.time() - tic:.2f}", flush=True)
+              f"steps={steps} seconds={seconds:.2f}", flush=True)
+        if rank == 0:
+            report_progress(epoch + 1, args.num_epochs, mean_loss,
+                            seen / max(seconds, 1e-9), "samples/s")
 
     if not args.no_eval:
         module = model.module if distributed else model

@@ -108,12 +108,24 @@ def main():
             val, test = ((pred[m] == y[m]).float().mean().item() for m in masks[1:])
             print(f"epoch={epoch} loss={last:.4f} val_acc={val:.4f} test_acc={test:.4f}",
                   flush=True)
+            report_progress(epoch + 1, args.num_epochs, last)
     print(f"training done: loss {first:.4f} -> {last:.4f} in {time.time() - tic:.1f} s",
           flush=True)
     if not last < first:
         print("the loss did not fall", file=sys.stderr)
         return 1
     return 0
+
+
+def report_progress(epoch, epochs=None, loss=None):
+    """Print dglrun's progress line (docs/user-guide.md, "Live progress"):
+    ``kubectl get dgljobs`` shows it as ``epoch <n>/<E>``."""
+    import json
+    import math
+    fields = {"epoch": epoch, "epochs": epochs, "loss": loss}
+    fields = {k: v for k, v in fields.items() if v is not None
+              and not (isinstance(v, float) and not math.isfinite(v))}
+    print("DGLRUN_PROGRESS " + json.dumps(fields, separators=(",", ":")), flush=True)
 
 
 if __name__ == "__main__":

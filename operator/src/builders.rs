@@ -200,7 +200,8 @@ pub fn secret(job: &DGLJob, token: &str) -> Secret {
 
 /// ServiceAccount, Role and RoleBinding of the launcher: its watcher-loop
 /// init container reads (get/list/watch) the job's worker pods, named by
-/// resourceNames. Nothing else: no exec, no writes, no cluster-wide rights.
+/// resourceNames, and dglrun patches its own pod (the training's progress
+/// annotation). Nothing else: no exec, no other writes, no cluster-wide rights.
 pub fn launcher_rbac(job: &DGLJob) -> (ServiceAccount, Role, RoleBinding) {
     let job_name = job.name_any();
     let name = rbac_name(&job_name, ReplicaType::Launcher);
@@ -212,18 +213,18 @@ pub fn launcher_rbac(job: &DGLJob) -> (ServiceAccount, Role, RoleBinding) {
         automount_service_account_token: Some(false),
         ..Default::default()
     });
-    // No workers, no rule: an empty resourceNames would grant every pod.
-    let rules = if workers.is_empty() {
-        Vec::new()
-    } else {
-        vec![PolicyRule {
-            api_groups: Some(vec!["".into()]),
-            resources: Some(vec!["pods".into()]),
-            verbs: vec!["get".into(), "list".into(), "watch".into()],
-            resource_names: Some(workers),
-            ..Default::default()
-        }]
+    let pods_rule = |verbs: &[&str], names: Vec<String>| PolicyRule {
+        api_groups: Some(vec!["".into()]),
+        resources: Some(vec!["pods".into()]),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        resource_names: Some(names),
+        ..Default::default()
     };
+    let mut rules = vec![pods_rule(&["patch"], vec![launcher_name(&job_name)])];
+    // No workers, no read rule: an empty resourceNames would grant every pod.
+    if !workers.is_empty() {
+        rules.insert(0, pods_rule(&["get", "list", "watch"], workers));
+    }
     let role = with_hash(Role {
         metadata: meta(job, name.clone(), job_labels(job)),
         rules: Some(rules),
@@ -634,12 +635,13 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
     );
     let spec = pod.spec.as_mut().expect("base_pod sets a spec");
     spec.service_account_name = Some(rbac_name(&job_name, ReplicaType::Launcher));
+    // Its token patches its own pod (progress) and, with workers, lets
+    // watcher-loop read theirs.
+    spec.automount_service_account_token = Some(true);
     if job.spec.is_standalone() {
-        // Nothing to wait for and no API to call: it trains alone.
-        spec.automount_service_account_token = Some(false);
+        // Nothing to wait for: it trains alone.
         return pod;
     }
-    spec.automount_service_account_token = Some(true);
     let image = cfg
         .watcher_image
         .clone()
@@ -877,24 +879,30 @@ mod tests {
         assert_eq!(init.image.as_deref(), Some("dgloperator/graphsage:v0.1.0"));
         let (_, role, binding) = launcher_rbac(&j);
         let rules = role.rules.unwrap();
-        assert_eq!(rules.len(), 1);
+        assert_eq!(rules.len(), 2);
         assert_eq!(rules[0].verbs, vec!["get", "list", "watch"]);
         assert_eq!(
             rules[0].resource_names.as_deref().unwrap(),
             ["dgl-graphsage-worker-0", "dgl-graphsage-worker-1"]
         );
+        // Its own pod only, for the progress annotation.
+        assert_eq!(rules[1].verbs, vec!["patch"]);
+        assert_eq!(
+            rules[1].resource_names.as_deref().unwrap(),
+            ["dgl-graphsage-launcher"]
+        );
         assert_eq!(binding.role_ref.name, "dgl-graphsage-launcher");
     }
 
     #[test]
-    fn a_standalone_launcher_trains_alone_without_any_api_right() {
+    fn a_standalone_launcher_trains_alone_and_may_only_patch_itself() {
         let mut j = seed();
         j.spec.partition_mode = PartitionMode::Skip;
         j.spec.dgl_replica_specs.remove(&ReplicaType::Worker);
         let pod = launcher_pod(&j, 0, &BuildConfig::default());
         let spec = pod.spec.as_ref().unwrap();
         assert!(spec.init_containers.is_none(), "no workers to wait for");
-        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(spec.automount_service_account_token, Some(true));
         let c = main_container(&pod);
         // dglrun reads DGL_OPERATOR_NUM_WORKERS=0 as "train alone".
         assert_eq!(env(c, ENV_NUM_WORKERS).unwrap().value.as_deref(), Some("0"));
@@ -903,9 +911,15 @@ mod tests {
             "graphsage",
             "the template's args kept"
         );
-        // An empty resourceNames would mean every pod: no rule at all.
+        // An empty resourceNames would mean every pod: no read rule at all.
         let (_, role, _) = launcher_rbac(&j);
-        assert_eq!(role.rules, Some(vec![]));
+        let rules = role.rules.unwrap();
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].verbs, ["patch"]);
+        assert_eq!(
+            rules[0].resource_names.as_deref().unwrap(),
+            ["dgl-graphsage-launcher"]
+        );
         let cm = config_map(&j, &[]);
         let keys: Vec<&String> = cm.data.as_ref().unwrap().keys().collect();
         assert_eq!(keys, [LEADFILE], "no hostfile, no ip_config");
@@ -951,6 +965,7 @@ mod tests {
             epoch: 0,
             state: PodState::Running { ready: true },
             ip: ip.map(String::from),
+            progress: None,
         };
         let mut pods: Vec<ObservedPod> = (0..11)
             .map(|i| pod(i, Some(&format!("10.0.0.{}", 100 + i)).map(|s| s.as_str())))

@@ -24,7 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use dgl_api::names::LABEL_JOB_NAME;
+use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_JOB_NAME};
 use dgl_api::DGLJob;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
@@ -99,7 +99,7 @@ impl Readiness {
 }
 
 /// A Pod as the operator reads it: metadata without managed fields or
-/// annotations, the status, and of the spec only the names of native
+/// annotations (but the launcher's progress report), the status, and of the spec only the names of native
 /// sidecars (which tell a failed container from a restarting sidecar:
 /// `dgl_api::pods::failed_container`).
 #[derive(Clone, Debug, Deserialize)]
@@ -155,8 +155,22 @@ struct SlimMeta {
     uid: Option<String>,
     resource_version: Option<String>,
     labels: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "progress_only")]
+    annotations: Option<BTreeMap<String, String>>,
     owner_references: Option<Vec<OwnerReference>>,
     deletion_timestamp: Option<Time>,
+}
+
+/// Keeps only the progress annotation, and only when it is small enough to
+/// be a report (a larger one would be refused anyway).
+fn progress_only<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<BTreeMap<String, String>>, D::Error> {
+    let all = Option::<BTreeMap<String, String>>::deserialize(d)?;
+    Ok(all
+        .and_then(|mut a| a.remove(ANNOTATION_PROGRESS))
+        .filter(|v| v.len() <= dgl_api::progress::MAX_JSON)
+        .map(|v| BTreeMap::from([(ANNOTATION_PROGRESS.to_string(), v)])))
 }
 
 fn slim_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Error> {
@@ -167,6 +181,7 @@ fn slim_meta<'de, D: serde::Deserializer<'de>>(d: D) -> Result<ObjectMeta, D::Er
         uid: m.uid,
         resource_version: m.resource_version,
         labels: m.labels,
+        annotations: m.annotations,
         owner_references: m.owner_references,
         deletion_timestamp: m.deletion_timestamp,
         ..Default::default()
@@ -717,6 +732,7 @@ mod tests {
             epoch: 0,
             state,
             ip: None,
+            progress: None,
         }
     }
 
@@ -746,6 +762,34 @@ mod tests {
         assert_eq!(cache.delete(&pod("j-worker-0", "Running", None)), job);
         assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
         assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn a_launchers_progress_annotation_is_kept_and_triggers() {
+        let launcher = |progress: &str| {
+            slim(json!({
+                "metadata": {
+                    "name": "j-launcher", "namespace": "ns", "uid": "uid-l",
+                    "labels": {"dgloperator.io/job-name": "j",
+                               "dgloperator.io/replica-type": "launcher"},
+                    "annotations": {"other": "x", ANNOTATION_PROGRESS: progress}
+                },
+                "status": {"phase": "Running"}
+            }))
+        };
+        let cache = PodCache::default();
+        let job = Some(key().to_reconcile());
+        let p = launcher(r#"{"epoch":1}"#);
+        let kept = p.metadata.annotations.as_ref().unwrap();
+        assert_eq!(kept.keys().collect::<Vec<_>>(), [ANNOTATION_PROGRESS]);
+        assert_eq!(cache.apply(p), job);
+        assert_eq!(cache.apply(launcher(r#"{"epoch":1}"#)), None, "unchanged");
+        assert_eq!(cache.apply(launcher(r#"{"epoch":2}"#)), job);
+        let pods = cache.job_pods("ns", "j", None);
+        assert_eq!(pods[0].progress.as_deref(), Some(r#"{"epoch":2}"#));
+        // Too large to be a report: not kept at all.
+        let huge = "x".repeat(dgl_api::progress::MAX_JSON + 1);
+        assert!(launcher(&huge).metadata.annotations.is_none());
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! What exists: a job's pods, classified (pure functions over `Pod`).
 
-use dgl_api::names::{LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE, LABEL_RUN};
+use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE, LABEL_RUN};
 use dgl_api::pods::{self, ContainerExit};
 use dgl_api::ReplicaType;
 use k8s_openapi::api::core::v1::Pod;
@@ -37,6 +37,8 @@ pub struct ObservedPod {
     pub epoch: i32,
     pub state: PodState,
     pub ip: Option<String>,
+    /// A launcher's progress annotation, as written (parsed by the plan).
+    pub progress: Option<String>,
 }
 
 impl ObservedPod {
@@ -57,6 +59,10 @@ impl ObservedPod {
         let ip = status
             .and_then(|s| s.pod_ip.clone())
             .filter(|ip| !ip.is_empty());
+        // Only the launcher publishes progress; nobody else's is read.
+        let progress = (role == ReplicaType::Launcher)
+            .then(|| pod.annotations().get(ANNOTATION_PROGRESS).cloned())
+            .flatten();
         Some(ObservedPod {
             name: pod.name_any(),
             role,
@@ -64,6 +70,7 @@ impl ObservedPod {
             epoch,
             state: pod_state(pod),
             ip,
+            progress,
         })
     }
 

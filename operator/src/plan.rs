@@ -22,8 +22,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dgl_api::names::{launcher_name, partitioner_name, worker_name};
+use dgl_api::progress::Progress;
 use dgl_api::{
-    CleanPodPolicy, DGLJob, DGLJobStatus, JobPhase, PartitionMode, ReplicaStatus, ReplicaType,
+    CleanPodPolicy, DGLJob, DGLJobStatus, JobPhase, JobProgress, PartitionMode, ReplicaStatus,
+    ReplicaType,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -233,12 +235,36 @@ impl<'a> Planner<'a> {
                 self.sb.status.replica_statuses = counts_after(pods, &self.steps)
             }
         }
+        self.fold_progress();
         self.sb.derive_phase();
         Plan {
             status: self.sb.status,
             steps: self.steps,
             requeue_after: self.requeue,
             ensure_children,
+        }
+    }
+
+    /// The current run's launcher's progress report, when it parses and
+    /// differs from the status' (stamped with `now` only then, so an
+    /// unchanged report writes nothing). A bad one is ignored: the launcher
+    /// only publishes reports it parsed.
+    fn fold_progress(&mut self) {
+        let run = self.sb.status.restart_count.unwrap_or(0);
+        let Some(raw) = self
+            .pods
+            .iter()
+            .find(|p| p.role == ReplicaType::Launcher && p.epoch == run)
+            .and_then(|p| p.progress.as_deref())
+        else {
+            return;
+        };
+        let Ok(report) = Progress::from_json(raw) else {
+            return;
+        };
+        let status = &mut self.sb.status;
+        if !status.progress.as_ref().is_some_and(|s| s.reports(&report)) {
+            status.progress = Some(JobProgress::new(&report, Time(self.now)));
         }
     }
 
@@ -428,6 +454,8 @@ impl<'a> Planner<'a> {
             self.sb.clear(JobPhase::Running, &reason, &msg);
             self.sb.set(JobPhase::Restarting, true, &reason, &msg);
             self.sb.status.restart_count = Some(next);
+            // The next run trains from its start: the last run's report is stale.
+            self.sb.status.progress = None;
             // Keep a partitioner that finished its work: the next run reuses it.
             for p in current {
                 let keep = p.role == ReplicaType::Partitioner
@@ -764,6 +792,7 @@ mod tests {
             epoch,
             state,
             ip: Some(format!("10.0.0.{}", 10 + index)),
+            progress: None,
         }
     }
 
@@ -830,6 +859,53 @@ mod tests {
         ];
         step(&mut j, &pods, t(0));
         (j, pods)
+    }
+
+    #[test]
+    fn the_launchers_progress_reaches_the_status_only_when_it_changed() {
+        let (mut j, mut pods) = running_job();
+        let report = |p: &Plan| p.status.progress.clone();
+        pods[3].progress = Some(r#"{"epoch":3,"epochs":10,"loss":0.41}"#.into());
+        let p = step(&mut j, &pods, t(1));
+        let first = report(&p).expect("a report");
+        assert_eq!(first.summary, "epoch 3/10");
+        assert_eq!((first.epoch, first.loss), (3, Some(0.41)));
+        assert_eq!(first.updated_at, Some(Time(t(1))));
+        // The same report later: the status stays as it is (no write).
+        assert_eq!(report(&step(&mut j, &pods, t(2))), Some(first.clone()));
+        // A bad annotation changes nothing.
+        pods[3].progress = Some("{not json".into());
+        assert_eq!(report(&step(&mut j, &pods, t(3))), Some(first));
+        pods[3].progress = Some(r#"{"epoch":10,"epochs":10}"#.into());
+        let p = step(&mut j, &pods, t(4));
+        assert_eq!(report(&p).unwrap().updated_at, Some(Time(t(4))));
+        // Succeeded keeps the last report, also once the launcher is gone.
+        pods[3].state = PodState::Succeeded;
+        let p = step(&mut j, &pods, t(5));
+        assert_eq!(p.status.phase, Some(JobPhase::Succeeded));
+        assert_eq!(report(&p).unwrap().summary, "epoch 10/10");
+        assert_eq!(
+            report(&step(&mut j, &[], t(6))).unwrap().summary,
+            "epoch 10/10"
+        );
+    }
+
+    #[test]
+    fn a_restart_clears_the_last_runs_progress() {
+        let (mut j, mut pods) = running_job();
+        j.spec.run_policy = Some(RunPolicy {
+            backoff_limit: Some(1),
+            ..Default::default()
+        });
+        pods[3].progress = Some(r#"{"epoch":2}"#.into());
+        assert!(step(&mut j, &pods, t(1)).status.progress.is_some());
+        pods[1].state = failed("pod w: container c exited with code 3");
+        let p = step(&mut j, &pods, t(2));
+        assert_eq!(p.status.phase, Some(JobPhase::Restarting));
+        assert_eq!(
+            p.status.progress, None,
+            "the old launcher's report is stale"
+        );
     }
 
     #[test]

@@ -203,6 +203,7 @@ mod tests {
                 epoch: 0,
                 state: crate::observe::PodState::Running { ready: true },
                 ip: Some(format!("fd00:1234:5678:9abc:def0:1234:{:04x}:{:04x}", i, i)),
+                progress: None,
             })
             .collect();
         let cm = crate::builders::config_map(&j, &pods);

@@ -596,7 +596,7 @@ async fn distparmetis_partitions_on_the_workers() {
 
 /// The seed's Launcher-only jobs (partitionMode Skip, no Worker): accepted,
 /// the launcher created at once with no worker pods, no Service, no API
-/// rights; its exit status is the job's, backoffLimit restarts it.
+/// right but patching its own pod (progress); its exit status is the job's, backoffLimit restarts it.
 #[tokio::test]
 async fn a_job_without_workers_is_its_launcher() {
     let env = Env::new("op-solo").await;
@@ -615,15 +615,18 @@ async fn a_job_without_workers_is_its_launcher() {
         spec.init_containers.is_none(),
         "no watcher: nothing to wait for"
     );
-    assert_eq!(spec.automount_service_account_token, Some(false));
+    assert_eq!(spec.automount_service_account_token, Some(true));
     assert_eq!(env.pod_names().await, vec!["solo-launcher"]);
     let role: Role = Api::namespaced(env.client.clone(), &env.ns)
         .get("solo-launcher")
         .await
         .unwrap();
-    assert!(
-        role.rules.unwrap_or_default().is_empty(),
-        "no rights at all"
+    let rules = role.rules.unwrap_or_default();
+    assert_eq!(rules.len(), 1, "no right but patching itself: {rules:?}");
+    assert_eq!(rules[0].verbs, ["patch"]);
+    assert_eq!(
+        rules[0].resource_names.as_deref(),
+        Some(&["solo-launcher".to_string()][..])
     );
     let cm: ConfigMap = Api::namespaced(env.client.clone(), &env.ns)
         .get("solo-config")

@@ -256,6 +256,7 @@ fn observed(job: &str, raw: Vec<(u8, i32, i32, PodState, Option<String>)>) -> Ve
                 epoch,
                 state,
                 ip,
+                progress: None,
             }
         })
         .collect()

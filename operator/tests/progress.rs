@@ -1,0 +1,107 @@
+//! Live progress against a real API server: the launcher's ServiceAccount
+//! (impersonated) patches the progress annotation on its own pod with
+//! dglrun's own code, and may patch no other pod; the operator folds the
+//! report into `status.progress`, which the Progress printer column shows,
+//! and keeps it once the job succeeded.
+
+mod common;
+
+use common::Env;
+use dgl_api::progress::Progress;
+use dgl_api::{DGLJob, JobPhase};
+use dglrun::progress::{PodAnnotation, Sink};
+use kube::Client;
+
+/// A client acting as `<job>-launcher`'s ServiceAccount, as its pod's token would.
+async fn as_launcher(env: &Env, job: &str) -> Client {
+    let cluster = localkube::ensure_cluster()
+        .await
+        .expect("test control plane");
+    let mut config = cluster.config().await.expect("kube config");
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{}:{job}-launcher", env.ns));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".into(),
+        format!("system:serviceaccounts:{}", env.ns),
+        "system:authenticated".into(),
+    ]);
+    Client::try_from(config).expect("impersonating client")
+}
+
+/// The job's row as `kubectl get dgljobs` shows it: column name → cell.
+async fn printed(env: &Env, job: &str) -> serde_json::Map<String, serde_json::Value> {
+    let req = http::Request::get(format!(
+        "/apis/dgloperator.io/v1alpha1/namespaces/{}/dgljobs/{job}",
+        env.ns
+    ))
+    .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+    .body(Vec::new())
+    .unwrap();
+    let table: serde_json::Value = env.client.request(req).await.expect("table");
+    let names = table["columnDefinitions"].as_array().expect("columns");
+    let cells = table["rows"][0]["cells"].as_array().expect("one row");
+    names
+        .iter()
+        .zip(cells)
+        .map(|(c, v)| (c["name"].as_str().unwrap().to_string(), v.clone()))
+        .collect()
+}
+
+fn summary(j: &DGLJob) -> Option<&str> {
+    Some(j.status.as_ref()?.progress.as_ref()?.summary.as_str())
+}
+
+#[tokio::test]
+async fn the_launchers_progress_shows_in_the_status_and_printer_column() {
+    let env = Env::new("op-progress").await;
+    env.create_job("prog", |_| {}).await;
+    env.drive_to_running("prog", 2).await;
+    let job = env.jobs().get("prog").await.unwrap();
+    assert_eq!(summary(&job), None, "no report, no progress");
+    assert_eq!(
+        printed(&env, "prog").await["Progress"],
+        serde_json::Value::Null
+    );
+
+    let sa = as_launcher(&env, "prog").await;
+    let report = |epoch: u32| Progress {
+        epoch,
+        epochs: Some(10),
+        loss: Some(0.41),
+        throughput: Some(1234.5),
+        unit: Some("samples/s".into()),
+    };
+    let mut own = PodAnnotation::new(sa.clone(), &env.ns, "prog-launcher");
+    own.publish(&report(3))
+        .await
+        .expect("the launcher may patch its own pod");
+    // Least privilege: not another pod of its job.
+    let mut other = PodAnnotation::new(sa, &env.ns, "prog-worker-0");
+    let refused = other.publish(&report(3)).await.unwrap_err();
+    assert!(refused.contains("forbidden"), "{refused}");
+
+    let job = env
+        .wait_job("prog", "progress epoch 3/10", |j| {
+            summary(j) == Some("epoch 3/10")
+        })
+        .await;
+    let p = job.status.unwrap().progress.unwrap();
+    assert_eq!(
+        (p.epoch, p.epochs, p.loss, p.throughput, p.unit.as_deref()),
+        (3, Some(10), Some(0.41), Some(1234.5), Some("samples/s"))
+    );
+    assert!(p.updated_at.is_some());
+    let row = printed(&env, "prog").await;
+    assert_eq!(row["Progress"], "epoch 3/10");
+    assert_eq!(row["Phase"], "Running");
+
+    // The last report before the end stays after Succeeded.
+    own.publish(&report(10)).await.unwrap();
+    env.wait_job("prog", "progress epoch 10/10", |j| {
+        summary(j) == Some("epoch 10/10")
+    })
+    .await;
+    env.kubelet_succeeded("prog-launcher").await;
+    let job = env.wait_phase("prog", JobPhase::Succeeded).await;
+    assert_eq!(summary(&job), Some("epoch 10/10"));
+    assert_eq!(printed(&env, "prog").await["Progress"], "epoch 10/10");
+}

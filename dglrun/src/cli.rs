@@ -1183,6 +1183,32 @@ mod tests {
     }
 
     #[test]
+    fn use_graphbolt_is_sent_to_the_workers_or_refused_naming_the_option() {
+        let dir = launcher_files();
+        let cfg = launch_config(&launcher_opts(dir.path(), &["--use-graphbolt"])).unwrap();
+        assert!(cfg.spec.use_graphbolt);
+        let e = launch_config(&launcher_opts(
+            dir.path(),
+            &["--use-graphbolt", "--partition-mode", "DistParMETIS"],
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("--use-graphbolt is not supported with partition mode DistParMETIS"),
+            "{e}"
+        );
+        let alone = opts(&[
+            "--num-partitions",
+            "0",
+            "--use-graphbolt",
+            "--train-entry-point",
+            "t.py",
+        ]);
+        let e = standalone_config(&alone).unwrap_err().to_string();
+        assert!(e.starts_with("--use-graphbolt needs workers"), "{e}");
+    }
+
+    #[test]
     fn a_train_command_is_checked_at_the_launcher_and_sent_unfilled() {
         let dir = launcher_files();
         let d = dir.path().display().to_string();

@@ -75,6 +75,12 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new(
     "!has(self.runPolicy) || !has(self.runPolicy.schedulingPolicy) || !has(self.runPolicy.schedulingPolicy.minAvailable) || self.runPolicy.schedulingPolicy.minAvailable <= ('Worker' in self.dglReplicaSpecs ? (has(self.dglReplicaSpecs.Worker.replicas) ? self.dglReplicaSpecs.Worker.replicas : 1) : 0) + 2"
 ).message("spec.runPolicy.schedulingPolicy.minAvailable: must not exceed the number of pods of the job (workers + launcher + partitioner)"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.useGraphbolt) || !self.useGraphbolt || self.partitionMode != 'DistParMETIS'"
+).message("spec.useGraphbolt: is not supported with spec.partitionMode DistParMETIS (each worker holds only its own partition; DGL 2.1.0's converter needs all of them): use ParMETIS, DGL-API or Skip"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.useGraphbolt) || !self.useGraphbolt || 'Worker' in self.dglReplicaSpecs"
+).message("spec.useGraphbolt: needs spec.dglReplicaSpecs.Worker (DGL 2.1.0 has no GraphBolt in standalone mode, the training a job without workers runs)"))]
 #[serde(rename_all = "camelCase")]
 pub struct DGLJobSpec {
     /// Which pods to delete when the job ends: `Running` (default) deletes the
@@ -118,6 +124,16 @@ pub struct DGLJobSpec {
     /// Lifecycle policies, in the vocabulary of Kubeflow's training jobs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub run_policy: Option<RunPolicy>,
+
+    /// Train on GraphBolt partitions (DGL 2.1.0's `use_graphbolt`): the
+    /// partitions are made (or converted) into `fused_csc_sampling_graph.pt`,
+    /// which is shipped instead of `graph.dgl`, and the training script gets
+    /// `--use_graphbolt`. Needs workers (DGL has no standalone GraphBolt) and
+    /// a partition mode other than DistParMETIS. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf")
+        .message("spec.useGraphbolt: is immutable (the partitions are made for it); create a new DGLJob to change it"))]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_graphbolt: Option<bool>,
 }
 
 /// Which pods survive the end of a job.
@@ -488,6 +504,11 @@ impl DGLJobSpec {
         self.replica_spec(ReplicaType::Worker)
             .map(ReplicaSpec::replicas)
             .unwrap_or(0)
+    }
+
+    /// `useGraphbolt`, default false.
+    pub fn use_graphbolt(&self) -> bool {
+        self.use_graphbolt.unwrap_or(false)
     }
 
     /// Trainer slots per worker (`slotsPerWorker`, default 1).

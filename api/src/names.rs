@@ -43,6 +43,8 @@ pub const ENV_WORKER_INDEX: &str = "DGL_OPERATOR_WORKER_INDEX";
 pub const ENV_NUM_WORKERS: &str = "DGL_OPERATOR_NUM_WORKERS";
 /// Env: the partition mode.
 pub const ENV_PARTITION_MODE: &str = "DGL_OPERATOR_PARTITION_MODE";
+/// Env: `true` when the job trains on GraphBolt partitions (`spec.useGraphbolt`).
+pub const ENV_USE_GRAPHBOLT: &str = "DGL_OPERATOR_USE_GRAPHBOLT";
 /// Env: directory holding the job's ConfigMap files.
 pub const ENV_CONFIG_DIR: &str = "DGL_OPERATOR_CONFIG_DIR";
 /// Env: file holding the job's secret token for the control channel.

@@ -288,6 +288,11 @@ pub struct ShardRequest {
     /// Number of partitions (= number of workers).
     pub num_parts: u32,
     pub source: ShardSource,
+    /// GraphBolt partitions: the shard holds `fused_csc_sampling_graph.pt`
+    /// (`part_graph_graphbolt`) instead of `graph.dgl`; a Skip-mode shard
+    /// still in DGL's format is converted in place.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub use_graphbolt: bool,
 }
 
 /// A worker's shard is in place.
@@ -343,6 +348,11 @@ pub struct TrainSpec {
     /// `batch_size` are 0 unless given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+    /// Train on GraphBolt partitions: the seed convention appends
+    /// `--use_graphbolt` to the script's arguments (servers and trainers);
+    /// the launch.py convention fills `{use_graphbolt}` with it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub use_graphbolt: bool,
 }
 
 /// The programs a worker runs for [`Request::Exec`], by file name: OpenMPI's

@@ -315,6 +315,7 @@ async fn every_field_round_trips() {
                 schedule_timeout_seconds: Some(120),
             }),
         }),
+        use_graphbolt: Some(true),
     };
     let job = DGLJob::new("roundtrip", spec.clone());
     let created = api

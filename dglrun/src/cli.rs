@@ -205,6 +205,19 @@ pub struct JobArgs {
     /// One extra argument for the partition script (repeat for several).
     #[arg(long = "partition-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub partition_args: Vec<String>,
+    /// Train on GraphBolt partitions (DGL 2.1.0's distributed GraphBolt):
+    /// the partition script (seed convention) gets --use_graphbolt, and
+    /// partitions still in DGL's format are converted with DGL's
+    /// dgl_partition_to_graphbolt (the partitioner: all of them; a Skip-mode
+    /// worker: when its workspace holds every partition); each worker gets
+    /// fused_csc_sampling_graph.pt instead of graph.dgl; the training script
+    /// gets --use_graphbolt (seed convention) or {use_graphbolt} = true.
+    /// Refused with DistParMETIS and without workers (DGL has no standalone
+    /// GraphBolt). DGL 2.1.0 refuses in the script itself: sampling with
+    /// replace or prob, outbound edges (edge_dir="out") and find_edges
+    /// (edge data loaders).
+    #[arg(long, env = names::ENV_USE_GRAPHBOLT, verbatim_doc_comment)]
+    pub use_graphbolt: bool,
 }
 
 /// The native partition pipeline (partition mode ParMETIS). Its input is
@@ -640,6 +653,7 @@ pub fn partition_config(
         workspace: opts.runtime.workspace.clone(),
         extra_args: opts.job.partition_args.clone(),
         stop_grace: opts.stop_grace(),
+        use_graphbolt: opts.job.use_graphbolt,
     })
 }
 
@@ -764,7 +778,9 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
         master_port: opts.launch.master_port,
         extra_args: opts.extra.clone(),
         command: command.map(|t| t.words),
+        use_graphbolt: opts.job.use_graphbolt,
     };
+    check_graphbolt(opts)?;
     check_train_command(opts, &spec, workers.len() as u32)?;
     Ok(LaunchConfig {
         spec,
@@ -777,6 +793,21 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
         dist_partition,
         progress_interval: Duration::from_secs(opts.launch.progress_interval),
     })
+}
+
+/// What DGL 2.1.0's GraphBolt cannot be given, refused before any worker
+/// starts (the operator's validation says the same for a DGLJob).
+fn check_graphbolt(opts: &Options) -> anyhow::Result<()> {
+    if !opts.job.use_graphbolt {
+        return Ok(());
+    }
+    if opts.job.partition_mode == PartitionMode::DistParMetis {
+        bail!("--use-graphbolt is not supported with partition mode DistParMETIS: each worker holds only its own partition and DGL 2.1.0's converter (dgl_partition_to_graphbolt) needs all of them; use ParMETIS, DGL-API or Skip");
+    }
+    if is_standalone(opts) {
+        bail!("--use-graphbolt needs workers (--num-partitions 0 trains in standalone mode, where DGL 2.1.0 has no GraphBolt: dist_graph.py falls back to DGLGraph)");
+    }
+    Ok(())
 }
 
 /// --train-command, split into words.
@@ -810,6 +841,7 @@ fn check_train_command(opts: &Options, spec: &TrainSpec, machines: u32) -> anyho
 /// A job without workers (--num-partitions 0): the launcher's one local
 /// process.
 pub fn standalone_config(opts: &Options) -> anyhow::Result<StandaloneConfig> {
+    check_graphbolt(opts)?;
     let template = train_template(opts)?;
     let values = standalone::values(
         &opts.runtime.workspace,
@@ -1161,6 +1193,32 @@ mod tests {
         assert_eq!((cfg.partitioner, cfg.spec.num_trainers), (None, 1));
         let e = launch_config(&launcher_opts(dir.path(), &[])).unwrap_err();
         assert!(format!("{e:#}").contains("cannot read"), "{e:#}");
+    }
+
+    #[test]
+    fn use_graphbolt_is_sent_to_the_workers_or_refused_naming_the_option() {
+        let dir = launcher_files();
+        let cfg = launch_config(&launcher_opts(dir.path(), &["--use-graphbolt"])).unwrap();
+        assert!(cfg.spec.use_graphbolt);
+        let e = launch_config(&launcher_opts(
+            dir.path(),
+            &["--use-graphbolt", "--partition-mode", "DistParMETIS"],
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("--use-graphbolt is not supported with partition mode DistParMETIS"),
+            "{e}"
+        );
+        let alone = opts(&[
+            "--num-partitions",
+            "0",
+            "--use-graphbolt",
+            "--train-entry-point",
+            "t.py",
+        ]);
+        let e = standalone_config(&alone).unwrap_err().to_string();
+        assert!(e.starts_with("--use-graphbolt needs workers"), "{e}");
     }
 
     #[test]

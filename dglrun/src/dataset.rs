@@ -39,7 +39,16 @@ pub struct Layout {
     /// `<workspace>/dataset`
     pub dir: PathBuf,
     pub graph_name: String,
+    /// GraphBolt partitions: each part's graph is its
+    /// `part_graph_graphbolt` file; its DGLGraph (`part_graph`) is neither
+    /// required nor shipped.
+    pub graphbolt: bool,
 }
+
+/// The JSON key of a part's DGLGraph, and of its GraphBolt graph (written
+/// by DGL 2.1.0's `dgl_partition_to_graphbolt`).
+pub const PART_GRAPH: &str = "part_graph";
+pub const PART_GRAPH_GRAPHBOLT: &str = "part_graph_graphbolt";
 
 /// What a successful check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,7 +63,49 @@ impl Layout {
         Layout {
             dir: workspace.join(DATASET_DIR),
             graph_name: graph_name.to_string(),
+            graphbolt: false,
         }
+    }
+
+    /// The same folder, read as GraphBolt partitions when `on`.
+    pub fn with_graphbolt(mut self, on: bool) -> Layout {
+        self.graphbolt = on;
+        self
+    }
+
+    /// Whether every part of the JSON already names its GraphBolt graph
+    /// (false also when the JSON cannot be read: the check says why).
+    pub fn has_graphbolt_graphs(&self) -> bool {
+        let Ok(json) = self.read_json() else {
+            return false;
+        };
+        let n = json_num_parts(&json, &self.json_path()).unwrap_or(0);
+        n > 0
+            && (0..n).all(|i| {
+                json.get(format!("part-{i}"))
+                    .and_then(|e| e.get(PART_GRAPH_GRAPHBOLT))
+                    .is_some()
+            })
+    }
+
+    /// In GraphBolt mode, the DGLGraph files the JSON names (relative to the
+    /// dataset folder): left out of the manifest and the shard's size.
+    fn unshipped(&self) -> BTreeSet<String> {
+        if !self.graphbolt {
+            return BTreeSet::new();
+        }
+        let Ok(json) = self.read_json() else {
+            return BTreeSet::new();
+        };
+        let Some(map) = json.as_object() else {
+            return BTreeSet::new();
+        };
+        map.iter()
+            .filter(|(k, _)| k.starts_with("part-"))
+            .filter_map(|(_, e)| e.get(PART_GRAPH)?.as_str())
+            .filter_map(|rel| self.resolve(rel).ok())
+            .map(|(rel, _)| rel)
+            .collect()
     }
 
     /// `<dir>/<graph>.json`
@@ -168,7 +219,14 @@ impl Layout {
             if !dir.is_dir() {
                 missing.push(format!("folder {} (partition {i})", dir.display()));
             }
+            if self.graphbolt && !entry.contains_key(PART_GRAPH_GRAPHBOLT) {
+                missing.push(format!("{json_name} {key}.{PART_GRAPH_GRAPHBOLT} (GraphBolt was asked for but partition {i} is in DGL's format: partition_graph(..., use_graphbolt=True) or dgl_partition_to_graphbolt makes it)"));
+            }
             for (field, value) in entry {
+                // GraphBolt's servers never load the DGLGraph.
+                if self.graphbolt && field == PART_GRAPH {
+                    continue;
+                }
                 // Values are paths (strings); anything else is not a file reference.
                 let Some(rel) = value.as_str() else { continue };
                 match self.resolve(rel) {
@@ -232,9 +290,12 @@ impl Layout {
     /// Total size of the files below `part<i>/`: what the DGL servers load
     /// into shared memory.
     pub fn shard_bytes(&self, part: u32) -> io::Result<u64> {
+        let skip = self.unshipped();
         let mut total = 0;
-        for (_, abs) in walk_files(&self.part_dir(part), &part_dir_name(part))? {
-            total += abs.metadata()?.len();
+        for (rel, abs) in walk_files(&self.part_dir(part), &part_dir_name(part))? {
+            if !skip.contains(&rel) {
+                total += abs.metadata()?.len();
+            }
         }
         Ok(total)
     }
@@ -272,10 +333,13 @@ impl Layout {
         let json = self.json_path();
         files
             .push(file_entry(partition_json_name(&self.graph_name), &json).map_err(io_err(&json))?);
+        let skip = self.unshipped();
         for i in 0..num_parts {
             let dir = self.part_dir(i);
             for (rel, abs) in walk_files(&dir, &part_dir_name(i)).map_err(io_err(&dir))? {
-                files.push(file_entry(rel, &abs).map_err(io_err(&abs))?);
+                if !skip.contains(&rel) {
+                    files.push(file_entry(rel, &abs).map_err(io_err(&abs))?);
+                }
             }
         }
         Ok(Manifest {
@@ -405,6 +469,36 @@ mod tests {
         std::fs::remove_file(l.json_path()).unwrap();
         let e = l.check_shard(0, None).unwrap_err().to_string();
         assert!(e.contains("g.json") && e.contains("missing"), "{e}");
+    }
+
+    /// GraphBolt: the check wants part_graph_graphbolt, and graph.dgl is
+    /// neither required on a worker nor shipped.
+    #[test]
+    fn graphbolt_partitions_ship_the_fused_csc_graph_only() {
+        let ws = tempfile::tempdir().unwrap();
+        let l = fake_partitions(ws.path(), 2).with_graphbolt(true);
+        assert!(!l.has_graphbolt_graphs());
+        let e = l.check_all(2).unwrap_err().to_string();
+        assert!(e.contains("part-1.part_graph_graphbolt"), "{e}");
+        let mut json: Value =
+            serde_json::from_str(&std::fs::read_to_string(l.json_path()).unwrap()).unwrap();
+        for i in 0..2 {
+            let f = format!("part{i}/fused_csc_sampling_graph.pt");
+            json[format!("part-{i}")][PART_GRAPH_GRAPHBOLT] = f.clone().into();
+            write(&l.dir.join(&f), "fused");
+        }
+        write(&l.json_path(), &json.to_string());
+        assert!(l.has_graphbolt_graphs());
+        l.check_all(2).unwrap();
+        let m = l.build_manifest(2).unwrap();
+        assert!(m.get("part0/fused_csc_sampling_graph.pt").is_some());
+        assert!(m.get("part0/graph.dgl").is_none(), "{:?}", m.files);
+        assert_eq!(l.shard_bytes(1).unwrap(), 14 + 14 + 5);
+        // A worker without graph.dgl is complete for GraphBolt, not for DGL.
+        std::fs::remove_file(l.part_dir(1).join("graph.dgl")).unwrap();
+        l.check_shard(1, Some(2)).unwrap();
+        let plain = Layout::new(ws.path(), "g");
+        assert!(plain.check_shard(1, Some(2)).is_err());
     }
 
     #[test]

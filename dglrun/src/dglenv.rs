@@ -66,6 +66,7 @@ pub fn train_values(spec: &TrainSpec, p: Paths) -> Values {
         ("machine_rank", Value::of(spec.machine_rank)),
         ("num_epochs", given(spec.num_epochs, "--num-epochs")),
         ("batch_size", given(spec.batch_size, "--batch-size")),
+        ("use_graphbolt", Value::of(spec.use_graphbolt)),
     ]
 }
 
@@ -99,6 +100,11 @@ pub fn user_command(
         "--num_workers".into(),
         spec.num_samplers.to_string(),
     ];
+    if spec.use_graphbolt {
+        // DGL's examples' flag: the script passes it to
+        // dgl.distributed.initialize(use_graphbolt=...), servers and trainers.
+        a.push("--use_graphbolt".into());
+    }
     a.extend(spec.extra_args.iter().cloned());
     Ok((python.to_string(), a))
 }
@@ -204,6 +210,7 @@ mod tests {
             master_port: 29500,
             extra_args: vec!["--lr".into(), "0.1".into()],
             command: None,
+            use_graphbolt: false,
         }
     }
 
@@ -273,6 +280,39 @@ mod tests {
         assert!(args.ends_with(
             "train.py --graph_name g --ip_config /w/ip_config --part_config /w/dataset/g.json --num_epochs 3 --batch_size 100 --num_workers 1 --lr 0.1"
         ), "{args}");
+    }
+
+    /// GraphBolt: the seed convention appends DGL's examples' flag (before
+    /// the pass-through arguments); launch.py's fills {use_graphbolt}.
+    #[test]
+    fn graphbolt_reaches_the_script() {
+        let mut s = spec();
+        s.use_graphbolt = true;
+        let (_, script) = user_command(&s, "python3", paths()).unwrap();
+        assert!(
+            script
+                .join(" ")
+                .ends_with("--num_workers 1 --use_graphbolt --lr 0.1"),
+            "{script:?}"
+        );
+        let m = machine("python3", &script);
+        assert!(server_specs(&s, &m)[0]
+            .args
+            .contains(&"--use_graphbolt".into()));
+        assert!(trainer_spec(&s, &m)
+            .args
+            .contains(&"--use_graphbolt".into()));
+        let line = "python3 t.py --use_graphbolt={use_graphbolt}";
+        s.command = Some(
+            crate::command::Template::parse(TRAIN_COMMAND_FLAG, line)
+                .unwrap()
+                .words,
+        );
+        let (_, a) = user_command(&s, "python3", paths()).unwrap();
+        assert_eq!(a, ["t.py", "--use_graphbolt=true"]);
+        s.use_graphbolt = false;
+        let (_, a) = user_command(&s, "python3", paths()).unwrap();
+        assert_eq!(a, ["t.py", "--use_graphbolt=false"]);
     }
 
     /// launch.py's convention: the user's words, placeholders filled, and

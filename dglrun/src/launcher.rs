@@ -317,6 +317,7 @@ async fn prepare_shards(cfg: &LaunchConfig) -> Result<(), LaunchError> {
             part_id: w.index,
             num_parts: cfg.workers.len() as u32,
             source: source.clone(),
+            use_graphbolt: cfg.spec.use_graphbolt,
         });
         let (w, token, silent) = (w.clone(), cfg.token.clone(), cfg.peer_timeout);
         set.spawn(async move {

@@ -31,6 +31,7 @@ pub mod dataset;
 pub mod dglenv;
 pub mod distpart;
 pub mod exec;
+pub mod graphbolt;
 pub mod hosts;
 pub mod launcher;
 pub mod partition;

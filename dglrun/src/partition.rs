@@ -43,6 +43,8 @@ pub struct PartitionConfig {
     /// The native pipeline's settings (ParMETIS mode); its output folder is
     /// set from the workspace.
     pub native: Option<dgl_partition::run::Config>,
+    /// GraphBolt partitions (`--use-graphbolt`).
+    pub use_graphbolt: bool,
 }
 
 /// The partition script's command line. In the native mode the script is a
@@ -69,6 +71,10 @@ pub fn partition_command(cfg: &PartitionConfig, entry_point: &str) -> ProcSpec {
     }
     if cfg.balance_edges {
         args.push("--balance_edges".into());
+    }
+    // DGL-API: the script calls partition_graph(..., use_graphbolt=True).
+    if cfg.use_graphbolt && cfg.native.is_none() {
+        args.push("--use_graphbolt".into());
     }
     args.extend(cfg.extra_args.iter().cloned());
     ProcSpec {
@@ -104,7 +110,13 @@ pub async fn partition(cfg: &PartitionConfig) -> anyhow::Result<FileServer> {
     if let Some(native) = &cfg.native {
         run_native(native.clone()).await?;
     }
-    let layout = Layout::new(&cfg.workspace, &cfg.graph_name);
+    let layout = Layout::new(&cfg.workspace, &cfg.graph_name).with_graphbolt(cfg.use_graphbolt);
+    // The native pipeline and scripts that do not call partition_graph with
+    // use_graphbolt leave DGL's format: DGL's converter makes GraphBolt's.
+    if cfg.use_graphbolt && !layout.has_graphbolt_graphs() {
+        let spec = crate::graphbolt::converter(&cfg.python, &layout.json_path());
+        run_script(cfg, spec).await?;
+    }
     let info = layout
         .check_all(cfg.num_parts)
         .context("the partitioning finished but its output is not usable")?;
@@ -270,6 +282,7 @@ mod tests {
             extra_args: vec!["--num_nodes".into(), "100".into()],
             stop_grace: std::time::Duration::from_secs(1),
             native: None,
+            use_graphbolt: false,
         };
         let c = partition_command(&cfg, "code/part.py");
         assert_eq!(c.program, "python3");

@@ -382,7 +382,7 @@ async fn preflight_checks(
     if let Some(script) = script.first().filter(|s| *s != "-m") {
         preflight::check_entry_point(script).map_err(|e| pre(&e))?;
     }
-    let layout = Layout::new(&ctx.workspace, &spec.graph_name);
+    let layout = Layout::new(&ctx.workspace, &spec.graph_name).with_graphbolt(spec.use_graphbolt);
     layout
         .check_shard(rank, Some(place.num_machines))
         .map_err(|e| pre(&e))?;

@@ -329,9 +329,12 @@ async fn prepare(
             ));
         }
     }
-    let layout = Layout::new(&ctx.workspace, &req.graph_name);
+    let layout = Layout::new(&ctx.workspace, &req.graph_name).with_graphbolt(req.use_graphbolt);
     let report = match &req.source {
         ShardSource::Local => {
+            if req.use_graphbolt {
+                crate::graphbolt::convert_local(&ctx.python, &layout, req.num_parts).await?;
+            }
             let info = layout
                 .check_shard(req.part_id, Some(req.num_parts))
                 .map_err(|e| {

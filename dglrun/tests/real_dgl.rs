@@ -487,6 +487,10 @@ impl Job {
             ]
             .map(String::from),
         );
+        // `cargo xtask bench graphbolt` trains on a larger graph.
+        if let Ok(n) = std::env::var("DGLRUN_TEST_NUM_NODES") {
+            a.push(format!("--partition-arg=--num_nodes={n}"));
+        }
         a
     }
 }
@@ -496,6 +500,96 @@ fn graphsage_trains_on_two_machines() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let ips = ["10.213.0.9", "10.213.0.10"];
     trains_on_two_machines("s", ips, "DGL-API", &[], &[]);
+}
+
+/// GraphBolt (--use-graphbolt, DGL-API mode): partition.py calls
+/// partition_graph(..., use_graphbolt=True), each worker receives
+/// fused_csc_sampling_graph.pt and not graph.dgl, and the example trains
+/// with dgl.distributed.initialize(use_graphbolt=True). No DGL_DIST_DEBUG:
+/// with it DGL's converter keeps every attribute of the DGL partition
+/// (partition.py, dgl_partition_to_graphbolt), which is not what is shipped
+/// in production and would skew `cargo xtask bench graphbolt`'s bytes.
+#[test]
+fn graphsage_trains_with_graphbolt() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    require_root();
+    let ips = ["10.213.0.25", "10.213.0.26"];
+    let job = Job::new(ips);
+    let mut part = job.partition_args("partitioner");
+    part.extend(["--partition-mode", "DGL-API", "--use-graphbolt"].map(String::from));
+    let mut launch = job.launch_args(
+        "DGL-API",
+        3,
+        0,
+        Some(&format!("{}:{PARTITIONER_PORT}", ips[0])),
+    );
+    launch.push("--use-graphbolt".into());
+    let run = TwoMachineRun {
+        tag: "gb",
+        ips,
+        graph: "sage",
+        partition: part,
+        launch,
+        env: &[],
+    };
+    run.trains(&job);
+    for i in 0..2 {
+        let dir = job.path(&format!("w{i}/dataset/part{i}"));
+        assert!(
+            dir.join("fused_csc_sampling_graph.pt").is_file(),
+            "worker {i} got GraphBolt's graph"
+        );
+        assert!(
+            !dir.join("graph.dgl").exists(),
+            "worker {i} must not receive graph.dgl"
+        );
+    }
+    let log = read(&job.path("launcher.log"));
+    assert!(
+        log.contains("Initialize the distributed services with graphbolt: True"),
+        "the script ran with use_graphbolt=True:\n{log}"
+    );
+}
+
+/// Partition mode Skip with partitions in DGL's format and --use-graphbolt:
+/// each worker converts its workspace (all partitions) with DGL's
+/// dgl_partition_to_graphbolt before training, then trains on GraphBolt.
+#[test]
+fn skip_mode_partitions_are_converted_to_graphbolt() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    require_root();
+    let ips = ["10.213.0.29", "10.213.0.30"];
+    let job = Job::new(ips);
+    prepare_skip(&job);
+    assert!(!read(&job.path("w0/dataset/sage.json")).contains("part_graph_graphbolt"));
+    let mut m = TwoMachines::create("k", ips);
+    let w: Vec<usize> = (0..2)
+        .map(|i| {
+            let log = job.path(&format!("worker-{i}.log"));
+            m.spawn(i, &job.worker_args(i, ips[i]), &[], &log)
+        })
+        .collect();
+    let mut launch = job.launch_args("Skip", 2, 0, None);
+    launch.push("--use-graphbolt".into());
+    let launcher = m.spawn(0, &launch, &[], &job.path("launcher.log"));
+    let status = m.wait(launcher, Duration::from_secs(900));
+    let all = logs(job.dir.path());
+    let status = status.unwrap_or_else(|| panic!("the launcher did not finish{all}"));
+    assert!(status.success(), "the launcher failed: {status}{all}");
+    for (i, idx) in w.into_iter().enumerate() {
+        let s = m.wait(idx, Duration::from_secs(60));
+        assert!(s.is_some_and(|s| s.success()), "worker-{i}: {s:?}{all}");
+        let json = read(&job.path(&format!("w{i}/dataset/sage.json")));
+        assert!(
+            json.contains("part_graph_graphbolt"),
+            "worker {i}'s JSON converted{all}"
+        );
+        let pt = job.path(&format!("w{i}/dataset/part{i}/fused_csc_sampling_graph.pt"));
+        assert!(pt.is_file(), "worker {i} wrote {}{all}", pt.display());
+    }
+    let log = read(&job.path("launcher.log"));
+    assert!(log.contains("graphbolt: True"), "trained on GraphBolt{all}");
+    assert_eq!(losses(&log).len(), 2, "both ranks trained{all}");
 }
 
 /// Partition mode ParMETIS: the example's loader writes DGL's chunked
@@ -646,6 +740,17 @@ impl TwoMachineRun<'_> {
         let left = [m.ns_pids(), m.marked_pids()].concat();
         assert!(left.is_empty(), "processes left behind: {left:?}{all}");
         eprintln!("{tag} on two machines: {elapsed:?} until the launcher exited");
+        // Read by `cargo xtask bench graphbolt`.
+        let shipped: Vec<u64> = (0..2)
+            .map(|i| dir_bytes(&job.path(&format!("w{i}/dataset"))))
+            .collect();
+        eprintln!(
+            "FIGURES tag={tag} shipped_w0={} shipped_w1={} epoch_seconds={} run_seconds={:.1}",
+            shipped[0],
+            shipped[1],
+            epoch_seconds(&log).join(","),
+            elapsed.as_secs_f64()
+        );
         read(&job.path("partitioner.log"))
     }
 }
@@ -973,6 +1078,34 @@ fn a_launcher_without_workers_trains_alone() {
         !out.status.success() && err.contains("{ip_config} has no value here"),
         "{err}"
     );
+}
+
+/// Bytes of the regular files below `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+                    Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+                    _ => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// The `seconds=` of rank 0's epoch lines, in order.
+fn epoch_seconds(launcher_log: &str) -> Vec<String> {
+    launcher_log
+        .lines()
+        .filter(|l| l.contains("] epoch=") && l.contains(" rank=0 "))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix("seconds="))
+        })
+        .map(str::to_string)
+        .collect()
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -182,6 +182,7 @@ fn launch_config(agent: SocketAddr, peer_timeout: Duration) -> LaunchConfig {
             master_port: 29500,
             extra_args: vec![],
             command: None,
+            use_graphbolt: false,
         },
         token: token(),
         wait_timeout: Duration::from_secs(10),

@@ -94,6 +94,9 @@ def parse_args(argv=None):
                         "and DistParMETIS)")
     p.add_argument("--num_chunks", type=positive_int, default=2,
                    help="chunks per node/edge type with --output_format chunked")
+    p.add_argument("--use_graphbolt", action="store_true",
+                   help="also write GraphBolt's fused_csc_sampling_graph.pt per partition "
+                        "(partition_graph(..., use_graphbolt=True); dglrun --use-graphbolt)")
     args = p.parse_args(argv)
 
     if args.train_frac + args.val_frac > 1.0:
@@ -246,6 +249,7 @@ def main(argv=None):
         part_method=args.part_method,
         balance_ntypes=g.ndata["train_mask"] if args.balance_train else None,
         balance_edges=args.balance_edges,
+        use_graphbolt=args.use_graphbolt,
     )
     t_part = time.time() - t1
 

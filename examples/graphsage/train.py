@@ -110,6 +110,9 @@ def parse_args(argv=None):
     p.add_argument("--eval_batch_size", type=positive_int, default=1000,
                    help="seed nodes per mini-batch during the final evaluation")
     p.add_argument("--no_eval", action="store_true", help="skip the final val/test evaluation")
+    p.add_argument("--use_graphbolt", action="store_true",
+                   help="servers load GraphBolt partitions (fused_csc_sampling_graph.pt) and "
+                        "sample with GraphBolt (dgl.distributed.initialize(use_graphbolt=True))")
     # torch.distributed.launch passes --local_rank / --local-rank; torchrun sets LOCAL_RANK.
     p.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -202,7 +205,9 @@ def run(args):
     crash_epoch, crash_rank = crash_epoch_from_env()
 
     # Servers stay inside initialize() until all trainers are gone, then exit 0.
-    dgl.distributed.initialize(args.ip_config)
+    # use_graphbolt matters to the servers (they load the partition); the
+    # trainers ask server 0 which format it serves.
+    dgl.distributed.initialize(args.ip_config, use_graphbolt=args.use_graphbolt)
 
     distributed = os.environ.get("DGL_DIST_MODE", "standalone") != "standalone"
     if distributed:

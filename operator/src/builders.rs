@@ -529,6 +529,10 @@ fn pod_env(job: &DGLJob, role: ReplicaType, index: i32) -> Vec<EnvVar> {
     if role == ReplicaType::Worker {
         env.push(env_value(ENV_WORKER_INDEX, index.to_string()));
     }
+    // Only when asked: the pods of every other job stay as they were.
+    if job.spec.use_graphbolt() {
+        env.push(env_value(ENV_USE_GRAPHBOLT, "true"));
+    }
     env
 }
 
@@ -767,6 +771,19 @@ mod tests {
 
     fn env<'a>(c: &'a Container, name: &str) -> Option<&'a EnvVar> {
         c.env.iter().flatten().find(|e| e.name == name)
+    }
+
+    #[test]
+    fn use_graphbolt_reaches_dglrun_only_when_set() {
+        let mut j = seed();
+        let cfg = BuildConfig::default();
+        let pod = worker_pod(&j, 0, 0, &cfg);
+        assert!(env(main_container(&pod), ENV_USE_GRAPHBOLT).is_none());
+        j.spec.use_graphbolt = Some(true);
+        for pod in [worker_pod(&j, 0, 0, &cfg), launcher_pod(&j, 0, &cfg)] {
+            let e = env(main_container(&pod), ENV_USE_GRAPHBOLT).unwrap();
+            assert_eq!(e.value.as_deref(), Some("true"));
+        }
     }
 
     #[test]

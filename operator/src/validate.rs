@@ -4,7 +4,7 @@
 
 use std::str::FromStr;
 
-use dgl_api::{DGLJob, ReplicaType};
+use dgl_api::{DGLJob, PartitionMode, ReplicaType};
 use kube::ResourceExt;
 
 use crate::builders::BuildConfig;
@@ -55,7 +55,30 @@ pub struct Refusal {
 
 /// Checks `job` against the operator's settings.
 pub fn validate(job: &DGLJob, cfg: &BuildConfig) -> Result<(), Refusal> {
-    protected_service_accounts(job, cfg)
+    protected_service_accounts(job, cfg)?;
+    graphbolt(job)
+}
+
+/// What DGL 2.1.0's GraphBolt cannot do with this job's settings (the CRD's
+/// rules say the same; a job stored before them is refused here).
+fn graphbolt(job: &DGLJob) -> Result<(), Refusal> {
+    let spec = &job.spec;
+    if !spec.use_graphbolt() {
+        return Ok(());
+    }
+    let refuse = |message: &str| {
+        Err(Refusal {
+            reason: "GraphBoltUnsupported",
+            message: message.to_string(),
+        })
+    };
+    if spec.partition_mode == PartitionMode::DistParMetis {
+        return refuse("spec.useGraphbolt: is not supported with spec.partitionMode DistParMETIS (each worker holds only its own partition; DGL 2.1.0's converter needs all of them): use ParMETIS, DGL-API or Skip");
+    }
+    if spec.num_workers() == 0 {
+        return refuse("spec.useGraphbolt: needs spec.dglReplicaSpecs.Worker (DGL 2.1.0 has no GraphBolt in standalone mode, the training a job without workers runs)");
+    }
+    Ok(())
 }
 
 /// No template may name a protected ServiceAccount (`serviceAccountName`,
@@ -104,6 +127,25 @@ mod tests {
             serde_yaml::from_str(include_str!("../../examples/seed-dgljob.yaml")).unwrap();
         job.metadata.namespace = Some(ns.into());
         job
+    }
+
+    #[test]
+    fn graphbolt_is_refused_where_dgl_cannot_use_it() {
+        let cfg = cfg(&[]);
+        let mut j = job("ns");
+        j.spec.use_graphbolt = Some(true);
+        assert_eq!(validate(&j, &cfg), Ok(()));
+        j.spec.partition_mode = PartitionMode::DistParMetis;
+        let r = validate(&j, &cfg).unwrap_err();
+        assert_eq!(r.reason, "GraphBoltUnsupported");
+        assert!(r.message.starts_with("spec.useGraphbolt:"), "{}", r.message);
+        assert!(r.message.contains("DistParMETIS"), "{}", r.message);
+        j.spec.partition_mode = PartitionMode::Skip;
+        j.spec.dgl_replica_specs.remove(&ReplicaType::Worker);
+        let r = validate(&j, &cfg).unwrap_err();
+        assert!(r.message.contains("standalone"), "{}", r.message);
+        j.spec.use_graphbolt = Some(false);
+        assert_eq!(validate(&j, &cfg), Ok(()));
     }
 
     fn set_sa(job: &mut DGLJob, role: ReplicaType, sa: &str) {

@@ -91,6 +91,10 @@ enum Cmd {
     /// dglrun's native partition pipeline vs dgl.distributed.partition_graph
     /// on the same R-MAT graph: wall time, peak memory, edge cut, balance.
     Partition(crate::bench_partition::PartitionArgs),
+    /// GraphSAGE on two local workers (network namespaces, real DGL) with
+    /// graph.dgl and with GraphBolt partitions of the same graph: bytes
+    /// shipped per worker, seconds per epoch. Needs root.
+    Graphbolt(crate::bench_graphbolt::GraphboltArgs),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
@@ -279,6 +283,7 @@ pub fn run(args: Args) -> Result<()> {
     match args.cmd {
         Cmd::Scale(a) => scale(a),
         Cmd::Partition(a) => crate::bench_partition::run(a),
+        Cmd::Graphbolt(a) => crate::bench_graphbolt::run(a),
     }
 }
 

@@ -887,6 +887,7 @@ fn prepare_shards(
                 source: ShardSource::Partitioner {
                     addr: partitioner.to_string(),
                 },
+                use_graphbolt: false,
             });
             let token = token.clone();
             set.spawn(async move {

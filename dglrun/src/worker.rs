@@ -248,6 +248,11 @@ async fn shut_down(shared: &Shared, reason: &str) -> Phase {
         return Phase::Training;
     }
     tracing::warn!(reason, "shut down by the launcher before training");
+    // The pod fails (exit 1): its status says why, which is the launcher's
+    // reason (the operator may see this pod fail before the launcher).
+    crate::termination::write(&format!(
+        "shut down by the launcher before training: {reason}"
+    ));
     *phase = Phase::Done;
     Phase::Done
 }
@@ -463,6 +468,10 @@ async fn session(
         tracing::info!(message = %result.message, "training finished");
     } else {
         tracing::error!(status = %result.exit, message = %result.message, "training failed");
+        crate::termination::write(&format!(
+            "training failed ({}): {}",
+            result.exit, result.message
+        ));
     }
     let code = result.exit.as_shell_status();
     let _ = events_tx.send(Response::Finished(result)).await;

@@ -83,8 +83,28 @@ where
     wait_until(client, ns, name, until).await?;
     let note = fault().await?;
     println!("    {note}");
-    let done = follow_to_end(client, ns, name, |_, _, _| {}).await?;
+    let mut restart = None;
+    let done = follow_to_end(client, ns, name, |j, _, _| {
+        // The condition's message changes once the new run is up; keep why.
+        if restart.is_none() && condition_true(j, "Restarting") {
+            restart = condition_message(j, "Restarting");
+        }
+    })
+    .await?;
+    let note = match restart {
+        Some(why) => format!("{note}; restarted: {}", truncate(&why, 200)),
+        None => note,
+    };
     Ok((applied.elapsed(), done, note))
+}
+
+fn condition_message(job: &DGLJob, kind: &str) -> Option<String> {
+    job.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == kind)
+        .map(|c| c.message.clone())
 }
 
 fn restarts(job: &DGLJob) -> i32 {
@@ -313,12 +333,7 @@ pub async fn network_cut(client: &Client, ns: &str) -> Result<Outcome> {
     .await?;
     expect_phase(&done, JobPhase::Succeeded)?;
     ensure!(restarts(&done) == 1, "restarted {} times", restarts(&done));
-    let why = done
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Restarting"))
-        .map(|c| c.message.clone())
-        .unwrap_or_default();
+    let why = note.split("; restarted: ").nth(1).unwrap_or_default();
     ensure!(
         why.contains(&victim) || why.contains("worker-1"),
         "the restart does not name {victim}: {why:?}"
@@ -327,7 +342,7 @@ pub async fn network_cut(client: &Client, ns: &str) -> Result<Outcome> {
     Ok(Outcome {
         terminal: Some(terminal),
         left,
-        note: format!("{note}; restarted: {}", truncate(&why, 160)),
+        note,
     })
 }
 

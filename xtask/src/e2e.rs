@@ -582,6 +582,7 @@ pub(crate) async fn delete_and_check_children(
 
 /// `Kind/name` of every object labelled as the job's.
 pub(crate) async fn children(client: &Client, ns: &str, job: &str) -> Result<Vec<String>> {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
     let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={job}"));
     let mut out = Vec::new();
     macro_rules! collect {
@@ -598,7 +599,8 @@ pub(crate) async fn children(client: &Client, ns: &str, job: &str) -> Result<Vec
         Service,
         ServiceAccount,
         Role,
-        RoleBinding
+        RoleBinding,
+        NetworkPolicy
     );
     Ok(out)
 }

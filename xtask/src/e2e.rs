@@ -760,9 +760,17 @@ async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
         .and_then(|s| s.restart_count)
         .unwrap_or(0);
     ensure!(restarts == 0, "the job restarted {restarts} time(s)");
+    // The example's rank 0 reports each epoch (DGLRUN_PROGRESS): the
+    // launcher published it on its pod and the operator folded it in.
+    let progress = job_done.status.as_ref().and_then(|s| s.progress.as_ref());
+    let summary = progress.map(|p| p.summary.as_str()).unwrap_or("");
+    ensure!(
+        summary == "epoch 3/3" && progress.is_some_and(|p| p.loss.is_some()),
+        "status.progress after Succeeded: {progress:?}, expected epoch 3/3 with a loss"
+    );
     let deleted_in = delete_and_check_children(client, ns, name).await?;
     Ok(format!(
-        "Succeeded {:.0}s after apply (operator pod replaced while {restarted_at}, new one Ready in {:.1}s, {} pods then, none recreated); children deleted in {:.1}s",
+        "Succeeded {:.0}s after apply (operator pod replaced while {restarted_at}, new one Ready in {:.1}s, {} pods then, none recreated; progress {summary}); children deleted in {:.1}s",
         total.as_secs_f64(),
         operator_gap.as_secs_f64(),
         pods_then,

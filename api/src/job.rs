@@ -302,6 +302,12 @@ pub struct RunPolicy {
     /// Gang scheduling. Used when Volcano or scheduler-plugins is installed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling_policy: Option<SchedulingPolicy>,
+
+    /// Rules by exit code or pod condition that fail the job at once
+    /// (FailJob), restart without counting against backoffLimit (Ignore) or
+    /// count (Count, the default for a failure no rule matches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_failure_policy: Option<crate::failure_policy::PodFailurePolicy>,
 }
 
 /// Gang-scheduling settings, turned into a PodGroup.
@@ -354,10 +360,16 @@ pub struct DGLJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<JobPhase>,
 
-    /// How many times the job's pods were restarted after a failed run
-    /// (compared with runPolicy.backoffLimit).
+    /// How many times the job's pods were restarted after a failed run; the
+    /// restarts that count against runPolicy.backoffLimit are
+    /// `restartCount - ignoredRestarts`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_count: Option<i32>,
+
+    /// Restarts an Ignore rule of runPolicy.podFailurePolicy made, which do
+    /// not count against backoffLimit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignored_restarts: Option<i32>,
 
     /// The generation of the spec this status was derived from.
     #[serde(default, skip_serializing_if = "Option::is_none")]

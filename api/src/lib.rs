@@ -2,6 +2,7 @@
 //! labels and environment variables every binary agrees on, and the formats
 //! of the files the operator hands to the pods.
 
+pub mod failure_policy;
 pub mod files;
 mod job;
 #[cfg(feature = "logging")]
@@ -11,6 +12,7 @@ pub mod pods;
 pub mod progress;
 pub mod wire;
 
+pub use failure_policy::{PodFailurePolicy, PodFailurePolicyAction};
 pub use job::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -314,6 +314,16 @@ async fn every_field_round_trips() {
                 priority_class: Some("high".into()),
                 schedule_timeout_seconds: Some(120),
             }),
+            pod_failure_policy: Some(
+                serde_json::from_value(serde_json::json!({"rules": [
+                    {"action": "FailJob", "onExitCodes":
+                        {"containerName": "main", "operator": "In", "values": [1, 42]}},
+                    {"action": "Ignore", "onPodConditions":
+                        [{"type": "DisruptionTarget", "status": "True"}]},
+                    {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [0]}}
+                ]}))
+                .expect("a valid policy"),
+            ),
         }),
         use_graphbolt: Some(true),
     };
@@ -359,6 +369,7 @@ async fn every_field_round_trips() {
         completion_time: Some(now.clone()),
         phase: Some(JobPhase::Running),
         restart_count: Some(1),
+        ignored_restarts: Some(1),
         observed_generation: Some(1),
         // Numbers come back bit for bit (else an unchanged report would
         // look changed and be written again and again).

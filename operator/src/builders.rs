@@ -983,6 +983,7 @@ mod tests {
             state: PodState::Running { ready: true },
             ip: ip.map(String::from),
             progress: None,
+            facts: Default::default(),
         };
         let mut pods: Vec<ObservedPod> = (0..11)
             .map(|i| pod(i, Some(&format!("10.0.0.{}", 100 + i)).map(|s| s.as_str())))

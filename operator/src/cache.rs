@@ -733,6 +733,7 @@ mod tests {
             state,
             ip: None,
             progress: None,
+            facts: Default::default(),
         }
     }
 

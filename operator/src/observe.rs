@@ -1,5 +1,6 @@
 //! What exists: a job's pods, classified (pure functions over `Pod`).
 
+use dgl_api::failure_policy::FailureFacts;
 use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE, LABEL_RUN};
 use dgl_api::pods::{self, ContainerExit};
 use dgl_api::ReplicaType;
@@ -39,6 +40,9 @@ pub struct ObservedPod {
     pub ip: Option<String>,
     /// A launcher's progress annotation, as written (parsed by the plan).
     pub progress: Option<String>,
+    /// Exit codes and conditions of a failed or terminating pod, for
+    /// runPolicy.podFailurePolicy; empty otherwise.
+    pub facts: FailureFacts,
 }
 
 impl ObservedPod {
@@ -63,14 +67,21 @@ impl ObservedPod {
         let progress = (role == ReplicaType::Launcher)
             .then(|| pod.annotations().get(ANNOTATION_PROGRESS).cloned())
             .flatten();
+        let state = pod_state(pod);
+        let facts = if matches!(state, PodState::Failed { .. } | PodState::Terminating) {
+            FailureFacts::of(pod)
+        } else {
+            FailureFacts::default()
+        };
         Some(ObservedPod {
             name: pod.name_any(),
             role,
             index,
             epoch,
-            state: pod_state(pod),
+            state,
             ip,
             progress,
+            facts,
         })
     }
 

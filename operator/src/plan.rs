@@ -21,6 +21,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use dgl_api::failure_policy::{FailureFacts, PodFailurePolicyAction, MAX_IGNORED_RESTARTS};
 use dgl_api::names::{launcher_name, partitioner_name, worker_name};
 use dgl_api::progress::Progress;
 use dgl_api::{
@@ -170,6 +171,17 @@ struct Failure {
     role: ReplicaType,
     reason: String,
     message: String,
+    /// What runPolicy.podFailurePolicy's rules match (empty for a pod gone).
+    facts: FailureFacts,
+}
+
+/// What a failure leads to.
+enum Verdict {
+    /// Restart; `counted` against backoffLimit or not (an Ignore rule).
+    Restart {
+        counted: bool,
+    },
+    Fail,
 }
 
 /// How a plan sets `status.replicaStatuses`.
@@ -407,6 +419,7 @@ impl<'a> Planner<'a> {
                     role: p.role,
                     reason: reason.clone(),
                     message: message.clone(),
+                    facts: p.facts.clone(),
                 }),
                 _ => None,
             });
@@ -419,17 +432,22 @@ impl<'a> Planner<'a> {
             .map(|i| (ReplicaType::Worker, worker_name(&self.name, i)))
             .chain(running.then(|| (ReplicaType::Launcher, self.launcher.clone())));
         expected.into_iter().find_map(|(role, pod)| {
-            let message = match find(current, &pod) {
-                None => format!("pod {pod} was deleted while the job was running"),
-                Some(p) if p.state == PodState::Terminating => {
-                    format!("pod {pod} is being deleted while the job was running")
-                }
+            let (message, facts) = match find(current, &pod) {
+                None => (
+                    format!("pod {pod} was deleted while the job was running"),
+                    FailureFacts::default(),
+                ),
+                Some(p) if p.state == PodState::Terminating => (
+                    format!("pod {pod} is being deleted while the job was running"),
+                    p.facts.clone(),
+                ),
                 Some(_) => return None,
             };
             Some(Failure {
                 role,
                 reason: "PodDeleted".into(),
                 message,
+                facts,
             })
         })
     }
@@ -442,18 +460,36 @@ impl<'a> Planner<'a> {
             role,
             reason,
             message,
+            facts,
         } = failure;
-        let reason = if reason == "PodDeleted" || reason == "Evicted" {
+        let mut reason = if reason == "PodDeleted" || reason == "Evicted" {
             reason
         } else {
             format!("{role}Failed")
         };
-        if self.epoch < limit {
-            let next = self.epoch + 1;
-            let msg = format!("{message}; restarting (restart {next} of {limit})");
+        let (verdict, rule) = self.verdict(&facts, limit);
+        let message = match &rule {
+            Some(r) => format!("{message}; {r}"),
+            None => message,
+        };
+        if let (Verdict::Fail, Some(_)) = (&verdict, &rule) {
+            reason = "PodFailurePolicy".into();
+        }
+        if let Verdict::Restart { counted } = verdict {
+            // Saturating: status fields are anyone's to edit.
+            let next = self.epoch.saturating_add(1);
+            let msg = if counted {
+                let n = next.saturating_sub(self.ignored());
+                format!("{message}; restarting (restart {n} of {limit})")
+            } else {
+                format!("{message}; restarting, not counted against backoffLimit")
+            };
             self.sb.clear(JobPhase::Running, &reason, &msg);
             self.sb.set(JobPhase::Restarting, true, &reason, &msg);
             self.sb.status.restart_count = Some(next);
+            if !counted {
+                self.sb.status.ignored_restarts = Some(self.ignored().saturating_add(1));
+            }
             // The next run trains from its start: the last run's report is stale.
             self.sb.status.progress = None;
             // Keep a partitioner that finished its work: the next run reuses it.
@@ -468,7 +504,7 @@ impl<'a> Planner<'a> {
                 }
             }
         } else {
-            let msg = if limit > 0 {
+            let msg = if limit > 0 && rule.is_none() {
                 format!("{message}; backoffLimit ({limit}) reached")
             } else {
                 message
@@ -478,6 +514,46 @@ impl<'a> Planner<'a> {
         }
         let ensure_children = !self.sb.is_true(JobPhase::Failed);
         self.done(Replicas::After(current), ensure_children)
+    }
+
+    /// Restarts so far that an Ignore rule made (not counted).
+    fn ignored(&self) -> i32 {
+        self.sb.status.ignored_restarts.unwrap_or(0)
+    }
+
+    /// What runPolicy.podFailurePolicy (first matching rule) and
+    /// backoffLimit make of a failure; the rule that decided, described.
+    fn verdict(&self, facts: &FailureFacts, limit: i32) -> (Verdict, Option<String>) {
+        let run_policy = self.job.spec.run_policy();
+        let decided = run_policy
+            .pod_failure_policy
+            .as_ref()
+            .and_then(|p| p.decide(facts));
+        let counted_left = self.epoch.saturating_sub(self.ignored()) < limit;
+        let describe = |i: usize, a: PodFailurePolicyAction| {
+            format!("runPolicy.podFailurePolicy.rules[{i}] ({a:?}) matched")
+        };
+        match decided {
+            Some((i, PodFailurePolicyAction::FailJob)) => (
+                Verdict::Fail,
+                Some(describe(i, PodFailurePolicyAction::FailJob)),
+            ),
+            Some((i, PodFailurePolicyAction::Ignore)) if self.ignored() < MAX_IGNORED_RESTARTS => {
+                let r = describe(i, PodFailurePolicyAction::Ignore);
+                (Verdict::Restart { counted: false }, Some(r))
+            }
+            Some((i, a)) => {
+                let r = Some(format!("{}; counted", describe(i, a)));
+                if counted_left {
+                    (Verdict::Restart { counted: true }, r)
+                } else {
+                    let r = r.map(|r| format!("{r}, backoffLimit ({limit}) reached"));
+                    (Verdict::Fail, r)
+                }
+            }
+            None if counted_left => (Verdict::Restart { counted: true }, None),
+            None => (Verdict::Fail, None),
+        }
     }
 
     /// The launcher exited 0: the job succeeded.
@@ -793,6 +869,7 @@ mod tests {
             state,
             ip: Some(format!("10.0.0.{}", 10 + index)),
             progress: None,
+            facts: Default::default(),
         }
     }
 
@@ -1175,6 +1252,104 @@ mod tests {
             let p = step(&mut j, &pods, t(5));
             assert_eq!(deleted(&p).len(), expect, "{policy:?}");
         }
+    }
+
+    fn with_policy(j: &mut DGLJob, backoff: i32) {
+        j.spec.run_policy = Some(RunPolicy {
+            backoff_limit: Some(backoff),
+            pod_failure_policy: Some(
+                serde_json::from_value(serde_json::json!({"rules": [
+                    {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}},
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                    {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [1]}}
+                ]}))
+                .unwrap(),
+            ),
+            ..Default::default()
+        });
+    }
+
+    fn exited(code: i32, disrupted: bool) -> FailureFacts {
+        FailureFacts {
+            exits: vec![("c".into(), code)],
+            conditions: disrupted
+                .then(|| ("DisruptionTarget".into(), "True".into()))
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_fail_job_rule_fails_at_once_whatever_backoff_allows() {
+        let (mut j, mut pods) = running_job();
+        with_policy(&mut j, 3);
+        pods[1].state = failed("pod w0: container c exited with code 42");
+        pods[1].facts = exited(42, false);
+        let p = step(&mut j, &pods, t(10));
+        assert_eq!(p.status.phase, Some(JobPhase::Failed));
+        let c = cond(&p, JobPhase::Failed).unwrap();
+        assert_eq!(c.reason, "PodFailurePolicy");
+        assert!(
+            c.message
+                .contains("runPolicy.podFailurePolicy.rules[0] (FailJob) matched"),
+            "{}",
+            c.message
+        );
+        assert_eq!(p.status.restart_count, None);
+    }
+
+    #[test]
+    fn an_ignore_rule_restarts_without_counting_against_backoff() {
+        let (mut j, mut pods) = running_job();
+        with_policy(&mut j, 0);
+        pods[1].state = failed("pod w0: container c exited with code 137");
+        pods[1].facts = exited(137, true);
+        let p = step(&mut j, &pods, t(10));
+        assert_eq!(p.status.phase, Some(JobPhase::Restarting));
+        assert_eq!(p.status.restart_count, Some(1));
+        assert_eq!(p.status.ignored_restarts, Some(1));
+        let c = cond(&p, JobPhase::Restarting).unwrap();
+        assert!(c.message.contains("not counted against backoffLimit"));
+        // The next run's failure without a matching rule counts: backoffLimit
+        // 0 is reached although one restart happened.
+        let mut pods = vec![pods[0].clone()];
+        pods.push(pod(ReplicaType::Worker, 0, 1, failed("exited with code 1")));
+        pods[1].facts = exited(1, false);
+        let p = step(&mut j, &pods, t(20));
+        assert_eq!(p.status.phase, Some(JobPhase::Failed));
+        assert_eq!(cond(&p, JobPhase::Failed).unwrap().reason, "WorkerFailed");
+    }
+
+    #[test]
+    fn a_count_rule_counts_and_ignores_beyond_the_cap_count_too() {
+        let (mut j, mut pods) = running_job();
+        with_policy(&mut j, 1);
+        pods[1].state = failed("exited with code 2");
+        pods[1].facts = exited(2, false);
+        let p = step(&mut j, &pods, t(10));
+        assert_eq!(p.status.phase, Some(JobPhase::Restarting));
+        assert_eq!(p.status.ignored_restarts, None);
+        assert!(cond(&p, JobPhase::Restarting)
+            .unwrap()
+            .message
+            .contains("rules[2] (Count) matched; counted; restarting (restart 1 of 1)"));
+
+        let (mut j, mut pods) = running_job();
+        with_policy(&mut j, 0);
+        let st = j.status.get_or_insert_with(Default::default);
+        st.ignored_restarts = Some(MAX_IGNORED_RESTARTS);
+        st.restart_count = Some(MAX_IGNORED_RESTARTS);
+        for p in pods.iter_mut() {
+            p.epoch = MAX_IGNORED_RESTARTS;
+        }
+        pods[1].state = failed("evicted");
+        pods[1].facts = exited(137, true);
+        let p = step(&mut j, &pods, t(10));
+        assert_eq!(p.status.phase, Some(JobPhase::Failed));
+        assert!(cond(&p, JobPhase::Failed)
+            .unwrap()
+            .message
+            .contains("(Ignore) matched; counted, backoffLimit (0) reached"));
     }
 
     #[test]

@@ -246,6 +246,7 @@ mod tests {
                 state: crate::observe::PodState::Running { ready: true },
                 ip: Some(format!("fd00:1234:5678:9abc:def0:1234:{:04x}:{:04x}", i, i)),
                 progress: None,
+                facts: Default::default(),
             })
             .collect();
         let cm = crate::builders::config_map(&j, &pods);

@@ -219,6 +219,15 @@ fn build_job(s: &Spec, st: &Option<Status>) -> DGLJob {
             min_available: Some(m),
             ..Default::default()
         }),
+        // Every action, so that random failures go through each verdict.
+        pod_failure_policy: s.backoff.map(|_| {
+            serde_json::from_value(serde_json::json!({"rules": [
+                {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}},
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                {"action": "Count", "onExitCodes": {"operator": "NotIn", "values": [1]}}
+            ]}))
+            .expect("a valid policy")
+        }),
     });
     job.status = st.as_ref().map(|st| DGLJobStatus {
         conditions: st
@@ -257,6 +266,14 @@ fn observed(job: &str, raw: Vec<(u8, i32, i32, PodState, Option<String>)>) -> Ve
                 state,
                 ip,
                 progress: None,
+                // Derived from the index so that every rule gets matched.
+                facts: dgl_api::failure_policy::FailureFacts {
+                    exits: vec![("main".into(), index.rem_euclid(5))],
+                    conditions: (index % 2 == 0)
+                        .then(|| ("DisruptionTarget".into(), "True".into()))
+                        .into_iter()
+                        .collect(),
+                },
             }
         })
         .collect()

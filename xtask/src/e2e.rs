@@ -81,6 +81,8 @@ pub const EXAMPLE_PARMETIS: &str = "examples/parmetis/dgljob.yaml";
 pub const EXAMPLE_DISTPARMETIS: &str = "examples/distparmetis/dgljob.yaml";
 /// DGL's own convention: launch.py-style command lines.
 pub const EXAMPLE_LAUNCHPY: &str = "examples/launchpy/dgljob.yaml";
+/// GraphBolt partitions.
+pub const EXAMPLE_GRAPHBOLT: &str = "examples/graphbolt/dgljob.yaml";
 /// A job without workers.
 pub const EXAMPLE_STANDALONE: &str = "examples/standalone/dgljob.yaml";
 /// How long one GraphSAGE job may take from apply to a final phase.
@@ -100,7 +102,9 @@ pub enum Scenario {
     Launchpy,
     /// The example without workers: the launcher trains alone to Succeeded.
     Standalone,
-    /// Every `cargo xtask chaos` fault once (operator killed, worker deleted, churn).
+    /// The GraphBolt example (spec.useGraphbolt) trains to Succeeded on GraphBolt partitions.
+    Graphbolt,
+    /// Every `cargo xtask chaos` fault once.
     Chaos,
     /// Replaces the Helm release with deploy/namespaced (PSA restricted) and trains the example there. Runs last.
     Namespaced,
@@ -172,6 +176,7 @@ pub fn run(args: Args) -> Result<()> {
             Scenario::Distparmetis,
             Scenario::Launchpy,
             Scenario::Standalone,
+            Scenario::Graphbolt,
             Scenario::Chaos,
             Scenario::Namespaced,
         ]
@@ -193,6 +198,7 @@ pub fn run(args: Args) -> Result<()> {
                 Scenario::Distparmetis => distparmetis(&stack.client).await,
                 Scenario::Launchpy => launchpy(&stack.client).await,
                 Scenario::Standalone => standalone(&stack.client).await,
+                Scenario::Graphbolt => graphbolt(&stack.client).await,
                 Scenario::Chaos => {
                     use crate::chaos::Fault;
                     crate::chaos::run_all(&stack.client, &stack.cluster, &Fault::ALL, 1, 4).await
@@ -857,6 +863,29 @@ async fn parmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
 
 /// The launch.py-style example: the user's own command lines run as
 /// written on two workers; Succeeded with falling losses.
+/// The GraphBolt example: DGL's servers load fused_csc_sampling_graph.pt
+/// (DGL says so in the launcher's log) and the job trains to Succeeded.
+async fn graphbolt(client: &Client) -> Result<String> {
+    let job = "graphbolt";
+    in_namespace(client, "e2e-graphbolt", job, |ns| async move {
+        let total = example_succeeds(client, &ns, job, EXAMPLE_GRAPHBOLT, |_, _, _| {}).await?;
+        let log = launcher_log(client, &ns, job).await?;
+        ensure!(
+            log.contains("Initialize the distributed services with graphbolt: True"),
+            "DGL did not initialize with GraphBolt:\n{log}"
+        );
+        let losses = losses_by_worker(&log);
+        check_losses_fall(&losses, 2)?;
+        let deleted_in = delete_and_check_children(client, &ns, job).await?;
+        Ok(format!(
+            "Succeeded {:.0}s after apply on GraphBolt partitions; children deleted in {:.1}s",
+            total.as_secs_f64(),
+            deleted_in.as_secs_f64()
+        ))
+    })
+    .await
+}
+
 async fn launchpy(client: &Client) -> Result<String> {
     let job = "launchpy";
     in_namespace(client, "e2e-launchpy", job, |ns| async move {

@@ -566,16 +566,20 @@ impl<'a> Planner<'a> {
         self.done(Replicas::After(current), false)
     }
 
-    /// Forward: partitioner, then workers, then the launcher, each once the
-    /// one before is ready.
+    /// Forward: the partitioner and the workers at once, then the launcher
+    /// once the partitions are made and every worker is Ready with an IP.
     fn forward(
         mut self,
         current: &[&ObservedPod],
         cfg: &BuildConfig,
         config_map: ConfigMapState,
     ) -> Plan {
+        // Workers start with the partitioner: they pull their image and run
+        // their preflight meanwhile. None reads a shard before the launcher
+        // asks, and the launcher starts only once the partitions are made and
+        // every worker is Ready with its IP in the ConfigMap.
         let partitioned = self.partition(current, cfg);
-        let workers_ready = partitioned && self.workers(current, cfg);
+        let workers_ready = self.workers(current, cfg) && partitioned;
         // Without workers the launcher reads no file of the ConfigMap (which
         // is applied before any pod is created): it starts at once.
         let config_ready = config_map == ConfigMapState::Current || self.job.spec.is_standalone();
@@ -988,29 +992,42 @@ mod tests {
     #[test]
     fn dgl_api_job_walks_partitioner_workers_launcher_in_order() {
         let mut j = job();
+        // The workers start with the partitioner (image pull, preflight).
         let p = step(&mut j, &[], t(0));
-        assert_eq!(created(&p), vec![partitioner_name(JOB)]);
+        assert_eq!(
+            created(&p),
+            vec![
+                partitioner_name(JOB),
+                worker_name(JOB, 0),
+                worker_name(JOB, 1)
+            ]
+        );
         assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
         assert_eq!(cond(&p, JobPhase::Created).unwrap().reason, "JobCreated");
         assert_eq!(p.status.start_time, Some(Time(t(0))));
 
-        let mut pods = vec![pod(
-            ReplicaType::Partitioner,
-            0,
-            0,
-            PodState::Running { ready: false },
-        )];
+        let mut pods = vec![
+            pod(
+                ReplicaType::Partitioner,
+                0,
+                0,
+                PodState::Running { ready: false },
+            ),
+            pod(ReplicaType::Worker, 0, 0, ready()),
+            pod(ReplicaType::Worker, 1, 0, ready()),
+        ];
         let p = step(&mut j, &pods, t(1));
-        assert!(created(&p).is_empty(), "no worker before partitioning ends");
+        assert!(
+            created(&p).is_empty(),
+            "no launcher before the partitions are made, workers ready or not"
+        );
+        assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
 
         pods[0].state = ready();
+        pods[2].state = PodState::Pending;
         let p = step(&mut j, &pods, t(2));
-        assert_eq!(created(&p), vec![worker_name(JOB, 0), worker_name(JOB, 1)]);
         assert_eq!(p.status.phase, Some(JobPhase::Partitioned));
         assert_eq!(cond(&p, JobPhase::Partitioning).unwrap().status, "False");
-
-        pods.push(pod(ReplicaType::Worker, 0, 0, ready()));
-        pods.push(pod(ReplicaType::Worker, 1, 0, PodState::Pending));
         let p = step(&mut j, &pods, t(3));
         assert!(
             created(&p).is_empty(),
@@ -1460,7 +1477,14 @@ mod tests {
         let p = step(&mut j, &[], t(20));
         assert_eq!(cond(&p, JobPhase::Suspended).unwrap().status, "False");
         assert_eq!(cond(&p, JobPhase::Suspended).unwrap().reason, "JobResumed");
-        assert_eq!(created(&p), vec![partitioner_name(JOB)]);
+        assert_eq!(
+            created(&p),
+            vec![
+                partitioner_name(JOB),
+                worker_name(JOB, 0),
+                worker_name(JOB, 1)
+            ]
+        );
         assert_eq!(p.status.start_time, Some(Time(t(20))));
     }
 

@@ -28,10 +28,16 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
     let job = env.create_job("full", |_| {}).await;
     let uid = job.uid().unwrap();
 
-    // Partitioner first, alone.
+    // The partitioner and the workers at once (they pull their image and
+    // run their preflight while the graph is partitioned); no launcher.
     env.wait_pod("full-partitioner").await;
+    env.wait_pod("full-worker-0").await;
+    env.wait_pod("full-worker-1").await;
     env.wait_phase("full", JobPhase::Partitioning).await;
-    assert_eq!(env.pod_names().await, vec!["full-partitioner"]);
+    assert_eq!(
+        env.pod_names().await,
+        vec!["full-partitioner", "full-worker-0", "full-worker-1"]
+    );
 
     // Supporting objects: owned, labelled, least privilege.
     let cm: ConfigMap = Api::namespaced(env.client.clone(), &env.ns)
@@ -75,17 +81,19 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
         .unwrap();
     assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
 
-    // Partitioned: workers, not yet the launcher.
+    // Workers ready while partitioning: still no launcher.
+    env.kubelet_running("full-worker-1", "10.244.1.11", true)
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!env.pod_names().await.contains(&"full-launcher".to_string()));
+    // Partitioned: not yet the launcher, worker 0 is not Ready.
     env.kubelet_running("full-partitioner", "10.244.0.2", true)
         .await;
-    env.wait_pod("full-worker-0").await;
-    env.wait_pod("full-worker-1").await;
     env.wait_phase("full", JobPhase::Partitioned).await;
     assert!(!env.pod_names().await.contains(&"full-launcher".to_string()));
 
-    // Workers ready with IPs: the ConfigMap lists them in order, then the launcher.
-    env.kubelet_running("full-worker-1", "10.244.1.11", true)
-        .await;
+    // Every worker ready with its IP: the ConfigMap lists them in order,
+    // then the launcher.
     env.kubelet_running("full-worker-0", "10.244.1.10", true)
         .await;
     env.wait_pod("full-launcher").await;

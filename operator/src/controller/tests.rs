@@ -149,6 +149,9 @@ async fn a_new_job_gets_its_children_status_partitioner_and_events() {
     assert!(result.is_ok(), "{result:?}");
     let expected = [
         format!("POST /api/v1/namespaces/ns/configmaps{CREATE}"),
+        // The partitioner and both workers.
+        format!("POST /api/v1/namespaces/ns/pods{CREATE}"),
+        format!("POST /api/v1/namespaces/ns/pods{CREATE}"),
         format!("POST /api/v1/namespaces/ns/pods{CREATE}"),
         format!("POST /api/v1/namespaces/ns/secrets{CREATE}"),
         format!("POST /api/v1/namespaces/ns/serviceaccounts{CREATE}"),

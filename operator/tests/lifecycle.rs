@@ -210,11 +210,11 @@ async fn failures_of_each_role_fail_the_job_with_the_reason() {
     let c = Env::condition(&job, JobPhase::Failed).unwrap();
     assert_eq!(c.reason, "PartitionerFailed");
     assert!(c.message.contains("pf-partitioner") && c.message.contains("code 2"));
-    assert!(!env
-        .pod_names()
-        .await
-        .iter()
-        .any(|p| p.starts_with("pf-worker")));
+    // The workers, created with the partitioner, are deleted (cleanPodPolicy
+    // Running) and no launcher was ever created.
+    env.wait_pod_gone("pf-worker-0").await;
+    env.wait_pod_gone("pf-worker-1").await;
+    assert!(!env.pod_names().await.iter().any(|p| p == "pf-launcher"));
 
     // Launcher.
     env.create_job("lf", |_| {}).await;

@@ -64,8 +64,7 @@ fn condition_true(job: &DGLJob, kind: &str) -> bool {
 async fn during<F, Fut>(
     client: &Client,
     ns: &str,
-    name: &str,
-    backoff_limit: i32,
+    job: DGLJob,
     until: impl Fn(&DGLJob, &[Pod]) -> bool,
     fault: F,
 ) -> Result<(Duration, DGLJob, String)>
@@ -73,11 +72,7 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<String>>,
 {
-    let mut job = example_job(name)?;
-    job.spec
-        .run_policy
-        .get_or_insert_with(Default::default)
-        .backoff_limit = Some(backoff_limit);
+    let name = &job.name_any();
     let applied = Instant::now();
     apply_job(client, ns, &job).await?;
     wait_until(client, ns, name, until).await?;
@@ -107,6 +102,16 @@ fn condition_message(job: &DGLJob, kind: &str) -> Option<String> {
         .map(|c| c.message.clone())
 }
 
+/// The example job named `name` with `backoff_limit`.
+fn example(name: &str, backoff_limit: i32) -> Result<DGLJob> {
+    let mut job = example_job(name)?;
+    job.spec
+        .run_policy
+        .get_or_insert_with(Default::default)
+        .backoff_limit = Some(backoff_limit);
+    Ok(job)
+}
+
 fn restarts(job: &DGLJob) -> i32 {
     job.status
         .as_ref()
@@ -127,8 +132,7 @@ pub async fn component(
     let (terminal, done, note) = during(
         client,
         ns,
-        name,
-        0,
+        example(name, 0)?,
         |j, _| running(j),
         || async {
             let t = Instant::now();
@@ -172,7 +176,8 @@ pub async fn partitioner_kill(client: &Client, ns: &str) -> Result<Outcome> {
     let name = "chaos-part";
     let partitioned = |j: &DGLJob, _: &[Pod]| condition_true(j, "Partitioned");
     let victim = partitioner_name(name);
-    let (terminal, done, note) = during(client, ns, name, 1, partitioned, || async {
+    let job = example(name, 1)?;
+    let (terminal, done, note) = during(client, ns, job, partitioned, || async {
         delete_now(client, ns, &victim).await?;
         Ok(format!("{victim} deleted at Partitioned"))
     })
@@ -208,8 +213,7 @@ pub async fn shard_corrupt(client: &Client, cluster: &LocalCluster, ns: &str) ->
     let (terminal, done, note) = during(
         client,
         ns,
-        name,
-        0,
+        launcher_delayed(example(name, 0)?, 10),
         |j, _| condition_true(j, "Partitioned"),
         || async {
             let uid = pods
@@ -251,6 +255,34 @@ pub async fn shard_corrupt(client: &Client, cluster: &LocalCluster, ns: &str) ->
         left,
         note: format!("{note}; Failed: {}", truncate(&message, 160)),
     })
+}
+
+/// `job` whose launcher first sleeps `secs` in an init container: since
+/// the workers start with the partitioner, the launcher (which asks for the
+/// shards) would otherwise follow Partitioned within a second or two; this
+/// makes the window before any shard is fetched certain.
+fn launcher_delayed(mut job: DGLJob, secs: u32) -> DGLJob {
+    use dgl_api::ReplicaType;
+    use k8s_openapi::api::core::v1::Container;
+    let Some(launcher) = job.spec.dgl_replica_specs.get_mut(&ReplicaType::Launcher) else {
+        return job;
+    };
+    let Some(spec) = launcher.template.spec.as_mut() else {
+        return job;
+    };
+    let main = spec.containers.first().cloned().unwrap_or_default();
+    let sleep = Container {
+        name: "chaos-delay".into(),
+        image: main.image,
+        image_pull_policy: main.image_pull_policy,
+        security_context: main.security_context,
+        command: Some(vec!["sleep".into(), secs.to_string()]),
+        ..Default::default()
+    };
+    spec.init_containers
+        .get_or_insert_with(Vec::new)
+        .insert(0, sleep);
+    job
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -309,8 +341,7 @@ pub async fn network_cut(client: &Client, ns: &str) -> Result<Outcome> {
     let (terminal, done, note) = during(
         client,
         ns,
-        name,
-        1,
+        example(name, 1)?,
         |j, _| running(j),
         || async {
             let uid = pods.get(&victim).await?.uid().unwrap_or_default();

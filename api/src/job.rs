@@ -134,6 +134,25 @@ pub struct DGLJobSpec {
         .message("spec.useGraphbolt: is immutable (the partitions are made for it); create a new DGLJob to change it"))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_graphbolt: Option<bool>,
+
+    /// When the worker pods are created (see [`WorkerCreationPolicy`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_creation_policy: Option<WorkerCreationPolicy>,
+}
+
+/// When the worker pods are created in a mode with a partitioner pod
+/// (DGL-API, ParMETIS): `AtStartup` (default) with the partitioner, so they
+/// pull their image and start while it partitions (none reads a shard before
+/// the partitions are complete); `AfterPartitioning` once the partitioner
+/// serves the partitions, so that workers (e.g. on GPU nodes) are not held
+/// idle through a long partition step. Other modes create them at once.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum WorkerCreationPolicy {
+    /// With the partitioner pod, when the job starts.
+    #[default]
+    AtStartup,
+    /// Once the partitioner pod serves the partitions (Ready).
+    AfterPartitioning,
 }
 
 /// Which pods survive the end of a job.
@@ -516,6 +535,11 @@ impl DGLJobSpec {
         self.replica_spec(ReplicaType::Worker)
             .map(ReplicaSpec::replicas)
             .unwrap_or(0)
+    }
+
+    /// `workerCreationPolicy`, default `AtStartup`.
+    pub fn worker_creation_policy(&self) -> WorkerCreationPolicy {
+        self.worker_creation_policy.unwrap_or_default()
     }
 
     /// `useGraphbolt`, default false.

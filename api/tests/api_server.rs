@@ -326,6 +326,7 @@ async fn every_field_round_trips() {
             ),
         }),
         use_graphbolt: Some(true),
+        worker_creation_policy: Some(WorkerCreationPolicy::AfterPartitioning),
     };
     let job = DGLJob::new("roundtrip", spec.clone());
     let created = api

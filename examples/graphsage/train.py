@@ -271,6 +271,9 @@ def run(args):
             correct += int((logits.argmax(dim=1) == y).sum())
             seen += len(y)
             steps += 1
+            if epoch == 0 and steps == 1:
+                # `cargo xtask bench latency` times apply -> this line.
+                print(f"first step rank={rank}", flush=True)
         mean_loss = loss_sum / max(steps, 1)
         train_acc = correct / max(seen, 1)
         seconds = time.time() - tic

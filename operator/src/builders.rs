@@ -127,8 +127,8 @@ pub fn with_hash<T: serde::Serialize + Resource>(mut obj: T) -> T {
     obj
 }
 
-/// `<job>-config`: hostfile, partfile, leadfile and, once every worker has
-/// an IP, DGL's ip_config. Workers are listed by index (partition order).
+/// `<job>-config`: hostfile, partfile, leadfile (the launcher's name; its
+/// IP is never written) and, once every worker has an IP, DGL's ip_config. Workers are listed by index (partition order).
 pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
     let name = job.name_any();
     let ip_of = |pod_name: &str| {
@@ -156,7 +156,15 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
             slots: None,
         }])
     };
-    let mut data = BTreeMap::from([(LEADFILE.to_string(), single(launcher_name(&name)))]);
+    // The leadfile names the launcher without its IP: nothing reads that
+    // IP, and writing it would cost every job one more ConfigMap write.
+    let lead = render_hosts(&[HostLine {
+        ip: None,
+        port: AGENT_PORT,
+        pod: launcher_name(&name),
+        slots: None,
+    }]);
+    let mut data = BTreeMap::from([(LEADFILE.to_string(), lead)]);
     // A job without workers has no hostfile and no ip_config: its launcher
     // trains alone.
     if job.spec.is_standalone() {
@@ -1002,6 +1010,32 @@ mod tests {
         assert_ne!(
             cm.annotations()[HASH_ANNOTATION],
             cm2.annotations()[HASH_ANNOTATION]
+        );
+    }
+
+    #[test]
+    fn the_launchers_ip_does_not_change_the_config_map() {
+        let j = seed();
+        let launcher = |ip: Option<&str>| ObservedPod {
+            name: launcher_name("dgl-graphsage"),
+            role: ReplicaType::Launcher,
+            index: 0,
+            epoch: 0,
+            state: PodState::Running { ready: false },
+            ip: ip.map(String::from),
+            progress: None,
+            facts: Default::default(),
+        };
+        let before = config_map(&j, &[launcher(None)]);
+        let after = config_map(&j, &[launcher(Some("10.0.0.9"))]);
+        assert_eq!(
+            before.annotations()[HASH_ANNOTATION],
+            after.annotations()[HASH_ANNOTATION],
+            "no rewrite when the launcher gets its IP"
+        );
+        assert_eq!(
+            after.data.as_ref().unwrap()[LEADFILE],
+            "- 30049 dgl-graphsage-launcher\n"
         );
     }
 

@@ -26,7 +26,7 @@ use dgl_api::names::{launcher_name, partitioner_name, worker_name};
 use dgl_api::progress::Progress;
 use dgl_api::{
     CleanPodPolicy, DGLJob, DGLJobStatus, JobPhase, JobProgress, PartitionMode, ReplicaStatus,
-    ReplicaType,
+    ReplicaType, WorkerCreationPolicy,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -566,7 +566,8 @@ impl<'a> Planner<'a> {
         self.done(Replicas::After(current), false)
     }
 
-    /// Forward: the partitioner and the workers at once, then the launcher
+    /// Forward: the partitioner and the workers at once (or the workers
+    /// once the partitions are made, `AfterPartitioning`), then the launcher
     /// once the partitions are made and every worker is Ready with an IP.
     fn forward(
         mut self,
@@ -574,12 +575,15 @@ impl<'a> Planner<'a> {
         cfg: &BuildConfig,
         config_map: ConfigMapState,
     ) -> Plan {
-        // Workers start with the partitioner: they pull their image and run
-        // their preflight meanwhile. None reads a shard before the launcher
-        // asks, and the launcher starts only once the partitions are made and
-        // every worker is Ready with its IP in the ConfigMap.
+        // By default workers start with the partitioner: they pull their
+        // image and run their preflight meanwhile. None reads a shard before
+        // the launcher asks, and the launcher starts only once the partitions
+        // are made and every worker is Ready with its IP in the ConfigMap.
         let partitioned = self.partition(current, cfg);
-        let workers_ready = self.workers(current, cfg) && partitioned;
+        let early = self.job.spec.worker_creation_policy() == WorkerCreationPolicy::AtStartup;
+        // `workers` creates the missing ones: not while AfterPartitioning waits.
+        let workers_ready = (early || partitioned) && self.workers(current, cfg);
+        let workers_ready = workers_ready && partitioned;
         // Without workers the launcher reads no file of the ConfigMap (which
         // is applied before any pod is created): it starts at once.
         let config_ready = config_map == ConfigMapState::Current || self.job.spec.is_standalone();
@@ -986,6 +990,51 @@ mod tests {
         assert_eq!(
             p.status.progress, None,
             "the old launcher's report is stale"
+        );
+    }
+
+    #[test]
+    fn after_partitioning_holds_the_workers_until_the_partitioner_serves() {
+        let mut j = job();
+        j.spec.worker_creation_policy = Some(WorkerCreationPolicy::AfterPartitioning);
+        let p = step(&mut j, &[], t(0));
+        assert_eq!(created(&p), vec![partitioner_name(JOB)], "no worker yet");
+        assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
+
+        let mut pods = vec![pod(
+            ReplicaType::Partitioner,
+            0,
+            0,
+            PodState::Running { ready: false },
+        )];
+        let p = step(&mut j, &pods, t(1));
+        assert!(created(&p).is_empty(), "still partitioning: no worker");
+
+        pods[0].state = ready();
+        let p = step(&mut j, &pods, t(2));
+        assert_eq!(
+            created(&p),
+            vec![worker_name(JOB, 0), worker_name(JOB, 1)],
+            "the workers once the partitions are served, no launcher yet"
+        );
+        assert_eq!(p.status.phase, Some(JobPhase::Partitioned));
+
+        pods.push(pod(ReplicaType::Worker, 0, 0, ready()));
+        pods.push(pod(ReplicaType::Worker, 1, 0, ready()));
+        let p = step(&mut j, &pods, t(3));
+        assert_eq!(created(&p), vec![launcher_name(JOB)]);
+    }
+
+    #[test]
+    fn after_partitioning_changes_nothing_without_a_partitioner() {
+        let mut j = job();
+        j.spec.partition_mode = PartitionMode::Skip;
+        j.spec.worker_creation_policy = Some(WorkerCreationPolicy::AfterPartitioning);
+        let p = step(&mut j, &[], t(0));
+        assert_eq!(
+            created(&p),
+            vec![worker_name(JOB, 0), worker_name(JOB, 1)],
+            "nothing to wait for in Skip mode"
         );
     }
 

@@ -95,6 +95,11 @@ enum Cmd {
     /// graph.dgl and with GraphBolt partitions of the same graph: bytes
     /// shipped per worker, seconds per epoch. Needs root.
     Graphbolt(crate::bench_graphbolt::GraphboltArgs),
+    /// The example job on the real node: apply → first training step, the
+    /// operator's share and the environment's, for each
+    /// workerCreationPolicy (workers after the partitioner, or with it).
+    /// Needs root, like `e2e`.
+    Latency(crate::bench_latency::LatencyArgs),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
@@ -284,6 +289,7 @@ pub fn run(args: Args) -> Result<()> {
         Cmd::Scale(a) => scale(a),
         Cmd::Partition(a) => crate::bench_partition::run(a),
         Cmd::Graphbolt(a) => crate::bench_graphbolt::run(a),
+        Cmd::Latency(a) => crate::bench_latency::run(a),
     }
 }
 

@@ -3,6 +3,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod bench_graphbolt;
+mod bench_latency;
 mod bench_partition;
 mod bench_shards;
 mod chaos;

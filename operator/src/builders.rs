@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use dgl_api::files::{render_hosts, render_ip_config, HostLine};
+use dgl_api::files::{parse_hosts, render_hosts, render_ip_config, HostLine};
 use dgl_api::names::*;
 use dgl_api::{DGLJob, PartitionMode, ReplicaType};
 use k8s_openapi::api::core::v1::{
@@ -190,6 +190,20 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
         data: Some(data),
         ..Default::default()
     })
+}
+
+/// Whether a ConfigMap of [`config_map`] is what the launcher needs: DGL's
+/// ip_config (every worker's IP) and the partitioner's IP where there is
+/// one. Until then it is not rewritten, so each IP that appears does not
+/// cost a write.
+pub fn config_map_complete(cm: &ConfigMap) -> bool {
+    let Some(data) = cm.data.as_ref() else {
+        return false;
+    };
+    let partitioner_known = data.get(PARTFILE).is_none_or(|text| {
+        parse_hosts(PARTFILE, text).is_ok_and(|lines| lines.iter().all(|l| l.ip.is_some()))
+    });
+    data.contains_key(IP_CONFIG) && partitioner_known
 }
 
 /// `<job>-token`: the control channel's shared secret. Created once with a
@@ -1010,6 +1024,44 @@ mod tests {
         assert_ne!(
             cm.annotations()[HASH_ANNOTATION],
             cm2.annotations()[HASH_ANNOTATION]
+        );
+    }
+
+    #[test]
+    fn the_config_map_is_complete_with_every_worker_ip_and_the_partitioners() {
+        let j = seed();
+        let observed = |name: String, role: ReplicaType, index: i32, ip: &str| ObservedPod {
+            name,
+            role,
+            index,
+            epoch: 0,
+            state: PodState::Running { ready: true },
+            ip: Some(ip.into()),
+            progress: None,
+            facts: Default::default(),
+        };
+        let workers: Vec<ObservedPod> = (0..2)
+            .map(|i| {
+                let name = worker_name("dgl-graphsage", i);
+                observed(name, ReplicaType::Worker, i, &format!("10.0.0.{}", 10 + i))
+            })
+            .collect();
+        assert!(j.spec.has_partitioner());
+        assert!(
+            !config_map_complete(&config_map(&j, &workers)),
+            "the partitioner's IP is missing"
+        );
+        let mut all = workers.clone();
+        all.push(observed(
+            partitioner_name("dgl-graphsage"),
+            ReplicaType::Partitioner,
+            0,
+            "10.0.0.5",
+        ));
+        assert!(config_map_complete(&config_map(&j, &all)));
+        assert!(
+            !config_map_complete(&config_map(&j, &all[2..])),
+            "no worker IP"
         );
     }
 

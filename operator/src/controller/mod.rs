@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dgl_api::names::{config_name, IP_CONFIG, LABEL_MANAGED_BY, MANAGED_BY};
+use dgl_api::names::{config_name, LABEL_MANAGED_BY, MANAGED_BY};
 use dgl_api::DGLJob;
 use futures::future;
 use futures::StreamExt;
@@ -322,9 +322,10 @@ async fn reconcile_job(
     // Supporting objects and the status (concurrently), both before any pod
     // is created or deleted: decisions (a restart counted, a terminal state)
     // are recorded first, so a crash between the two cannot repeat them.
-    // The ConfigMap is rewritten once complete, or once the launcher exists.
+    // The ConfigMap is rewritten once complete (every worker's IP and the
+    // partitioner's), or once the launcher exists.
     let launcher = dgl_api::names::launcher_name(&key.name);
-    let filled = cm.data.as_ref().is_some_and(|d| d.contains_key(IP_CONFIG))
+    let filled = builders::config_map_complete(&cm)
         || pods
             .iter()
             .any(|p| p.name == launcher && p.state != PodState::Terminating);

@@ -104,7 +104,7 @@ enum Cmd {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug, ValueEnum)]
 enum Mode {
-    /// Partitioner pod first (kwok makes it Ready), then workers, then the launcher.
+    /// Partitioner and workers at once (kwok makes them Ready), then the launcher.
     DglApi,
     /// Workers at once, then the launcher.
     Skip,

@@ -7,6 +7,8 @@
 //! Every instant is this host's wall clock: pods are followed by a watch
 //! (the moment an event arrives), log lines carry the container runtime's
 //! timestamps (`kubectl logs --timestamps`), and the node is this host.
+//! A container's start is its first log line: the pod's Running phase is
+//! seen only when the kubelet next reports its status, often a second late.
 //!
 //! The operator's share is the time from what it waits for to what it then
 //! creates, as the watch shows both: job applied → partitioner pod;
@@ -58,11 +60,14 @@ pub struct LatencyArgs {
 #[derive(Debug, Default, Clone)]
 struct Timeline {
     applied: Option<Timestamp>,
-    /// Per pod: first seen, seen Running, seen Ready.
+    /// Per pod: first seen, seen Ready.
     created: BTreeMap<String, Timestamp>,
-    running: BTreeMap<String, Timestamp>,
     ready: BTreeMap<String, Timestamp>,
-    /// From the logs (container runtime timestamps).
+    /// From the logs (container runtime timestamps): the first line of the
+    /// partitioner's and of the launcher's main container (the pod's status
+    /// says Running only when the kubelet next reports it, often later).
+    partitioner_first_line: Option<Timestamp>,
+    launcher_first_line: Option<Timestamp>,
     partitioned: Option<Timestamp>,
     shards_ready: Option<Timestamp>,
     setup: Option<Timestamp>,
@@ -77,6 +82,7 @@ struct Figures {
     operator: f64,
     partitioner_start: f64,
     partition: f64,
+    partitioner_ready: f64,
     workers_ready_after_partition: f64,
     launcher_start: f64,
     shards: f64,
@@ -210,26 +216,20 @@ async fn one_run(
     Ok(tl)
 }
 
-/// Records the first time a pod was seen, seen running, seen Ready.
+/// Records the first time a pod was seen, and seen Ready.
 fn note(tl: &mut Timeline, p: &Pod, now: Timestamp) {
     let name = p.name_any();
     tl.created.entry(name.clone()).or_insert(now);
-    let running = p
-        .status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|ph| ph == "Running" || ph == "Succeeded");
-    if running {
-        tl.running.entry(name.clone()).or_insert(now);
-    }
     if pod_ready(p) {
         tl.ready.entry(name).or_insert(now);
     }
 }
 
 async fn read_logs(pods: &Api<Pod>, job: &str, tl: &mut Timeline) -> Result<()> {
-    let launcher = launcher_name(job);
-    tl.partitioned = first_line_at(pods, &partitioner_name(job), "partitioned into").await?;
+    let (launcher, partitioner) = (launcher_name(job), partitioner_name(job));
+    tl.partitioner_first_line = first_line_at(pods, &partitioner, "").await?;
+    tl.launcher_first_line = first_line_at(pods, &launcher, "").await?;
+    tl.partitioned = first_line_at(pods, &partitioner, "partitioned into").await?;
     tl.shards_ready = last_line_at(pods, &launcher, "shard ready").await?;
     tl.setup = first_line_at(pods, &launcher, SETUP_LINE).await?;
     tl.first_step = first_line_at(pods, &launcher, FIRST_STEP_LINE).await?;
@@ -309,7 +309,7 @@ fn figures(job: &str, policy: WorkerCreationPolicy, tl: &Timeline) -> Result<Fig
     let (part, launcher) = (partitioner_name(job), launcher_name(job));
     let applied = need("apply", tl.applied)?;
     let part_created = pod(&tl.created, &part, "created")?;
-    let part_running = pod(&tl.running, &part, "running")?;
+    let part_started = need("line in the partitioner's log", tl.partitioner_first_line)?;
     let part_ready = pod(&tl.ready, &part, "Ready")?;
     let first_worker = workers
         .iter()
@@ -326,7 +326,7 @@ fn figures(job: &str, policy: WorkerCreationPolicy, tl: &Timeline) -> Result<Fig
         .max()
         .expect("non-empty");
     let launcher_created = pod(&tl.created, &launcher, "created")?;
-    let launcher_running = pod(&tl.running, &launcher, "running")?;
+    let launcher_started = need("line in the launcher's log", tl.launcher_first_line)?;
     let partitioned = need(
         "`partitioned into` line in the partitioner's log",
         tl.partitioned,
@@ -347,11 +347,12 @@ fn figures(job: &str, policy: WorkerCreationPolicy, tl: &Timeline) -> Result<Fig
         policy,
         total: secs(applied, first_step),
         operator,
-        partitioner_start: secs(part_created, part_running),
-        partition: secs(part_running, partitioned),
+        partitioner_start: secs(part_created, part_started),
+        partition: secs(part_started, partitioned),
+        partitioner_ready: secs(partitioned, part_ready),
         workers_ready_after_partition: secs(part_ready, workers_ready).max(0.0),
-        launcher_start: secs(launcher_created, launcher_running),
-        shards: secs(launcher_running, shards),
+        launcher_start: secs(launcher_created, launcher_started),
+        shards: secs(launcher_started, shards),
         dgl_init: secs(shards, setup),
         first_step: secs(setup, first_step),
     })
@@ -370,9 +371,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn print_table(all: &[Figures]) {
     println!("\nEvery run (seconds):");
     println!(
-        "| workerCreationPolicy | apply → first step | operator | environment | partitioner created → running | running → partitioned | workers Ready after partitioner Ready | launcher created → running | → shards ready | → DGL set up | → first step |"
+        "| workerCreationPolicy | apply → first step | operator | environment | partitioner created → its first log line | → partitioned | → partitioner Ready | workers Ready after partitioner Ready | launcher created → its first log line | → shards ready | → DGL set up | → first step |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for f in all {
         println!("{}", row(&format!("{:?}", f.policy), f));
     }
@@ -392,6 +393,7 @@ fn print_table(all: &[Figures]) {
             operator: m(|f| f.operator),
             partitioner_start: m(|f| f.partitioner_start),
             partition: m(|f| f.partition),
+            partitioner_ready: m(|f| f.partitioner_ready),
             workers_ready_after_partition: m(|f| f.workers_ready_after_partition),
             launcher_start: m(|f| f.launcher_start),
             shards: m(|f| f.shards),
@@ -407,12 +409,13 @@ fn print_table(all: &[Figures]) {
 
 fn row(label: &str, f: &Figures) -> String {
     format!(
-        "| {label} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+        "| {label} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
         f.total,
         f.operator,
         f.total - f.operator,
         f.partitioner_start,
         f.partition,
+        f.partitioner_ready,
         f.workers_ready_after_partition,
         f.launcher_start,
         f.shards,
@@ -443,6 +446,8 @@ mod tests {
         let job = "j";
         let mut tl = Timeline {
             applied: Some(at(0.0)),
+            partitioner_first_line: Some(at(1.5)),
+            launcher_first_line: Some(at(15.0)),
             partitioned: Some(at(10.0)),
             shards_ready: Some(at(16.0)),
             setup: Some(at(20.0)),
@@ -452,12 +457,10 @@ mod tests {
         let (p, l) = (partitioner_name(job), launcher_name(job));
         let w = dgl_api::names::worker_name(job, 0);
         tl.created.insert(p.clone(), at(0.5));
-        tl.running.insert(p.clone(), at(1.5));
         tl.ready.insert(p, at(11.0));
         tl.created.insert(w.clone(), at(11.2));
         tl.ready.insert(w, at(13.0));
-        tl.created.insert(l.clone(), at(13.3));
-        tl.running.insert(l, at(15.0));
+        tl.created.insert(l, at(13.3));
         let f = figures(job, WorkerCreationPolicy::AfterPartitioning, &tl).unwrap();
         // 0.5 (job → partitioner) + 0.2 (Ready → worker) + 0.3 (Ready → launcher)
         assert!((f.operator - 1.0).abs() < 1e-6, "{f:?}");

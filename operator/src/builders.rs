@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use dgl_api::files::{parse_hosts, render_hosts, render_ip_config, HostLine};
+use dgl_api::files::{render_hosts, render_ip_config, HostLine};
 use dgl_api::names::*;
 use dgl_api::{DGLJob, PartitionMode, ReplicaType};
 use k8s_openapi::api::core::v1::{
@@ -27,7 +27,7 @@ use kube::core::GroupVersionKind;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use crate::observe::ObservedPod;
+use crate::observe::{ObservedPod, PodState};
 
 /// Annotation holding the hash of what the operator last applied to a child,
 /// so an unchanged child is not written again.
@@ -193,17 +193,18 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
 }
 
 /// Whether a ConfigMap of [`config_map`] is what the launcher needs: DGL's
-/// ip_config (every worker's IP) and the partitioner's IP where there is
-/// one. Until then it is not rewritten, so each IP that appears does not
-/// cost a write.
-pub fn config_map_complete(cm: &ConfigMap) -> bool {
-    let Some(data) = cm.data.as_ref() else {
-        return false;
-    };
-    let partitioner_known = data.get(PARTFILE).is_none_or(|text| {
-        parse_hosts(PARTFILE, text).is_ok_and(|lines| lines.iter().all(|l| l.ip.is_some()))
+/// ip_config (every worker's IP), and the partitioner's IP while a
+/// partitioner pod is up without one yet. Until then it is not rewritten,
+/// so each IP that appears does not cost a write. A partitioner that is
+/// gone or finished never holds it back.
+pub fn config_map_complete(cm: &ConfigMap, pods: &[ObservedPod]) -> bool {
+    let has_ip_config = cm.data.as_ref().is_some_and(|d| d.contains_key(IP_CONFIG));
+    let partitioner_ip_coming = pods.iter().any(|p| {
+        p.role == ReplicaType::Partitioner
+            && p.ip.is_none()
+            && matches!(p.state, PodState::Pending | PodState::Running { .. })
     });
-    data.contains_key(IP_CONFIG) && partitioner_known
+    has_ip_config && !partitioner_ip_coming
 }
 
 /// `<job>-token`: the control channel's shared secret. Created once with a
@@ -774,7 +775,6 @@ pub fn pod_group(job: &DGLJob, gang: GangScheduler) -> kube::api::DynamicObject 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observe::PodState;
 
     pub(crate) fn job(yaml: &str) -> DGLJob {
         let mut job: DGLJob = serde_yaml::from_str(yaml).unwrap();
@@ -1030,39 +1030,40 @@ mod tests {
     #[test]
     fn the_config_map_is_complete_with_every_worker_ip_and_the_partitioners() {
         let j = seed();
-        let observed = |name: String, role: ReplicaType, index: i32, ip: &str| ObservedPod {
-            name,
-            role,
-            index,
-            epoch: 0,
-            state: PodState::Running { ready: true },
-            ip: Some(ip.into()),
-            progress: None,
-            facts: Default::default(),
-        };
-        let workers: Vec<ObservedPod> = (0..2)
+        let observed =
+            |name: String, role: ReplicaType, index: i32, ip: Option<&str>| ObservedPod {
+                name,
+                role,
+                index,
+                epoch: 0,
+                state: PodState::Running { ready: false },
+                ip: ip.map(String::from),
+                progress: None,
+                facts: Default::default(),
+            };
+        let ip = |i: i32| format!("10.0.0.{}", 10 + i);
+        let mut pods: Vec<ObservedPod> = (0..2)
             .map(|i| {
                 let name = worker_name("dgl-graphsage", i);
-                observed(name, ReplicaType::Worker, i, &format!("10.0.0.{}", 10 + i))
+                observed(name, ReplicaType::Worker, i, Some(&ip(i)))
             })
             .collect();
-        assert!(j.spec.has_partitioner());
-        assert!(
-            !config_map_complete(&config_map(&j, &workers)),
-            "the partitioner's IP is missing"
-        );
-        let mut all = workers.clone();
-        all.push(observed(
+        let complete = |pods: &[ObservedPod]| config_map_complete(&config_map(&j, pods), pods);
+        assert!(complete(&pods), "no partitioner pod to wait for");
+        pods.push(observed(
             partitioner_name("dgl-graphsage"),
             ReplicaType::Partitioner,
             0,
-            "10.0.0.5",
+            None,
         ));
-        assert!(config_map_complete(&config_map(&j, &all)));
-        assert!(
-            !config_map_complete(&config_map(&j, &all[2..])),
-            "no worker IP"
-        );
+        assert!(!complete(&pods), "the partitioner's IP is coming");
+        pods[2].state = PodState::Succeeded;
+        assert!(complete(&pods), "a finished partitioner holds nothing back");
+        pods[2].state = PodState::Running { ready: true };
+        pods[2].ip = Some("10.0.0.5".into());
+        assert!(complete(&pods));
+        pods[1].ip = None;
+        assert!(!complete(&pods), "a worker without an IP");
     }
 
     #[test]

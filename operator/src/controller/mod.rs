@@ -325,7 +325,7 @@ async fn reconcile_job(
     // The ConfigMap is rewritten once complete (every worker's IP and the
     // partitioner's), or once the launcher exists.
     let launcher = dgl_api::names::launcher_name(&key.name);
-    let filled = builders::config_map_complete(&cm)
+    let filled = builders::config_map_complete(&cm, &pods)
         || pods
             .iter()
             .any(|p| p.name == launcher && p.state != PodState::Terminating);

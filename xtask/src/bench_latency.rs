@@ -225,14 +225,25 @@ fn note(tl: &mut Timeline, p: &Pod, now: Timestamp) {
     }
 }
 
+/// Reads each pod's log once and finds the timeline's lines in it.
 async fn read_logs(pods: &Api<Pod>, job: &str, tl: &mut Timeline) -> Result<()> {
-    let (launcher, partitioner) = (launcher_name(job), partitioner_name(job));
-    tl.partitioner_first_line = first_line_at(pods, &partitioner, "").await?;
-    tl.launcher_first_line = first_line_at(pods, &launcher, "").await?;
-    tl.partitioned = first_line_at(pods, &partitioner, "partitioned into").await?;
-    tl.shards_ready = last_line_at(pods, &launcher, "shard ready").await?;
-    tl.setup = first_line_at(pods, &launcher, SETUP_LINE).await?;
-    tl.first_step = first_line_at(pods, &launcher, FIRST_STEP_LINE).await?;
+    let part = log_with_times(pods, &partitioner_name(job)).await?;
+    let launch = log_with_times(pods, &launcher_name(job)).await?;
+    let first = |log: &[(Timestamp, String)], needle: &str| {
+        log.iter()
+            .find(|(_, l)| l.contains(needle))
+            .map(|(t, _)| *t)
+    };
+    tl.partitioner_first_line = part.first().map(|(t, _)| *t);
+    tl.launcher_first_line = launch.first().map(|(t, _)| *t);
+    tl.partitioned = first(&part, "partitioned into");
+    tl.shards_ready = launch
+        .iter()
+        .rev()
+        .find(|(_, l)| l.contains("shard ready"))
+        .map(|(t, _)| *t);
+    tl.setup = first(&launch, SETUP_LINE);
+    tl.first_step = first(&launch, FIRST_STEP_LINE);
     Ok(())
 }
 
@@ -256,23 +267,6 @@ fn parse_timed_log(text: &str) -> Vec<(Timestamp, String)> {
             Some((t.parse().ok()?, rest.to_owned()))
         })
         .collect()
-}
-
-async fn first_line_at(pods: &Api<Pod>, pod: &str, needle: &str) -> Result<Option<Timestamp>> {
-    Ok(log_with_times(pods, pod)
-        .await?
-        .into_iter()
-        .find(|(_, l)| l.contains(needle))
-        .map(|(t, _)| t))
-}
-
-async fn last_line_at(pods: &Api<Pod>, pod: &str, needle: &str) -> Result<Option<Timestamp>> {
-    Ok(log_with_times(pods, pod)
-        .await?
-        .into_iter()
-        .rev()
-        .find(|(_, l)| l.contains(needle))
-        .map(|(t, _)| t))
 }
 
 async fn wait_gone(pods: &Api<Pod>, job: &str) -> Result<()> {
@@ -358,16 +352,6 @@ fn figures(job: &str, policy: WorkerCreationPolicy, tl: &Timeline) -> Result<Fig
     })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 fn print_table(all: &[Figures]) {
     println!("\nEvery run (seconds):");
     println!(
@@ -386,7 +370,9 @@ fn print_table(all: &[Figures]) {
         if runs.is_empty() {
             continue;
         }
-        let m = |g: fn(&Figures) -> f64| median(runs.iter().map(|f| g(f)).collect());
+        let m = |g: fn(&Figures) -> f64| {
+            crate::bench_shards::median(runs.iter().map(|f| g(f)).collect())
+        };
         let f = Figures {
             policy,
             total: m(|f| f.total),

@@ -22,6 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::free_port;
+
 const DGLRUN: &str = env!("CARGO_BIN_EXE_dglrun");
 
 /// Writes the layout partition_graph would write, with knobs for breaking it.
@@ -95,15 +98,6 @@ impl Procs {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
-}
-
-/// A free loopback port (closed again; the race is acceptable in tests).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 struct Env {

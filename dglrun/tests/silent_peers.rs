@@ -19,6 +19,8 @@ use dglrun::launcher::{LaunchConfig, LaunchError};
 use dglrun::transfer::{Fetcher, FileServer, RetryPolicy};
 use tokio::net::{TcpListener, TcpStream};
 
+mod common;
+
 fn token() -> Token {
     Token::from_bytes(b"silent-test").unwrap()
 }
@@ -283,11 +285,7 @@ fn cpu_secs(pid: u32) -> f64 {
 fn a_worker_out_of_file_descriptors_backs_off_instead_of_spinning() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("token"), "silent-test").unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::free_port();
     let log = std::fs::File::create(dir.path().join("worker.log")).unwrap();
     let script = format!(
         "ulimit -n 40 && exec {} worker --token-file {} --workspace {} --listen 127.0.0.1 --agent-port {port}",

@@ -19,6 +19,8 @@ use dglrun::transfer::{Fetcher, FileServer, RetryPolicy, TransferError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+mod common;
+
 fn token(s: &str) -> Token {
     Token::from_bytes(s.as_bytes()).unwrap()
 }
@@ -419,10 +421,7 @@ async fn a_corrupted_transfer_starts_over_and_is_verified() {
 #[tokio::test]
 async fn an_unreachable_partitioner_fails_after_bounded_retries() {
     // A port nobody listens on.
-    let addr = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap()
-    };
+    let addr = SocketAddr::from(([127, 0, 0, 1], common::free_port()));
     let started = std::time::Instant::now();
     let e = Fetcher::new(addr, token("t"), fast_policy())
         .manifest()

@@ -99,12 +99,21 @@ impl MetricsAuth {
 }
 
 pub async fn serve(addr: SocketAddr, state: ServerState) -> std::io::Result<()> {
+    serve_on(tokio::net::TcpListener::bind(addr).await?, state).await
+}
+
+/// `serve` on a listener already bound (tests bind port 0 and keep it, so no
+/// other process can take the port in between).
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    state: ServerState,
+) -> std::io::Result<()> {
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .with_state(state);
-    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
     tracing::info!(%addr, "serving /healthz, /readyz and /metrics");
     axum::serve(listener, app).await
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use dgl_operator::client::RateLimit;
 use dgl_operator::metrics::Metrics;
-use dgl_operator::server::{serve, MetricsAuth, ServerState, Verdict};
+use dgl_operator::server::{serve_on, MetricsAuth, ServerState, Verdict};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -54,9 +54,8 @@ async fn metrics_require_an_authorized_token() {
         .await
         .unwrap();
 
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    drop(listener);
     let state = ServerState {
         metrics: Arc::new(Metrics::default()),
         ready: Arc::new(AtomicBool::new(true)),
@@ -69,13 +68,8 @@ async fn metrics_require_an_authorized_token() {
             std::time::Duration::from_secs(10),
         ))),
     };
-    tokio::spawn(serve(addr, state));
-    for _ in 0..50 {
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    // Bound already: connections queue until the server accepts them.
+    tokio::spawn(serve_on(listener, state));
 
     assert_eq!(get(addr, "/healthz", None).await.0, 200);
     assert_eq!(get(addr, "/readyz", None).await.0, 200);

@@ -8,9 +8,16 @@
 //!
 //! The limiter reserves a token when a request is issued and, when the
 //! bucket is empty, delays that request until its token is due. Requests are
-//! never dropped or reordered by it; a burst of reconciles is spread out at
-//! `qps` per second after the first `burst` requests. Watches count once, when
-//! they are opened (as in client-go).
+//! never dropped; a burst of reconciles is spread out at `qps` per second
+//! after the first `burst` requests. Watches count once, when they are opened
+//! (as in client-go).
+//!
+//! Events are the one exception to first come, first served: an Event only
+//! takes a token nobody else is waiting for (client-go sends Events from a
+//! queue of their own, off the reconcile's path, for the same reason), so
+//! under load they do not delay the pods and status writes that make jobs
+//! progress. None waits longer than [`BACKGROUND_MAX_WAIT`] for a spare
+//! token: after that it queues like any other request.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,6 +45,10 @@ pub struct RateLimit {
 impl RateLimit {
     pub const UNLIMITED: RateLimit = RateLimit { qps: 0.0, burst: 0 };
 }
+
+/// The longest an Event waits for a token nobody else wants before it
+/// queues for one like every other request.
+pub const BACKGROUND_MAX_WAIT: Duration = Duration::from_secs(30);
 
 /// A client from `config` with request counting and the rate limit.
 pub fn build(config: Config, limit: RateLimit, metrics: Arc<Metrics>) -> kube::Result<Client> {
@@ -90,16 +101,43 @@ impl TokenBucket {
     /// Takes a token at `now` only if one is there: for callers that answer
     /// "too many requests" rather than wait.
     pub fn try_take_at(&self, now: Instant) -> bool {
+        self.take_spare_at(now).is_ok()
+    }
+
+    /// Takes a token at `now` if one is there that no reservation is owed;
+    /// else says how long until one would be, if nobody else asked.
+    pub fn take_spare_at(&self, now: Instant) -> Result<(), Duration> {
         let mut s = self.state.lock().expect("token bucket lock");
         let elapsed = now.saturating_duration_since(s.1).as_secs_f64();
         s.1 = s.1.max(now);
         s.0 = (s.0 + elapsed * self.qps).min(self.burst);
         if s.0 >= 1.0 {
             s.0 -= 1.0;
-            true
+            Ok(())
         } else {
-            false
+            Err(Duration::try_from_secs_f64((1.0 - s.0) / self.qps).unwrap_or(Duration::MAX))
         }
+    }
+
+    /// Waits for a spare token (see `take_spare_at`), at most `max_wait`,
+    /// then for a reserved one; returns how long it waited.
+    pub async fn background(&self, max_wait: Duration) -> Duration {
+        let start = Instant::now();
+        let deadline = start + max_wait;
+        loop {
+            let now = Instant::now();
+            match self.take_spare_at(now) {
+                Ok(()) => break,
+                Err(wait) if now + wait < deadline => tokio::time::sleep(wait).await,
+                Err(_) => {
+                    if let Some(w) = self.reserve_at(now) {
+                        tokio::time::sleep(w).await;
+                    }
+                    break;
+                }
+            }
+        }
+        start.elapsed()
     }
 }
 
@@ -144,6 +182,7 @@ where
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let (verb, resource) = classify(req.method(), req.uri());
+        let background = verb == "create" && resource == "events";
         self.metrics
             .api_requests
             .get_or_create(&ApiRequestLabels {
@@ -151,14 +190,25 @@ where
                 resource,
             })
             .inc();
-        let wait = self.bucket.as_ref().and_then(|b| b.reserve());
-        if let Some(w) = wait {
-            self.metrics
-                .client_throttled_seconds
-                .inc_by(w.as_secs_f64());
-        }
         // kube's stack is lazy: nothing is sent before the future is polled.
         let fut = self.inner.call(req);
+        let Some(bucket) = self.bucket.clone() else {
+            return Box::pin(fut);
+        };
+        let metrics = self.metrics.clone();
+        if background {
+            return Box::pin(async move {
+                let waited = bucket.background(BACKGROUND_MAX_WAIT).await;
+                metrics
+                    .client_throttled_seconds
+                    .inc_by(waited.as_secs_f64());
+                fut.await
+            });
+        }
+        let wait = bucket.reserve();
+        if let Some(w) = wait {
+            metrics.client_throttled_seconds.inc_by(w.as_secs_f64());
+        }
         Box::pin(async move {
             if let Some(w) = wait {
                 tokio::time::sleep(w).await;
@@ -313,6 +363,44 @@ mod tests {
         .unwrap();
         assert_eq!(slow.reserve_at(t0), None);
         assert_eq!(slow.reserve_at(t0), Some(Duration::MAX));
+    }
+
+    #[test]
+    fn a_spare_token_is_one_no_reservation_is_owed() {
+        let b = TokenBucket::new(RateLimit {
+            qps: 10.0,
+            burst: 2,
+        })
+        .unwrap();
+        let t0 = Instant::now();
+        assert_eq!(b.take_spare_at(t0), Ok(()));
+        assert_eq!(b.take_spare_at(t0), Ok(()));
+        let ms = |r: Result<(), Duration>| (r.unwrap_err().as_secs_f64() * 1e3).round();
+        assert_eq!(ms(b.take_spare_at(t0)), 100.0);
+        // A request reserves the next token: the spare one is two tokens away.
+        assert!(b.reserve_at(t0).is_some());
+        assert_eq!(ms(b.take_spare_at(t0)), 200.0);
+        let t1 = t0 + Duration::from_millis(100);
+        assert_eq!(ms(b.take_spare_at(t1)), 100.0);
+        assert_eq!(b.take_spare_at(t1 + Duration::from_millis(101)), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_background_request_queues_after_its_longest_wait() {
+        let b = TokenBucket::new(RateLimit {
+            qps: 100.0,
+            burst: 1,
+        })
+        .unwrap();
+        // A spare token: no wait.
+        assert!(b.background(Duration::from_millis(20)).await < Duration::from_millis(20));
+        // Half a second of reservations ahead of it: no spare token comes
+        // within 20 ms, so it reserves one behind them and waits its turn.
+        for _ in 0..50 {
+            b.reserve();
+        }
+        let waited = b.background(Duration::from_millis(20)).await;
+        assert!(waited >= Duration::from_millis(500), "{waited:?}");
     }
 
     #[test]

@@ -70,7 +70,9 @@ struct RunArgs {
     concurrency: u16,
 
     /// Sustained requests per second to the API server (client-side token
-    /// bucket, as client-go's --kube-api-qps). 0: no client-side limit.
+    /// bucket, as client-go's --kube-api-qps). Events take only tokens no
+    /// other request is waiting for (at most 30 s late). 0: no client-side
+    /// limit.
     #[arg(long, default_value_t = 50.0, env = "DGL_OPERATOR_KUBE_API_QPS")]
     kube_api_qps: f32,
 

@@ -43,6 +43,13 @@ pub enum Step {
     CreatePod(Box<Pod>),
     /// Delete a pod by name.
     DeletePod(String),
+    /// The job's cleanPodPolicy: delete these pods (named as the cache shows
+    /// them), two or more in one request. `running_only`: the pods that are
+    /// not Succeeded or Failed (policy Running), else every pod (All).
+    CleanPods {
+        running_only: bool,
+        pods: Vec<String>,
+    },
     /// Delete the job itself (ttlSecondsAfterFinished reached).
     DeleteJob,
 }
@@ -805,9 +812,10 @@ fn counts(pods: &[&ObservedPod]) -> BTreeMap<ReplicaType, ReplicaStatus> {
 fn counts_after(pods: &[&ObservedPod], steps: &[Step]) -> BTreeMap<ReplicaType, ReplicaStatus> {
     let deleting: Vec<&str> = steps
         .iter()
-        .filter_map(|s| match s {
-            Step::DeletePod(n) => Some(n.as_str()),
-            _ => None,
+        .flat_map(|s| match s {
+            Step::DeletePod(n) => vec![n.as_str()],
+            Step::CleanPods { pods, .. } => pods.iter().map(String::as_str).collect(),
+            _ => vec![],
         })
         .collect();
     let kept: Vec<&ObservedPod> = pods
@@ -826,17 +834,23 @@ fn counts_after(pods: &[&ObservedPod], steps: &[Step]) -> BTreeMap<ReplicaType, 
     out
 }
 
-/// Pods to delete under `policy` when the job ends.
-fn clean_pods(policy: CleanPodPolicy, pods: &[ObservedPod]) -> Vec<Step> {
-    pods.iter()
+/// The pods to delete under `policy` when the job ends, as one step (none
+/// when there is nothing to delete).
+fn clean_pods(policy: CleanPodPolicy, pods: &[ObservedPod]) -> Option<Step> {
+    let names: Vec<String> = pods
+        .iter()
         .filter(|p| p.state != PodState::Terminating)
         .filter(|p| match policy {
             CleanPodPolicy::All => true,
             CleanPodPolicy::Running => p.is_active(),
             CleanPodPolicy::None => false,
         })
-        .map(|p| Step::DeletePod(p.name.clone()))
-        .collect()
+        .map(|p| p.name.clone())
+        .collect();
+    (!names.is_empty()).then(|| Step::CleanPods {
+        running_only: policy == CleanPodPolicy::Running,
+        pods: names,
+    })
 }
 
 fn secs_between(from: &Time, to: Timestamp) -> i64 {
@@ -918,9 +932,10 @@ mod tests {
     fn deleted(p: &Plan) -> Vec<String> {
         p.steps
             .iter()
-            .filter_map(|s| match s {
-                Step::DeletePod(n) => Some(n.clone()),
-                _ => None,
+            .flat_map(|s| match s {
+                Step::DeletePod(n) => vec![n.clone()],
+                Step::CleanPods { pods, .. } => pods.clone(),
+                _ => vec![],
             })
             .collect()
     }
@@ -1317,6 +1332,21 @@ mod tests {
             pods[3].state = PodState::Succeeded;
             let p = step(&mut j, &pods, t(5));
             assert_eq!(deleted(&p).len(), expect, "{policy:?}");
+            // One step (one request) for all of them, carrying the policy.
+            let cleans: Vec<bool> = p
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    Step::CleanPods { running_only, .. } => Some(*running_only),
+                    Step::DeletePod(n) => panic!("{policy:?}: {n} deleted on its own"),
+                    _ => None,
+                })
+                .collect();
+            let want = match policy {
+                CleanPodPolicy::None => vec![],
+                _ => vec![policy == CleanPodPolicy::Running],
+            };
+            assert_eq!(cleans, want, "{policy:?}");
         }
     }
 

@@ -832,12 +832,18 @@ where
 }
 
 async fn parmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
-    let total = example_succeeds(client, ns, name, EXAMPLE_PARMETIS, |_, _, _| {}).await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    // Read while the job runs: cleanPodPolicy deletes the partitioner, still
+    // serving, as soon as the job has Succeeded.
     let pname = dgl_api::names::partitioner_name(name);
-    let plog = pods
-        .logs(&pname, &LogParams::default())
-        .await
+    let plog = tokio::spawn(log_once_it_holds(
+        client.clone(),
+        ns.to_string(),
+        pname.clone(),
+        "edge cut",
+    ));
+    let total = example_succeeds(client, ns, name, EXAMPLE_PARMETIS, |_, _, _| {}).await?;
+    let plog = plog
+        .await?
         .with_context(|| format!("reading the log of pod {ns}/{pname}"))?;
     let cut = plog
         .lines()
@@ -859,6 +865,28 @@ async fn parmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
         cut.trim(),
         deleted_in.as_secs_f64()
     ))
+}
+
+/// The log of pod `name` once it contains `needle` (polled every second,
+/// at most `JOB_TIMEOUT`); the pod may not exist yet.
+async fn log_once_it_holds(
+    client: Client,
+    ns: String,
+    name: String,
+    needle: &str,
+) -> Result<String> {
+    let pods: Api<Pod> = Api::namespaced(client, &ns);
+    let end = Instant::now() + JOB_TIMEOUT;
+    let mut last = String::from("(no log read yet)");
+    while Instant::now() < end {
+        match pods.logs(&name, &LogParams::default()).await {
+            Ok(log) if log.contains(needle) => return Ok(log),
+            Ok(log) => last = log,
+            Err(e) => last = format!("(no log: {e})"),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    bail!("{needle:?} never appeared in the log of pod {ns}/{name}:\n{last}")
 }
 
 /// The launch.py-style example: the user's own command lines run as

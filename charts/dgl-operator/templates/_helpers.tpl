@@ -31,7 +31,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   verbs: ["get", "patch", "update"]
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete", "deletecollection"]
 - apiGroups: [""]
   resources: ["configmaps", "services", "serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "patch"]

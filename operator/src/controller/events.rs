@@ -1,5 +1,7 @@
 //! Pipeline step "Events": metrics, a log line and an Event per condition
-//! that became True, after the status write.
+//! that became True, after the status write. Events are sent in the
+//! background: the reconcile does not wait for them, and the client limiter
+//! gives them only tokens nobody else is waiting for (`crate::client`).
 
 use dgl_api::{DGLJob, JobPhase};
 use k8s_openapi::api::events::v1::Event;
@@ -20,17 +22,19 @@ const REPORTING_CONTROLLER: &str = "dgl-operator";
 /// Created directly: each transition is new, so kube's Recorder (which keeps
 /// every Event it sent for six minutes to count repeats) would only hold
 /// memory. An Event is a courtesy: failing to send one fails nothing.
-pub(super) async fn transition_event(ctx: &Context, job: &DGLJob, t: Transition) {
+pub(super) fn transition_event(ctx: &Context, job: &DGLJob, t: Transition) {
     let ns = job.namespace().unwrap_or_default();
     let name = job.name_any();
     count(&ctx.metrics, &ns, t.type_);
     info!(job = %name, namespace = %ns, condition = %t.type_, reason = %t.reason, "{}", t.message);
     let warning = matches!(t.type_, JobPhase::Failed | JobPhase::Restarting);
-    publish(ctx, job, warning, &t.reason, t.type_.as_str(), &t.message).await;
+    publish(ctx, job, warning, &t.reason, t.type_.as_str(), &t.message);
 }
 
-/// Creates one Event on `job`; a failure is logged, never returned.
-pub(super) async fn publish(
+/// Creates one Event on `job` in a task of its own; a failure is logged,
+/// never returned. One still waiting when the operator stops is lost, as
+/// client-go's would be.
+pub(super) fn publish(
     ctx: &Context,
     job: &DGLJob,
     warning: bool,
@@ -57,12 +61,12 @@ pub(super) async fn publish(
         reporting_instance: Some(ctx.settings.instance.clone()),
         ..Default::default()
     };
-    if let Err(e) = Api::<Event>::namespaced(ctx.client.clone(), &ns)
-        .create(&PostParams::default(), &event)
-        .await
-    {
-        warn!(job = %name, error = %e, "could not publish event");
-    }
+    let api = Api::<Event>::namespaced(ctx.client.clone(), &ns);
+    tokio::spawn(async move {
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            warn!(job = %name, error = %e, "could not publish event");
+        }
+    });
 }
 
 /// The job counters by namespace.

@@ -97,7 +97,7 @@ pub(super) async fn show(ctx: &Context, job: &DGLJob, e: &Error, now: Timestamp)
         job.metadata.generation,
     );
     let _ = status::write_status(ctx, &job, &new).await;
-    events::publish(ctx, &job, true, &reason, APPLY_FAILED, &message).await;
+    events::publish(ctx, &job, true, &reason, APPLY_FAILED, &message);
 }
 
 /// After a reconcile that succeeded: the condition, if True, turns False.

@@ -1,13 +1,13 @@
 //! The controller: watches DGLJobs and their children, and reconciles each
 //! job as a pipeline: read what exists (from watch caches) → plan (pure:
 //! validate, build, derive status) → apply children and write the status
-//! (concurrently) → pod steps and Events (concurrently). This file holds the
-//! wiring; each step has its own file:
+//! (concurrently) → pod steps (concurrently) and Events (in the background).
+//! This file holds the wiring; each step has its own file:
 //! - [`children`]: ConfigMap, Secret (created, never applied), RBAC,
 //!   Service, PodGroup: created when absent, never adopted;
 //! - [`status`]: the status write and its expectation;
 //! - [`steps`]: pod creations and deletions, the TTL's job deletion;
-//! - [`events`]: metrics and an Event per transition.
+//! - [`events`]: metrics and an Event per transition (sent in the background).
 //!
 //! Built to stay cheap with thousands of pods (see docs/benchmarks.md):
 //! - caches hold only what plans read, indexed by job ([`crate::cache`]);
@@ -355,18 +355,18 @@ async fn reconcile_job(
     })
 }
 
-/// Pod steps and Events (after the status write, one per transition since
-/// the job's last status), concurrently; an Event is a courtesy and never
-/// fails the reconcile.
+/// Pod steps (concurrently) and Events (after the status write, one per
+/// transition since the job's last status; sent in the background: an Event
+/// is a courtesy, never waited for and never failing the reconcile).
 async fn act(ctx: &Context, job: &DGLJob, key: &JobKey, plan: &plan::Plan) -> Result<(), Error> {
+    for t in plan::transitions(job.status.as_ref(), &plan.status) {
+        events::transition_event(ctx, job, t);
+    }
     let steps = future::join_all(plan.steps.iter().map(|s| steps::run_step(ctx, job, key, s)));
-    let events = future::join_all(
-        plan::transitions(job.status.as_ref(), &plan.status)
-            .into_iter()
-            .map(|t| events::transition_event(ctx, job, t)),
-    );
-    let (results, _) = futures::join!(steps, events);
-    results.into_iter().collect::<Result<Vec<()>, Error>>()?;
+    steps
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>, Error>>()?;
     Ok(())
 }
 

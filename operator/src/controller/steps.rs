@@ -1,10 +1,11 @@
 //! Pipeline step "pods": the plan's pod steps (and the TTL's job deletion),
-//! each recorded as an expectation in the pod cache once sent.
+//! each recorded as an expectation in the pod cache once sent. The pods a
+//! finished job's cleanPodPolicy removes go in one request.
 
-use dgl_api::names::FIELD_MANAGER;
+use dgl_api::names::{FIELD_MANAGER, LABEL_JOB_NAME, LABEL_MANAGED_BY, MANAGED_BY};
 use dgl_api::DGLJob;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, ListParams, PostParams, PropagationPolicy};
 use kube::{Resource, ResourceExt};
 use tracing::{debug, info};
 
@@ -26,6 +27,7 @@ pub(super) async fn run_step(
     match step {
         Step::CreatePod(pod) => create_pod(ctx, job, key, pod).await,
         Step::DeletePod(pod) => delete_pod(ctx, key, pod).await,
+        Step::CleanPods { running_only, pods } => clean_pods(ctx, key, *running_only, pods).await,
         Step::DeleteJob => delete_job(ctx, key).await,
     }
 }
@@ -69,6 +71,39 @@ async fn delete_pod(ctx: &Context, job: &JobKey, pod: &str) -> Result<(), Error>
         Err(e) => return Err(kube_err("delete", POD, pod)(e)),
     }
     ctx.pods.expect_deleted(job, pod);
+    Ok(())
+}
+
+/// cleanPodPolicy at the job's end: the pods in one request (deletecollection
+/// by the job's label; one pod: a plain delete). Which pods the API server
+/// deletes is decided by their phase as it has them now (Running: every pod
+/// that is not Succeeded or Failed, as Kubeflow's operators read the policy),
+/// so a cache that lags cannot spare a pod; `pods` is what the cache shows,
+/// recorded as expected deletions.
+async fn clean_pods(
+    ctx: &Context,
+    job: &JobKey,
+    running_only: bool,
+    pods: &[String],
+) -> Result<(), Error> {
+    if let [pod] = pods {
+        return delete_pod(ctx, job, pod).await;
+    }
+    debug!(job = %job.name, pods = ?pods, "deleting pods");
+    let mut selector = ListParams::default().labels(&format!(
+        "{LABEL_JOB_NAME}={},{LABEL_MANAGED_BY}={MANAGED_BY}",
+        job.name
+    ));
+    if running_only {
+        selector = selector.fields("status.phase!=Succeeded,status.phase!=Failed");
+    }
+    Api::<Pod>::namespaced(ctx.client.clone(), &job.namespace)
+        .delete_collection(&DeleteParams::background(), &selector)
+        .await
+        .map_err(kube_err("delete the pods of", DGLJob::kind(&()), &job.name))?;
+    for pod in pods {
+        ctx.pods.expect_deleted(job, pod);
+    }
     Ok(())
 }
 

@@ -23,8 +23,10 @@
 //! - the time until every job is Succeeded, and until cleanPodPolicy's
 //!   deletions are done (every pod that is not Succeeded is gone);
 //! - the operator's CPU seconds and RSS (idle before the jobs, peak, final);
-//! - from the API server's metrics: requests of all clients and of the
-//!   operator (its FlowSchema), per job, until the cleanup is done;
+//! - from the API server's metrics: requests of all clients until the
+//!   cleanup is done, and of the operator (its FlowSchema) until the settle
+//!   period after it has passed too (ours sends its Events in the
+//!   background, some after the cleanup), per job;
 //! - for ours, from its /metrics: requests it sent by verb (counted by its
 //!   client layer), status writes, reconciles and their duration, errors;
 //!   status writes that changed nothing: the operator's status writes minus
@@ -173,7 +175,8 @@ struct ScaleArgs {
     /// Seconds the started operator runs with no job before idle RSS is read.
     #[arg(long, default_value_t = 10)]
     idle_seconds: u64,
-    /// Seconds after the cleanup before the final RSS is read.
+    /// Seconds after the cleanup before the final RSS, CPU and the
+    /// operator's request count are read.
     #[arg(long, default_value_t = 10)]
     settle_seconds: u64,
     /// Job creations in flight at once.
@@ -1587,6 +1590,7 @@ async fn measure_phase(
     procs.check_running()?;
     let fin = proc_sample(op.pid)?;
     let m2 = scrape_opt(op.metrics_port).await?;
+    let api2 = apiserver_scrape(client).await?;
     for w in watches {
         w.abort();
     }
@@ -1637,7 +1641,7 @@ async fn measure_phase(
         environment: [0.5, 0.95, 0.99].map(|q| percentile(&times.environment, q)),
         apiserver_requests: requests_total(&api1) - requests_total(api0),
         apiserver_detail: per_job_diff(&by_verb_resource(api0), &by_verb_resource(&api1), n),
-        operator_requests: identity::dispatched(&api1, &flow) - identity::dispatched(api0, &flow),
+        operator_requests: identity::dispatched(&api2, &flow) - identity::dispatched(api0, &flow),
         idle_requests_per_s,
         min_nodes_ready: progress.min_nodes_ready,
         nodes: args.nodes as usize,
@@ -1879,8 +1883,8 @@ struct Report {
     apiserver_requests: f64,
     /// The same by verb and resource, per job.
     apiserver_detail: BTreeMap<String, f64>,
-    /// Requests of the operator in the same window (its FlowSchema's
-    /// dispatched requests, watches included).
+    /// Requests of the operator until the settle period after the cleanup
+    /// has passed (its FlowSchema's dispatched requests, watches included).
     operator_requests: f64,
     /// The operator's requests per second with no job (leader election,
     /// resyncs), over `--idle-seconds`.
@@ -2066,7 +2070,7 @@ impl Report {
         let n = self.jobs.max(1) as f64;
         let _ = writeln!(
             out,
-            "  API server requests until cleanup done, all clients (no watches): {:.0} ({:.1} per job); the operator's (its FlowSchema): {:.0} ({:.1} per job)",
+            "  API server requests until cleanup done, all clients (no watches): {:.0} ({:.1} per job); the operator's (its FlowSchema, until settled): {:.0} ({:.1} per job)",
             self.apiserver_requests,
             self.apiserver_requests / n,
             self.operator_requests,

@@ -82,6 +82,27 @@ pub(super) fn owned(
     }
 }
 
+/// A namespaced child object the operator creates and applies.
+trait Child:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + k8s_openapi::Resource
+    + Serialize
+    + DeserializeOwned
+    + Clone
+    + std::fmt::Debug
+{
+}
+
+impl<K> Child for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + k8s_openapi::Resource
+        + Serialize
+        + DeserializeOwned
+        + Clone
+        + std::fmt::Debug
+{
+}
+
 /// What [`ensure_exists`] found or did.
 enum Existing {
     /// It did not exist: created now, as built.
@@ -94,12 +115,7 @@ enum Existing {
 /// job does not control is left alone (an error). Never adopts.
 async fn ensure_exists<K>(ctx: &Context, job: &DGLJob, ns: &str, obj: &K) -> Result<Existing, Error>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + k8s_openapi::Resource
-        + Serialize
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug,
+    K: Child,
 {
     let kind = <K as k8s_openapi::Resource>::KIND;
     let name = obj.name_any();
@@ -120,12 +136,7 @@ where
 /// POSTs `obj`; Some(what exists) when an object of its name already does.
 async fn create<K>(ctx: &Context, ns: &str, obj: &K) -> Result<Option<SeenChild>, Error>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + k8s_openapi::Resource
-        + Serialize
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug,
+    K: Child,
 {
     let kind = <K as k8s_openapi::Resource>::KIND;
     let name = obj.name_any();
@@ -159,12 +170,7 @@ async fn apply<K>(
     when: ApplyWhen,
 ) -> Result<(), Error>
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + k8s_openapi::Resource
-        + Serialize
-        + DeserializeOwned
-        + Clone
-        + std::fmt::Debug,
+    K: Child,
 {
     let kind = <K as k8s_openapi::Resource>::KIND;
     let name = obj.name_any();

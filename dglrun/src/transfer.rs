@@ -163,51 +163,57 @@ impl Fetcher {
 
     /// Gets the manifest, retrying connection failures.
     pub async fn manifest(&mut self) -> Result<Manifest, TransferError> {
+        let what = "the manifest";
+        let m = match self
+            .call_retrying(&Request::GetManifest, what, "manifest")
+            .await?
+        {
+            Response::Manifest(m) => m,
+            other => return Err(unexpected(self.addr, what, other)),
+        };
+        for f in &m.files {
+            if !is_safe_relative_path(&f.path) {
+                return Err(TransferError::UnsafePath(f.path.clone()));
+            }
+        }
+        Ok(m)
+    }
+
+    /// Sends `req` and returns the partitioner's answer, whatever it is;
+    /// reconnects and retries (with the policy's backoff) while a failure is
+    /// worth another attempt. `what` names the request in messages, `label`
+    /// in the error of the last attempt.
+    async fn call_retrying(
+        &mut self,
+        req: &Request,
+        what: &str,
+        label: &str,
+    ) -> Result<Response, TransferError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
             let (addr, within) = (self.addr, self.policy.idle_timeout);
             let res = match self.channel().await {
                 Ok(ch) => ch
-                    .call_within::<_, Response>(&Request::GetManifest, within, "the manifest")
+                    .call_within::<_, Response>(req, within, what)
                     .await
                     .map_err(|e| classify(addr, e)),
                 Err(a) => Err(a),
             };
             let last = match res {
-                Ok(Response::Manifest(m)) => {
-                    for f in &m.files {
-                        if !is_safe_relative_path(&f.path) {
-                            return Err(TransferError::UnsafePath(f.path.clone()));
-                        }
-                    }
-                    return Ok(m);
-                }
-                Ok(Response::Error { message }) => {
-                    return Err(TransferError::Remote {
-                        addr: self.addr,
-                        what: "the manifest".into(),
-                        message,
-                    })
-                }
-                Ok(other) => {
-                    return Err(TransferError::Protocol {
-                        addr: self.addr,
-                        got: format!("{other:?}"),
-                    })
-                }
+                Ok(response) => return Ok(response),
                 Err(Attempt::Fatal(e)) => return Err(e),
                 Err(Attempt::Retry(m)) => m,
             };
             self.conn = None;
             if attempt >= self.policy.max_attempts {
                 return Err(TransferError::Exhausted {
-                    path: "manifest".into(),
+                    path: label.into(),
                     attempts: attempt,
                     last,
                 });
             }
-            tracing::warn!(attempt, error = %last, "getting the manifest failed; retrying");
+            tracing::warn!(attempt, error = %last, "getting {what} failed; retrying");
             tokio::time::sleep(self.policy.backoff(attempt)).await;
         }
     }
@@ -341,63 +347,21 @@ impl Fetcher {
 
     /// The partitioner's sum of every chunk of `entry`.
     async fn chunk_sums(&mut self, entry: &FileEntry) -> Result<Vec<Sum>, TransferError> {
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let (addr, within) = (self.addr, self.policy.idle_timeout);
-            let req = Request::ChunkSums {
-                path: entry.path.clone(),
-            };
-            let what = format!("the chunk sums of {}", entry.path);
-            let res = match self.channel().await {
-                Ok(ch) => ch
-                    .call_within::<_, Response>(&req, within, &what)
-                    .await
-                    .map_err(|e| classify(addr, e)),
-                Err(a) => Err(a),
-            };
-            let last = match res {
-                Ok(Response::ChunkSums(c)) => {
-                    let n = chunks::count(entry.size, c.chunk_size.max(1));
-                    return match chunks::parse_sums(&c.sha256) {
-                        Some(s)
-                            if c.chunk_size == CHUNK_SIZE
-                                && s.len() == n
-                                && c.path == entry.path =>
-                        {
-                            Ok(s)
-                        }
-                        _ => Err(TransferError::Protocol {
-                            addr,
-                            got: format!("chunk sums for {} that do not fit the file", c.path),
-                        }),
-                    };
-                }
-                Ok(Response::Error { message }) => {
-                    return Err(TransferError::Remote {
-                        addr,
-                        what: format!("the chunk sums of {}", entry.path),
-                        message,
-                    })
-                }
-                Ok(other) => {
-                    return Err(TransferError::Protocol {
-                        addr,
-                        got: format!("{other:?}"),
-                    })
-                }
-                Err(Attempt::Fatal(e)) => return Err(e),
-                Err(Attempt::Retry(m)) => m,
-            };
-            self.conn = None;
-            if attempt >= self.policy.max_attempts {
-                return Err(TransferError::Exhausted {
-                    path: entry.path.clone(),
-                    attempts: attempt,
-                    last,
-                });
-            }
-            tokio::time::sleep(self.policy.backoff(attempt)).await;
+        let req = Request::ChunkSums {
+            path: entry.path.clone(),
+        };
+        let what = format!("the chunk sums of {}", entry.path);
+        let c = match self.call_retrying(&req, &what, &entry.path).await? {
+            Response::ChunkSums(c) => c,
+            other => return Err(unexpected(self.addr, &what, other)),
+        };
+        let n = chunks::count(entry.size, c.chunk_size.max(1));
+        match chunks::parse_sums(&c.sha256) {
+            Some(s) if c.chunk_size == CHUNK_SIZE && s.len() == n && c.path == entry.path => Ok(s),
+            _ => Err(TransferError::Protocol {
+                addr: self.addr,
+                got: format!("chunk sums for {} that do not fit the file", c.path),
+            }),
         }
     }
 
@@ -796,6 +760,22 @@ impl<R: AsyncRead + Unpin> Receiver<'_, R> {
             self.received.fetch_add(n as u64, Ordering::Relaxed);
         }
         Ok(())
+    }
+}
+
+/// The error for an answer that is not the one asked for: the
+/// partitioner's own error, or a protocol error naming what came.
+fn unexpected(addr: SocketAddr, what: &str, response: Response) -> TransferError {
+    match response {
+        Response::Error { message } => TransferError::Remote {
+            addr,
+            what: what.into(),
+            message,
+        },
+        other => TransferError::Protocol {
+            addr,
+            got: format!("{other:?}"),
+        },
     }
 }
 

@@ -128,7 +128,10 @@ impl TokenBucket {
             let now = Instant::now();
             match self.take_spare_at(now) {
                 Ok(()) => break,
-                Err(wait) if now + wait < deadline => tokio::time::sleep(wait).await,
+                // checked: a tiny qps makes the wait Duration::MAX.
+                Err(wait) if now.checked_add(wait).is_some_and(|t| t < deadline) => {
+                    tokio::time::sleep(wait).await
+                }
                 Err(_) => {
                     if let Some(w) = self.reserve_at(now) {
                         tokio::time::sleep(w).await;
@@ -363,6 +366,23 @@ mod tests {
         .unwrap();
         assert_eq!(slow.reserve_at(t0), None);
         assert_eq!(slow.reserve_at(t0), Some(Duration::MAX));
+        assert_eq!(slow.take_spare_at(t0), Err(Duration::MAX));
+    }
+
+    #[tokio::test]
+    async fn a_background_request_with_a_tiny_qps_does_not_panic() {
+        let slow = TokenBucket::new(RateLimit {
+            qps: f32::from_bits(1),
+            burst: 1,
+        })
+        .unwrap();
+        assert!(slow.take_spare_at(Instant::now()).is_ok());
+        // No spare token for "ever": it must queue (and wait), not overflow.
+        let waiting = tokio::time::timeout(
+            Duration::from_millis(50),
+            slow.background(Duration::from_millis(10)),
+        );
+        assert!(waiting.await.is_err());
     }
 
     #[test]

@@ -84,14 +84,27 @@ impl TokenBucket {
         })
     }
 
-    /// Takes a token at `now`; returns how long to wait before using it.
-    pub fn reserve_at(&self, now: Instant) -> Option<Duration> {
+    /// The state with the tokens accrued until `now` added (capped at the
+    /// burst), locked for the caller to take from.
+    fn refilled(&self, now: Instant) -> std::sync::MutexGuard<'_, (f64, Instant)> {
         let mut s = self.state.lock().expect("token bucket lock");
         let elapsed = now.saturating_duration_since(s.1).as_secs_f64();
         s.1 = s.1.max(now);
-        s.0 = (s.0 + elapsed * self.qps).min(self.burst) - 1.0;
-        // A tiny qps makes the wait too long for a Duration: wait "forever".
-        (s.0 < 0.0).then(|| Duration::try_from_secs_f64(-s.0 / self.qps).unwrap_or(Duration::MAX))
+        s.0 = (s.0 + elapsed * self.qps).min(self.burst);
+        s
+    }
+
+    /// How long until `tokens` more have accrued; a tiny qps makes that too
+    /// long for a Duration: "forever".
+    fn time_for(&self, tokens: f64) -> Duration {
+        Duration::try_from_secs_f64(tokens / self.qps).unwrap_or(Duration::MAX)
+    }
+
+    /// Takes a token at `now`; returns how long to wait before using it.
+    pub fn reserve_at(&self, now: Instant) -> Option<Duration> {
+        let mut s = self.refilled(now);
+        s.0 -= 1.0;
+        (s.0 < 0.0).then(|| self.time_for(-s.0))
     }
 
     pub fn reserve(&self) -> Option<Duration> {
@@ -107,15 +120,12 @@ impl TokenBucket {
     /// Takes a token at `now` if one is there that no reservation is owed;
     /// else says how long until one would be, if nobody else asked.
     pub fn take_spare_at(&self, now: Instant) -> Result<(), Duration> {
-        let mut s = self.state.lock().expect("token bucket lock");
-        let elapsed = now.saturating_duration_since(s.1).as_secs_f64();
-        s.1 = s.1.max(now);
-        s.0 = (s.0 + elapsed * self.qps).min(self.burst);
+        let mut s = self.refilled(now);
         if s.0 >= 1.0 {
             s.0 -= 1.0;
             Ok(())
         } else {
-            Err(Duration::try_from_secs_f64((1.0 - s.0) / self.qps).unwrap_or(Duration::MAX))
+            Err(self.time_for(1.0 - s.0))
         }
     }
 
@@ -279,6 +289,10 @@ fn other_verb(method: &Method) -> &'static str {
 mod tests {
     use super::*;
 
+    fn bucket(qps: f32, burst: u32) -> TokenBucket {
+        TokenBucket::new(RateLimit { qps, burst }).unwrap()
+    }
+
     fn c(method: Method, uri: &str) -> (&'static str, String) {
         classify(&method, &uri.parse().unwrap())
     }
@@ -334,11 +348,7 @@ mod tests {
 
     #[test]
     fn token_bucket_allows_the_burst_then_spaces_requests_at_qps() {
-        let b = TokenBucket::new(RateLimit {
-            qps: 10.0,
-            burst: 3,
-        })
-        .unwrap();
+        let b = bucket(10.0, 3);
         let t0 = Instant::now();
         for _ in 0..3 {
             assert_eq!(b.reserve_at(t0), None);
@@ -359,11 +369,7 @@ mod tests {
         assert!(b.reserve_at(t1).is_some());
         assert!(TokenBucket::new(RateLimit::UNLIMITED).is_none());
         // The smallest qps there is: a wait too long for a Duration, no panic.
-        let slow = TokenBucket::new(RateLimit {
-            qps: f32::from_bits(1),
-            burst: 1,
-        })
-        .unwrap();
+        let slow = bucket(f32::from_bits(1), 1);
         assert_eq!(slow.reserve_at(t0), None);
         assert_eq!(slow.reserve_at(t0), Some(Duration::MAX));
         assert_eq!(slow.take_spare_at(t0), Err(Duration::MAX));
@@ -371,11 +377,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_background_request_with_a_tiny_qps_does_not_panic() {
-        let slow = TokenBucket::new(RateLimit {
-            qps: f32::from_bits(1),
-            burst: 1,
-        })
-        .unwrap();
+        let slow = bucket(f32::from_bits(1), 1);
         assert!(slow.take_spare_at(Instant::now()).is_ok());
         // No spare token for "ever": it must queue (and wait), not overflow.
         let waiting = tokio::time::timeout(
@@ -387,11 +389,7 @@ mod tests {
 
     #[test]
     fn a_spare_token_is_one_no_reservation_is_owed() {
-        let b = TokenBucket::new(RateLimit {
-            qps: 10.0,
-            burst: 2,
-        })
-        .unwrap();
+        let b = bucket(10.0, 2);
         let t0 = Instant::now();
         assert_eq!(b.take_spare_at(t0), Ok(()));
         assert_eq!(b.take_spare_at(t0), Ok(()));
@@ -407,11 +405,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_background_request_queues_after_its_longest_wait() {
-        let b = TokenBucket::new(RateLimit {
-            qps: 100.0,
-            burst: 1,
-        })
-        .unwrap();
+        let b = bucket(100.0, 1);
         // A spare token: no wait.
         assert!(b.background(Duration::from_millis(20)).await < Duration::from_millis(20));
         // Half a second of reservations ahead of it: no spare token comes
@@ -425,7 +419,7 @@ mod tests {
 
     #[test]
     fn try_take_refuses_without_running_into_debt() {
-        let b = TokenBucket::new(RateLimit { qps: 2.0, burst: 2 }).unwrap();
+        let b = bucket(2.0, 2);
         let t0 = Instant::now();
         assert!(b.try_take_at(t0) && b.try_take_at(t0));
         // Refusals take nothing: half a second later exactly one token is back.

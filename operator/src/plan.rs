@@ -54,6 +54,17 @@ pub enum Step {
     DeleteJob,
 }
 
+impl Step {
+    /// The pods this step deletes, by name.
+    pub fn deleted_pods(&self) -> &[String] {
+        match self {
+            Step::DeletePod(n) => std::slice::from_ref(n),
+            Step::CleanPods { pods, .. } => pods,
+            _ => &[],
+        }
+    }
+}
+
 /// The outcome of planning one reconcile.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -812,11 +823,8 @@ fn counts(pods: &[&ObservedPod]) -> BTreeMap<ReplicaType, ReplicaStatus> {
 fn counts_after(pods: &[&ObservedPod], steps: &[Step]) -> BTreeMap<ReplicaType, ReplicaStatus> {
     let deleting: Vec<&str> = steps
         .iter()
-        .flat_map(|s| match s {
-            Step::DeletePod(n) => vec![n.as_str()],
-            Step::CleanPods { pods, .. } => pods.iter().map(String::as_str).collect(),
-            _ => vec![],
-        })
+        .flat_map(Step::deleted_pods)
+        .map(String::as_str)
         .collect();
     let kept: Vec<&ObservedPod> = pods
         .iter()
@@ -932,11 +940,8 @@ mod tests {
     fn deleted(p: &Plan) -> Vec<String> {
         p.steps
             .iter()
-            .flat_map(|s| match s {
-                Step::DeletePod(n) => vec![n.clone()],
-                Step::CleanPods { pods, .. } => pods.clone(),
-                _ => vec![],
-            })
+            .flat_map(Step::deleted_pods)
+            .cloned()
             .collect()
     }
 

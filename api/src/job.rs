@@ -81,6 +81,11 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new(
     "!has(self.useGraphbolt) || !self.useGraphbolt || 'Worker' in self.dglReplicaSpecs"
 ).message("spec.useGraphbolt: needs spec.dglReplicaSpecs.Worker (DGL 2.1.0 has no GraphBolt in standalone mode, the training a job without workers runs)"))]
+// On the spec, not the field: a rule on the field runs only when the old and
+// the new object both have it, so unset (false) → true would pass.
+#[x_kube(validation = Rule::new(
+    "(has(self.useGraphbolt) && self.useGraphbolt) == (has(oldSelf.useGraphbolt) && oldSelf.useGraphbolt)"
+).message("spec.useGraphbolt: is immutable (the partitions are made for it); create a new DGLJob to change it"))]
 #[serde(rename_all = "camelCase")]
 pub struct DGLJobSpec {
     /// Which pods to delete when the job ends: `Running` (default) deletes the
@@ -130,8 +135,6 @@ pub struct DGLJobSpec {
     /// which is shipped instead of `graph.dgl`, and the training script gets
     /// `--use_graphbolt`. Needs workers (DGL has no standalone GraphBolt) and
     /// a partition mode other than DistParMETIS. Immutable.
-    #[x_kube(validation = Rule::new("self == oldSelf")
-        .message("spec.useGraphbolt: is immutable (the partitions are made for it); create a new DGLJob to change it"))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_graphbolt: Option<bool>,
 

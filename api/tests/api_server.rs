@@ -421,8 +421,9 @@ async fn every_example_job_is_accepted() {
     }
 }
 
-/// `replicas` and `partitionMode` cannot change once the job exists: an
-/// update is refused with a message naming the field; other edits pass.
+/// `replicas`, `partitionMode` and `useGraphbolt` cannot change once the job
+/// exists: an update is refused with a message naming the field; other edits
+/// pass (spelling out a default is no change).
 #[tokio::test]
 async fn replicas_and_partition_mode_are_immutable() {
     let (client, ns) = setup("api-immutable").await;
@@ -459,11 +460,17 @@ async fn replicas_and_partition_mode_are_immutable() {
         "spec.partitionMode: is immutable",
     )
     .await;
+    // Unset means false: setting it is a change, though the field was absent.
+    refused(
+        json!({"spec": {"useGraphbolt": true}}),
+        "spec.useGraphbolt: is immutable",
+    )
+    .await;
     // Anything else may change.
     api.patch(
         "fixed",
         &PatchParams::default(),
-        &Patch::Merge(json!({"spec": {"runPolicy": {"suspend": true}, "dglReplicaSpecs": {"Worker": {"replicas": 2}}}})),
+        &Patch::Merge(json!({"spec": {"runPolicy": {"suspend": true}, "useGraphbolt": false, "dglReplicaSpecs": {"Worker": {"replicas": 2}}}})),
     )
     .await
     .expect("an edit that keeps replicas and partitionMode is accepted");

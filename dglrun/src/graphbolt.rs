@@ -33,12 +33,23 @@ pub fn converter(python: &str, part_config: &Path) -> ProcSpec {
     }
 }
 
+/// The lock file workers that share one dataset folder take turns with.
+pub const CONVERT_LOCK: &str = ".dglrun-graphbolt.lock";
+
 /// Converts a Skip-mode worker's partitions in place when they are still in
 /// DGL's format. DGL's converter reads every partition, so the workspace
 /// must hold all `num_parts` of them (checked first, naming what is
-/// missing); output goes to the log.
+/// missing); output goes to the log. Workers whose workspaces share one
+/// volume take turns (flock(2) on [`CONVERT_LOCK`] in the dataset folder):
+/// the first converts, the others find the partitions converted, instead of
+/// several converters writing the same files at once.
 pub async fn convert_local(python: &str, layout: &Layout, num_parts: u32) -> Result<(), String> {
     if layout.has_graphbolt_graphs() {
+        return Ok(());
+    }
+    let _turn = take_turn(layout).await?;
+    if layout.has_graphbolt_graphs() {
+        tracing::info!(json = %layout.json_path().display(), "the partitions were converted to GraphBolt by another worker sharing this folder");
         return Ok(());
     }
     let plain = layout.clone().with_graphbolt(false);
@@ -71,6 +82,41 @@ pub async fn convert_local(python: &str, layout: &Layout, num_parts: u32) -> Res
     Ok(())
 }
 
+/// Waits for the dataset folder's conversion lock; the lock lasts as long as
+/// the returned file is open. A file system without locks gets a warning
+/// and no lock (a volume of one worker needs none).
+async fn take_turn(layout: &Layout) -> Result<Option<std::fs::File>, String> {
+    let json = layout.json_path();
+    let path = json.parent().unwrap_or(Path::new(".")).join(CONVERT_LOCK);
+    let shown = path.display().to_string();
+    let locked = tokio::task::spawn_blocking(move || -> std::io::Result<Option<std::fs::File>> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)?;
+        loop {
+            // SAFETY: flock on a descriptor this function owns.
+            if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) } == 0 {
+                return Ok(Some(file));
+            }
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ENOLCK | libc::EOPNOTSUPP | libc::ENOSYS) => return Ok(None),
+                _ => return Err(e),
+            }
+        }
+    })
+    .await
+    .map_err(|e| format!("waiting for {shown}: {e}"))?
+    .map_err(|e| format!("cannot lock {shown} (workers sharing the dataset folder convert it one at a time): {e}"))?;
+    if locked.is_none() {
+        tracing::warn!(lock = %shown, "the file system has no locks: converting without one; workers sharing this folder would convert it at the same time");
+    }
+    Ok(locked)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +127,45 @@ mod tests {
         assert_eq!(c.args[0], "-c");
         assert!(c.args[1].contains("dgl_partition_to_graphbolt(sys.argv[1])"));
         assert_eq!(c.args[2], "/w/dataset/g.json");
+    }
+
+    /// Two workers whose workspaces are one folder convert it once: the
+    /// second waits for the first's lock and finds the JSON converted. The
+    /// stand-in for Python counts its runs, takes a while, and adds the keys
+    /// DGL's converter adds.
+    #[tokio::test]
+    async fn workers_sharing_a_folder_convert_it_once() {
+        let ws = tempfile::tempdir().unwrap();
+        let layout = crate::dataset::testing::fake_partitions(ws.path(), 2).with_graphbolt(true);
+        let runs = ws.path().join("runs");
+        let fake = ws.path().join("python");
+        std::fs::write(
+            &fake,
+            format!(
+                "#!/bin/sh\n\
+                 echo run >> {runs}\n\
+                 sleep 1\n\
+                 exec python3 -c 'import json, sys\n\
+                 p = sys.argv[1]\n\
+                 j = json.load(open(p))\n\
+                 for k in [k for k in j if k.startswith(\"part-\")]:\n    \
+                 j[k][\"part_graph_graphbolt\"] = k.replace(\"-\", \"\") + \"/fused_csc_sampling_graph.pt\"\n\
+                 json.dump(j, open(p, \"w\"))' \"$3\"\n",
+                runs = runs.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        let python = fake.display().to_string();
+        let (a, b) = tokio::join!(
+            convert_local(&python, &layout, 2),
+            convert_local(&python, &layout, 2)
+        );
+        a.unwrap();
+        b.unwrap();
+        assert!(layout.has_graphbolt_graphs());
+        let runs = std::fs::read_to_string(&runs).unwrap();
+        assert_eq!(runs.lines().count(), 1, "the converter ran once: {runs:?}");
     }
 }

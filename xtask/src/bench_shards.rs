@@ -7,6 +7,10 @@
 //! "worker" namespaces, each joined to the bridge by a veth pair (MTU 1500),
 //! like pods on a node's CNI bridge. Addresses: partitioner 10.213.1.1,
 //! worker i 10.213.1.(10+i), /24. The bridge does no netfilter calls.
+//! Unshaped, such a link is as fast as the CPUs copy memory; `--link-gbit`
+//! also measures each worker count with the partitioner's egress shaped to a
+//! NIC's rate (tc tbf), where the wire, not the two CPUs, is the limit, as
+//! on a cluster where every shard leaves the partitioner's node.
 //!
 //! The dglrun path is the real one, with the release binary:
 //! - a synthetic dataset in DGL's layout (`bench.json` with num_parts=N and
@@ -118,6 +122,22 @@ pub struct Args {
     /// Keep the work folder (dataset, workspaces, logs) afterwards.
     #[arg(long)]
     keep: bool,
+    /// Rates of the partitioner's uplink to measure, in Gbit/s, comma
+    /// separated; 0 leaves the link unshaped (then memory and the CPUs are
+    /// the only limit). A rate shapes what leaves the partitioner's namespace
+    /// with a token bucket (tc tbf), like the NIC of the node all shards
+    /// leave from; both paths go through it.
+    #[arg(long, value_delimiter = ',', default_value = "0,10", value_parser = parse_link)]
+    link_gbit: Vec<f64>,
+}
+
+fn parse_link(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(g) if g.is_finite() && (g == 0.0 || (0.01..=400.0).contains(&g)) => Ok(g),
+        _ => Err(format!(
+            "{s:?}: expected a link rate in Gbit/s from 0.01 to 400, or 0 for an unshaped link"
+        )),
+    }
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -129,6 +149,12 @@ pub fn run(args: Args) -> Result<()> {
         .arg("-V")
         .output()
         .context("`ip` (iproute2) is needed for the network namespaces")?;
+    if args.link_gbit.iter().any(|g| *g > 0.0) {
+        Command::new("tc")
+            .arg("-V")
+            .output()
+            .context("`tc` (iproute2) is needed to shape the partitioner's link (--link-gbit)")?;
+    }
     // Built before the signals are taken over, so that a Ctrl-C stops cargo as usual.
     let dglrun = match &args.dglrun {
         Some(p) => p.clone(),
@@ -167,16 +193,17 @@ pub fn run(args: Args) -> Result<()> {
     eprintln!("    {sha_mbps:.0} MB per CPU second");
 
     let mut rows = Vec::new();
-    for &n in &args.workers {
-        rows.push(bench_workers(
-            &args,
-            n,
-            &dglrun,
-            &work,
-            &token_file,
-            &script,
-            &token,
-        )?);
+    for &link in &args.link_gbit {
+        let link = Link::from_gbit(link);
+        for &n in &args.workers {
+            let files = Files {
+                dglrun: &dglrun,
+                work: &work,
+                token_file: &token_file,
+                script: &script,
+            };
+            rows.push(bench_workers(&args, n, link, files, &token)?);
+        }
     }
     let load_after = loadavg();
     // Again: other load on the machine changes it, and the table depends on it.
@@ -208,9 +235,62 @@ impl Drop for CleanupGuard {
     }
 }
 
-/// One worker count's results.
+/// The partitioner's uplink: unshaped, or a token bucket of this rate.
+#[derive(Clone, Copy)]
+enum Link {
+    Unshaped,
+    Gbit(f64),
+}
+
+impl Link {
+    fn from_gbit(g: f64) -> Link {
+        if g == 0.0 {
+            Link::Unshaped
+        } else {
+            Link::Gbit(g)
+        }
+    }
+
+    fn label(&self) -> String {
+        match self {
+            Link::Unshaped => "unshaped".into(),
+            Link::Gbit(g) => format!("{g} Gbit/s"),
+        }
+    }
+
+    /// `tc` arguments after `qdisc add dev eth0 root`. The bucket holds 1 ms
+    /// of the rate (at least 256 KiB: veth hands over 64 KiB GSO packets, a
+    /// smaller bucket would cap the rate below what is asked); the queue
+    /// holds 20 ms, so TCP sees a deep NIC queue, not drops.
+    fn tbf_args(&self) -> Option<Vec<String>> {
+        let Link::Gbit(g) = self else { return None };
+        let bytes_per_sec = g * 1e9 / 8.0;
+        let burst = ((bytes_per_sec / 1000.0) as u64).max(256 * 1024);
+        Some(vec![
+            "tbf".into(),
+            "rate".into(),
+            format!("{}kbit", (g * 1e6).round() as u64),
+            "burst".into(),
+            burst.to_string(),
+            "latency".into(),
+            "20ms".into(),
+        ])
+    }
+}
+
+/// The files every testbed's processes use.
+#[derive(Clone, Copy)]
+struct Files<'a> {
+    dglrun: &'a Path,
+    work: &'a Path,
+    token_file: &'a Path,
+    script: &'a Path,
+}
+
+/// One worker count's results on one link.
 struct Row {
     workers: u32,
+    link: Link,
     total_bytes: u64,
     /// Partitioner start → it answers (its partition step does nothing).
     manifest_secs: f64,
@@ -247,16 +327,18 @@ impl Run {
     }
 }
 
-fn bench_workers(
-    args: &Args,
-    n: u32,
-    dglrun: &Path,
-    work: &Path,
-    token_file: &Path,
-    script: &Path,
-    token: &Token,
-) -> Result<Row> {
-    eprintln!("\n==> {n} workers, {} MiB", args.total_mib);
+fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -> Result<Row> {
+    let Files {
+        dglrun,
+        work,
+        token_file,
+        script,
+    } = files;
+    eprintln!(
+        "\n==> {n} workers, {} MiB, partitioner link {}",
+        args.total_mib,
+        link.label()
+    );
     let root = work.join(format!("n{n}"));
     let src_ws = root.join("partitioner");
     let shards = generate_dataset(&src_ws, n, args.total_mib * MIB)?;
@@ -265,7 +347,7 @@ fn bench_workers(
     // than during a measured transfer.
     sync();
 
-    let mut bed = Testbed::create(n, dglrun)?;
+    let mut bed = Testbed::create(n, dglrun, link)?;
     let common = |ws: &Path| -> Vec<String> {
         vec![
             "--token-file".into(),
@@ -412,6 +494,7 @@ fn bench_workers(
     remove_dir(&root)?;
     Ok(Row {
         workers: n,
+        link,
         total_bytes,
         manifest_secs,
         first_byte_secs,
@@ -616,8 +699,23 @@ fn ip(args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+fn run_tc(args: &[&str]) -> Result<()> {
+    let out = Command::new("tc")
+        .args(args)
+        .output()
+        .context("cannot run tc (iproute2), needed to shape the link")?;
+    if !out.status.success() {
+        bail!(
+            "tc {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
 impl Testbed {
-    fn create(workers: u32, dglrun: &Path) -> Result<Testbed> {
+    fn create(workers: u32, dglrun: &Path, link: Link) -> Result<Testbed> {
         // The pid keeps names unique between concurrent benches; the worker
         // count between the testbeds of one bench.
         let prefix = format!("dglbs{}-n{workers}", std::process::id());
@@ -676,6 +774,11 @@ impl Testbed {
                 "eth0",
             ])?;
             ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+        }
+        if let Some(tbf) = link.tbf_args() {
+            let mut tc = vec!["-n", &partitioner_ns, "qdisc", "add", "dev", "eth0", "root"];
+            tc.extend(tbf.iter().map(String::as_str));
+            run_tc(&tc)?;
         }
         Ok(bed)
     }
@@ -1297,8 +1400,8 @@ fn report(m: &Machine, load_after: &str, sha_mbps: [f64; 2], rows: &[Row]) -> St
         sha_mbps[1]
     ));
     s.push_str(
-        "| workers | total MiB | dglrun MB/s | plain TCP MB/s | ratio | plain + fsync MB/s | plain + fsync + sha256 MB/s | dglrun CPU s (partitioner + workers) | plain TCP CPU s (senders + receivers) |\n\
-         |---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| partitioner link | workers | total MiB | dglrun MB/s | plain TCP MB/s | ratio | plain + fsync MB/s | plain + fsync + sha256 MB/s | dglrun CPU s (partitioner + workers) | plain TCP CPU s (senders + receivers) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let mbps = |runs: &[Run]| median(runs.iter().map(|x| x.mbps(r.total_bytes)).collect());
@@ -1312,7 +1415,8 @@ fn report(m: &Machine, load_after: &str, sha_mbps: [f64; 2], rows: &[Row]) -> St
         let d = mbps(&r.dglrun);
         let p: Vec<f64> = r.plain.iter().map(|runs| mbps(runs)).collect();
         s.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {} | {} |\n",
+            "| {} | {} | {} | {:.0} | {:.0} | {:.2} | {:.0} | {:.0} | {} | {} |\n",
+            r.link.label(),
             r.workers,
             r.total_bytes / MIB,
             d,
@@ -1333,7 +1437,8 @@ fn report(m: &Machine, load_after: &str, sha_mbps: [f64; 2], rows: &[Row]) -> St
                 .join(", ")
         };
         s.push_str(&format!(
-            "- workers {}: dglrun {}",
+            "- {} link, workers {}: dglrun {}",
+            r.link.label(),
             r.workers,
             list(&r.dglrun)
         ));

@@ -20,13 +20,13 @@
 //! DGL_PARTITION_BIN. `DGLRUN_TEST_KEEP_LOGS=1` keeps every log.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::fs::File;
-use std::os::fd::IntoRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+mod common;
+use common::netns::{kill_all, log_tails, netns_of, wait_timeout, Hosts, Isolation};
 
 const DGLRUN: &str = env!("CARGO_BIN_EXE_dglrun");
 const PORT: &str = "30249";
@@ -73,71 +73,17 @@ fn dgl_partition() -> PathBuf {
     p
 }
 
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Namespaces a, b, c on a bridge (in c); drop kills what is left.
+/// Namespaces a, b, c on a bridge (in c), with the processes started in them.
 struct Machines {
-    ns: [String; 3],
-    marker: String,
+    hosts: Hosts,
     dir: tempfile::TempDir,
     children: Vec<Child>,
 }
 
 impl Machines {
     fn create() -> Machines {
-        assert!(
-            unsafe { libc::geteuid() } == 0,
-            "this test creates network namespaces and needs root"
-        );
         let id = format!("{}", std::process::id() % 100_000);
-        let ns = ["a", "b", "c"].map(|x| format!("dgldist-{id}-{x}"));
-        for n in &ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-            run("ip", &["netns", "add", n]);
-        }
-        let c = &ns[2];
-        run("ip", &["-n", c, "link", "add", "br0", "type", "bridge"]);
-        run(
-            "ip",
-            &[
-                "-n",
-                c,
-                "addr",
-                "add",
-                &format!("{}/24", IPS[2]),
-                "dev",
-                "br0",
-            ],
-        );
-        run("ip", &["-n", c, "link", "set", "br0", "up"]);
-        run("ip", &["-n", c, "link", "set", "lo", "up"]);
-        for (i, x) in ["a", "b"].iter().enumerate() {
-            let (inner, outer) = (format!("vp{id}{x}"), format!("vp{id}{x}p"));
-            run(
-                "ip",
-                &[
-                    "link", "add", &inner, "type", "veth", "peer", "name", &outer,
-                ],
-            );
-            run("ip", &["link", "set", &inner, "netns", &ns[i]]);
-            run("ip", &["link", "set", &outer, "netns", c]);
-            run(
-                "ip",
-                &["-n", c, "link", "set", &outer, "master", "br0", "up"],
-            );
-            let cidr = format!("{}/24", IPS[i]);
-            run("ip", &["-n", &ns[i], "addr", "add", &cidr, "dev", &inner]);
-            run("ip", &["-n", &ns[i], "link", "set", &inner, "up"]);
-            run("ip", &["-n", &ns[i], "link", "set", "lo", "up"]);
-        }
+        let hosts = Hosts::bridged(&format!("dgldist-{id}"), &format!("vp{id}"), &IPS, 24);
         let keep = std::env::var_os("DGLRUN_TEST_KEEP_LOGS").is_some();
         let dir = tempfile::Builder::new()
             .prefix("dglrun-dist-")
@@ -151,11 +97,7 @@ impl Machines {
             std::fs::create_dir_all(dir.path().join(format!("tmp-{x}"))).unwrap();
         }
         Machines {
-            ns,
-            marker: format!(
-                "dgldist-{id}-{}",
-                std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()
-            ),
+            hosts,
             dir,
             children: Vec::new(),
         }
@@ -172,142 +114,46 @@ impl Machines {
     /// dglrun on machine `i`: its network namespace, its own host name,
     /// mount and IPC namespace with a private /dev/shm, its own TMPDIR.
     fn spawn(&mut self, i: usize, args: &[String], log: &str) -> usize {
-        let nsfd = File::open(format!("/var/run/netns/{}", self.ns[i]))
-            .unwrap()
-            .into_raw_fd();
         let x = ["a", "b", "c"][i];
-        let host = CString::new(format!("dist-{x}")).unwrap();
-        let (root, shm, tmpfs) = (
-            CString::new("/").unwrap(),
-            CString::new("/dev/shm").unwrap(),
-            CString::new("tmpfs").unwrap(),
-        );
-        let opts = CString::new("size=2g,mode=1777").unwrap();
         let out = File::create(self.path(log)).unwrap();
         let mut cmd = Command::new(DGLRUN);
         cmd.args(args)
-            .env("DGLRUN_TEST_MARKER", &self.marker)
             .env("TMPDIR", self.path(&format!("tmp-{x}")))
             .env("DGL_DIST_DEBUG", "1")
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out);
-        unsafe {
-            cmd.pre_exec(move || {
-                let check = |r: libc::c_int| {
-                    if r == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
-                    }
-                };
-                check(libc::setns(nsfd, libc::CLONE_NEWNET))?;
-                check(libc::unshare(
-                    libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS,
-                ))?;
-                check(libc::sethostname(host.as_ptr(), host.as_bytes().len()))?;
-                check(libc::mount(
-                    std::ptr::null(),
-                    root.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ))?;
-                check(libc::mount(
-                    tmpfs.as_ptr(),
-                    shm.as_ptr(),
-                    tmpfs.as_ptr(),
-                    0,
-                    opts.as_ptr().cast(),
-                ))?;
-                libc::close(nsfd);
-                Ok(())
-            });
-        }
+        let isolation = Isolation {
+            hostname: Some(format!("dist-{x}")),
+            private_shm: true,
+        };
+        self.hosts.enter(&mut cmd, i, isolation);
         self.children.push(cmd.spawn().unwrap());
         self.children.len() - 1
     }
 
     fn wait(&mut self, idx: usize, timeout: Duration) -> Option<ExitStatus> {
-        let end = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.children[idx].try_wait().unwrap() {
-                return Some(s);
-            }
-            if Instant::now() >= end {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_timeout(&mut self.children[idx], timeout)
     }
 
     fn netns_of(&self, idx: usize) -> String {
-        std::fs::read_link(format!("/proc/{}/ns/net", self.children[idx].id()))
-            .unwrap()
-            .display()
-            .to_string()
+        netns_of(self.children[idx].id())
     }
 
     /// Live processes carrying this test's marker.
     fn marked(&self) -> Vec<String> {
-        let needle = format!("DGLRUN_TEST_MARKER={}", self.marker);
-        let mut out = Vec::new();
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = stat
-                .rfind(')')
-                .is_none_or(|i| stat[i + 1..].trim_start().starts_with('Z'));
-            if !zombie && env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) {
-                let cmd =
-                    std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                out.push(format!("{pid} ({})", cmd.replace('\0', " ").trim()));
-            }
-        }
-        out
+        self.hosts.marked()
     }
 
     fn logs(&self) -> String {
-        let mut s = String::new();
-        let mut logs: Vec<_> = std::fs::read_dir(self.dir.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "log"))
-            .collect();
-        logs.sort();
-        for p in logs {
-            let text = std::fs::read_to_string(&p).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            let tail = lines[lines.len().saturating_sub(50)..].join("\n");
-            s.push_str(&format!("\n===== {} =====\n{tail}\n", p.display()));
-        }
-        s
+        log_tails(self.dir.path(), 50)
     }
 }
 
 impl Drop for Machines {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for p in self.marked() {
-            if let Some(pid) = p.split_whitespace().next().and_then(|p| p.parse().ok()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-        for n in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
+        // Then `hosts` kills whatever is left and deletes the namespaces.
+        kill_all(&mut self.children);
     }
 }
 

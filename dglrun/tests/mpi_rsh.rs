@@ -21,9 +21,7 @@
 //! project's test command builds the workspace with that feature), or its
 //! path in DGL_PARTITION_BIN. `DGLRUN_TEST_KEEP_LOGS=1` keeps every log.
 
-use std::ffi::CString;
 use std::fs::File;
-use std::os::fd::IntoRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -33,6 +31,9 @@ use std::time::{Duration, Instant};
 use dglrun::rsh::{mpirun_args, MpirunPlan};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
+
+mod common;
+use common::netns::{kill_all, log_tails, netns_of, wait_timeout, Hosts, Isolation};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -51,22 +52,11 @@ fn dgl_partition() -> PathBuf {
     p
 }
 
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Three namespaces on a bridge (in c): a = .2, b = .3, c = .1.
 struct Net {
-    ns: [String; 3],
+    hosts: Hosts,
     ips: [String; 3],
     cidr: String,
-    marker: String,
     dir: tempfile::TempDir,
     token: PathBuf,
     children: Vec<Child>,
@@ -74,44 +64,10 @@ struct Net {
 
 impl Net {
     fn create(tag: &str) -> Net {
-        assert!(
-            unsafe { libc::geteuid() } == 0,
-            "this test creates network namespaces and needs root"
-        );
         let id = format!("{}{tag}", std::process::id() % 100_000);
-        let ns = ["a", "b", "c"].map(|x| format!("dglmpi-{id}-{x}"));
-        for n in &ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-            run("ip", &["netns", "add", n]);
-        }
-        let c = &ns[2];
-        run("ip", &["-n", c, "link", "add", "br0", "type", "bridge"]);
-        run(
-            "ip",
-            &["-n", c, "addr", "add", "10.77.0.1/24", "dev", "br0"],
-        );
-        run("ip", &["-n", c, "link", "set", "br0", "up"]);
-        run("ip", &["-n", c, "link", "set", "lo", "up"]);
-        for (i, x) in ["a", "b"].iter().enumerate() {
-            // Interface names are limited to 15 characters.
-            let (inner, outer) = (format!("vm{id}{x}"), format!("vm{id}{x}p"));
-            run(
-                "ip",
-                &[
-                    "link", "add", &inner, "type", "veth", "peer", "name", &outer,
-                ],
-            );
-            run("ip", &["link", "set", &inner, "netns", &ns[i]]);
-            run("ip", &["link", "set", &outer, "netns", c]);
-            run(
-                "ip",
-                &["-n", c, "link", "set", &outer, "master", "br0", "up"],
-            );
-            let cidr = format!("10.77.0.{}/24", i + 2);
-            run("ip", &["-n", &ns[i], "addr", "add", &cidr, "dev", &inner]);
-            run("ip", &["-n", &ns[i], "link", "set", &inner, "up"]);
-            run("ip", &["-n", &ns[i], "link", "set", "lo", "up"]);
-        }
+        let ips = ["10.77.0.2", "10.77.0.3", "10.77.0.1"];
+        // Interface names are limited to 15 characters.
+        let hosts = Hosts::bridged(&format!("dglmpi-{id}"), &format!("vm{id}"), &ips, 24);
         // DGLRUN_TEST_KEEP_LOGS=1 keeps the logs for a look.
         let keep = std::env::var_os("DGLRUN_TEST_KEEP_LOGS").is_some();
         let dir = tempfile::Builder::new()
@@ -128,13 +84,9 @@ impl Net {
             std::fs::create_dir_all(dir.path().join(format!("tmp-{x}"))).unwrap();
         }
         Net {
-            ns,
-            ips: ["10.77.0.2", "10.77.0.3", "10.77.0.1"].map(String::from),
+            hosts,
+            ips: ips.map(String::from),
             cidr: "10.77.0.0/24".into(),
-            marker: format!(
-                "dglmpi-{id}-{}",
-                std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()
-            ),
             dir,
             token,
             children: Vec::new(),
@@ -149,34 +101,19 @@ impl Net {
     /// namespace, with its own host name and TMPDIR (OpenMPI keeps its
     /// session files there), marked so that leftovers can be found.
     fn command(&self, i: usize, program: &str, args: &[String]) -> Command {
-        let nsfd = File::open(format!("/var/run/netns/{}", self.ns[i]))
-            .unwrap()
-            .into_raw_fd();
-        let host = CString::new(format!("mpi-{}", ["a", "b", "c"][i])).unwrap();
+        let x = ["a", "b", "c"][i];
         let mut cmd = Command::new(program);
         cmd.args(args)
-            .env("DGLRUN_TEST_MARKER", &self.marker)
-            .env("TMPDIR", self.path(&format!("tmp-{}", ["a", "b", "c"][i])))
+            .env("TMPDIR", self.path(&format!("tmp-{x}")))
             .env("DGL_OPERATOR_TOKEN_FILE", &self.token)
             .env("DGLRUN_AGENT_PORT", PORT)
             .env("DGL_OPERATOR_CONFIG_DIR", self.dir.path())
             .stdin(Stdio::null());
-        unsafe {
-            cmd.pre_exec(move || {
-                let check = |r: libc::c_int| {
-                    if r == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
-                    }
-                };
-                check(libc::setns(nsfd, libc::CLONE_NEWNET))?;
-                check(libc::unshare(libc::CLONE_NEWUTS))?;
-                check(libc::sethostname(host.as_ptr(), host.as_bytes().len()))?;
-                libc::close(nsfd);
-                Ok(())
-            });
-        }
+        let isolation = Isolation {
+            hostname: Some(format!("mpi-{x}")),
+            private_shm: false,
+        };
+        self.hosts.enter(&mut cmd, i, isolation);
         cmd
     }
 
@@ -256,16 +193,7 @@ impl Net {
     }
 
     fn wait(&mut self, idx: usize, timeout: Duration) -> Option<ExitStatus> {
-        let end = Instant::now() + timeout;
-        loop {
-            if let Some(s) = self.children[idx].try_wait().unwrap() {
-                return Some(s);
-            }
-            if Instant::now() >= end {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_timeout(&mut self.children[idx], timeout)
     }
 
     /// Marked processes whose command line contains `needle`.
@@ -284,32 +212,7 @@ impl Net {
     /// Live processes carrying the marker, except the children listed.
     fn marked_except(&self, keep: &[usize]) -> Vec<String> {
         let keep: Vec<i32> = keep.iter().map(|&i| self.pid(i)).collect();
-        let needle = format!("DGLRUN_TEST_MARKER={}", self.marker);
-        let mut out = Vec::new();
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-                continue;
-            };
-            let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
-                continue;
-            };
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = stat
-                .rfind(')')
-                .is_none_or(|i| stat[i + 1..].trim_start().starts_with('Z'));
-            if !keep.contains(&pid)
-                && !zombie
-                && env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes())
-            {
-                let cmd =
-                    std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                out.push(format!(
-                    "{pid} ({})",
-                    cmd.replace('\0', " ").chars().take(100).collect::<String>()
-                ));
-            }
-        }
-        out
+        self.hosts.marked_except(&keep)
     }
 
     /// Waits until only the `keep` children carry the marker.
@@ -334,48 +237,18 @@ impl Net {
     }
 
     fn logs(&self) -> String {
-        let mut s = String::new();
-        let mut logs: Vec<_> = std::fs::read_dir(self.dir.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "log"))
-            .collect();
-        logs.sort();
-        for p in logs {
-            let text = std::fs::read_to_string(&p).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
-            s.push_str(&format!("\n===== {} =====\n{tail}\n", p.display()));
-        }
-        s
+        log_tails(self.dir.path(), 40)
     }
 
     fn netns_of(&self, idx: usize) -> String {
-        std::fs::read_link(format!("/proc/{}/ns/net", self.pid(idx)))
-            .unwrap()
-            .display()
-            .to_string()
+        netns_of(self.children[idx].id())
     }
 }
 
 impl Drop for Net {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for p in self.marked_except(&[]) {
-            if let Some(pid) = p.split_whitespace().next().and_then(|p| p.parse().ok()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-        for n in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
+        // Then `hosts` kills whatever is left and deletes the namespaces.
+        kill_all(&mut self.children);
     }
 }
 

@@ -30,14 +30,14 @@
 //! `DGLRUN_TEST_KEEP_LOGS=1` keeps every process's log and workspace.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::fs::File;
-use std::os::fd::IntoRawFd;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::netns::{kill_all, log_tails, wait_timeout, Hosts, Isolation};
 
 /// The two tests each load a CPU-heavy DGL job; on a small machine they
 /// would slow each other past the time limits. Run them one at a time.
@@ -89,28 +89,10 @@ fn python() -> PathBuf {
     p
 }
 
-fn require_root() {
-    assert!(
-        unsafe { libc::geteuid() } == 0,
-        "these tests create network namespaces and need root"
-    );
-}
-
-fn run(cmd: &str, args: &[&str]) {
-    let out = Command::new(cmd).args(args).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Two namespaces, a veth pair between them, and every process started in
-/// them. Drop kills what is left and deletes the namespaces.
+/// them.
 struct TwoMachines {
-    ns: [String; 2],
-    marker: String,
+    hosts: Hosts,
     children: Vec<Child>,
 }
 
@@ -118,90 +100,30 @@ impl TwoMachines {
     /// `tag` keeps names unique per test; the pid keeps them unique per run.
     fn create(tag: &str, ips: [&str; 2]) -> TwoMachines {
         let id = format!("{}{tag}", std::process::id() % 100_000);
-        let ns = [format!("dglrun-{id}-a"), format!("dglrun-{id}-b")];
         // Interface names are limited to 15 characters.
-        let veth = [format!("vd{id}a"), format!("vd{id}b")];
-        for n in &ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
-        let m = TwoMachines {
-            ns: ns.clone(),
-            marker: format!(
-                "dglrun-test-{id}-{}",
-                std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()
-            ),
+        let hosts = Hosts::paired(&format!("dglrun-{id}"), &format!("vd{id}"), ips);
+        TwoMachines {
+            hosts,
             children: Vec::new(),
-        };
-        for n in &ns {
-            run("ip", &["netns", "add", n]);
         }
-        run(
-            "ip",
-            &[
-                "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
-            ],
-        );
-        for i in 0..2 {
-            run("ip", &["link", "set", &veth[i], "netns", &ns[i]]);
-            let cidr = format!("{}/30", ips[i]);
-            run("ip", &["-n", &ns[i], "addr", "add", &cidr, "dev", &veth[i]]);
-            run("ip", &["-n", &ns[i], "link", "set", &veth[i], "up"]);
-            run("ip", &["-n", &ns[i], "link", "set", "lo", "up"]);
-        }
-        m
     }
 
-    /// Starts a program on machine `i`: in its network namespace, in a new
+    /// Starts dglrun on machine `i`: in its network namespace, in a new
     /// mount and IPC namespace with a private /dev/shm. Output goes to `log`.
     fn spawn(&mut self, i: usize, args: &[String], env: &[(&str, &str)], log: &Path) -> usize {
-        let nsfd = File::open(format!("/var/run/netns/{}", self.ns[i]))
-            .unwrap()
-            .into_raw_fd();
-        // Everything the child needs is allocated before fork: only raw
-        // system calls run between fork and exec.
-        let root = CString::new("/").unwrap();
-        let shm = CString::new("/dev/shm").unwrap();
-        let tmpfs = CString::new("tmpfs").unwrap();
-        let opts = CString::new("size=2g,mode=1777").unwrap();
         let out = File::create(log).unwrap();
         let mut cmd = Command::new(DGLRUN);
         cmd.args(args)
-            .env("DGLRUN_TEST_MARKER", &self.marker)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out);
-        unsafe {
-            cmd.pre_exec(move || {
-                let check = |r: libc::c_int| {
-                    if r == 0 {
-                        Ok(())
-                    } else {
-                        Err(std::io::Error::last_os_error())
-                    }
-                };
-                check(libc::setns(nsfd, libc::CLONE_NEWNET))?;
-                check(libc::unshare(libc::CLONE_NEWNS | libc::CLONE_NEWIPC))?;
-                check(libc::mount(
-                    std::ptr::null(),
-                    root.as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ))?;
-                check(libc::mount(
-                    tmpfs.as_ptr(),
-                    shm.as_ptr(),
-                    tmpfs.as_ptr(),
-                    0,
-                    opts.as_ptr().cast(),
-                ))?;
-                Ok(())
-            });
-        }
-        let child = cmd.spawn().unwrap();
-        let _ = nix::unistd::close(nsfd);
-        self.children.push(child);
+        let isolation = Isolation {
+            hostname: None,
+            private_shm: true,
+        };
+        self.hosts.enter(&mut cmd, i, isolation);
+        self.children.push(cmd.spawn().unwrap());
         self.children.len() - 1
     }
 
@@ -211,100 +133,20 @@ impl TwoMachines {
 
     /// Pids still running in the namespaces.
     fn ns_pids(&self) -> Vec<String> {
-        let mut pids = Vec::new();
-        for n in &self.ns {
-            let out = Command::new("ip")
-                .args(["netns", "pids", n])
-                .output()
-                .unwrap();
-            pids.extend(
-                String::from_utf8_lossy(&out.stdout)
-                    .split_whitespace()
-                    .map(|p| format!("{p} ({})", comm(p))),
-            );
-        }
-        pids
+        self.hosts.ns_pids()
     }
 
     /// Pids (anywhere) carrying this test's marker in their environment.
     fn marked_pids(&self) -> Vec<String> {
-        let needle = format!("DGLRUN_TEST_MARKER={}", self.marker);
-        let mut out = Vec::new();
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !name.chars().all(|c| c.is_ascii_digit()) {
-                continue;
-            }
-            let Ok(env) = std::fs::read(format!("/proc/{name}/environ")) else {
-                continue;
-            };
-            if env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(&name) {
-                out.push(format!("{name} ({})", comm(&name)));
-            }
-        }
-        out
+        self.hosts.marked()
     }
 }
 
 impl Drop for TwoMachines {
     fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for n in &self.ns {
-            if let Ok(out) = Command::new("ip").args(["netns", "pids", n]).output() {
-                for p in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-                    if let Ok(pid) = p.parse() {
-                        let _ = nix::sys::signal::kill(
-                            nix::unistd::Pid::from_raw(pid),
-                            nix::sys::signal::Signal::SIGKILL,
-                        );
-                    }
-                }
-            }
-        }
-        for p in self.marked_pids() {
-            if let Some(pid) = p.split_whitespace().next().and_then(|p| p.parse().ok()) {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
-        // Deleting a namespace also deletes its end of the veth pair (and so the pair).
-        for n in &self.ns {
-            let _ = Command::new("ip").args(["netns", "del", n]).output();
-        }
-    }
-}
-
-fn comm(pid: &str) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/cmdline"))
-        .map(|c| c.replace('\0', " ").trim().chars().take(120).collect())
-        .unwrap_or_default()
-}
-
-fn is_zombie(pid: &str) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            s.rfind(')')
-                .map(|i| s[i + 1..].trim_start().starts_with('Z'))
-        })
-        .unwrap_or(true)
-}
-
-fn wait_timeout(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let end = Instant::now() + timeout;
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return Some(s);
-        }
-        if Instant::now() >= end {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
+        // Then `hosts` kills whatever is left and deletes the namespaces
+        // (deleting a namespace deletes its end of the veth pair, and so the pair).
+        kill_all(&mut self.children);
     }
 }
 
@@ -314,24 +156,7 @@ fn read(p: &Path) -> String {
 
 /// The last lines of every log, for failure messages.
 fn logs(dir: &Path) -> String {
-    let mut s = String::new();
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-        .collect();
-    entries.sort_by_key(|e| e.path());
-    for e in entries {
-        let text = read(&e.path());
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = &lines[lines.len().saturating_sub(40)..];
-        s.push_str(&format!(
-            "\n===== {} =====\n{}\n",
-            e.path().display(),
-            tail.join("\n")
-        ));
-    }
-    s
+    log_tails(dir, 40)
 }
 
 /// `[worker-i] epoch=E loss=L rank=R ...` lines of the launcher's log:
@@ -512,7 +337,7 @@ fn graphsage_trains_on_two_machines() {
 #[test]
 fn graphsage_trains_with_graphbolt() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    require_root();
+    common::netns::require_root();
     let ips = ["10.213.0.25", "10.213.0.26"];
     let job = Job::new(ips);
     let mut part = job.partition_args("partitioner");
@@ -557,7 +382,7 @@ fn graphsage_trains_with_graphbolt() {
 #[test]
 fn skip_mode_partitions_are_converted_to_graphbolt() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    require_root();
+    common::netns::require_root();
     let ips = ["10.213.0.29", "10.213.0.30"];
     let job = Job::new(ips);
     prepare_skip(&job);
@@ -627,7 +452,7 @@ fn trains_on_two_machines(
     partition_args: &[&str],
     env: &[(&str, &str)],
 ) -> String {
-    require_root();
+    common::netns::require_root();
     let job = Job::new(ips);
     let mut part = job.partition_args("partitioner");
     part.extend(["--partition-mode", mode].map(String::from));
@@ -758,7 +583,7 @@ impl TwoMachineRun<'_> {
 #[test]
 fn a_crashing_trainer_stops_the_job() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    require_root();
+    common::netns::require_root();
     let ips = ["10.213.0.13", "10.213.0.14"];
     let job = Job::new(ips);
     let started = Instant::now();
@@ -878,7 +703,7 @@ fn prepare_skip(job: &Job) {
 #[test]
 fn sigterm_to_the_launcher_stops_every_worker() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    require_root();
+    common::netns::require_root();
     let ips = ["10.213.0.17", "10.213.0.18"];
     let job = Job::new(ips);
     prepare_skip(&job);
@@ -947,7 +772,7 @@ fn sigterm_to_the_launcher_stops_every_worker() {
 #[test]
 fn launchpy_commands_train_on_two_machines() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    require_root();
+    common::netns::require_root();
     let ips = ["10.213.0.25", "10.213.0.26"];
     let job = Job::new(ips);
     let py = job.python.display().to_string();

@@ -1,5 +1,7 @@
 //! Helpers shared by the test binaries of dglrun.
 
+pub mod netns;
+
 /// A loopback port no other test in this binary is given, that is free now.
 ///
 /// Not `bind(0)`: the kernel hands out ports from the ephemeral range, the
@@ -10,6 +12,7 @@
 /// range (32768–60999 by default) and above every port of the local test
 /// clusters (at most 20259); each at most once per process, from an offset
 /// of the process id so that two test processes rarely overlap.
+#[allow(dead_code)] // not every test binary needs a port
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
     const BASE: u16 = 21_000;

@@ -407,18 +407,16 @@ pub fn sha256_file(path: &Path) -> io::Result<(u64, String)> {
     Ok((size, hex::encode(hasher.finalize())))
 }
 
-/// Partitions in DGL's layout for tests, with a few bytes per file.
 #[cfg(test)]
-pub(crate) mod testing {
+mod tests {
     use super::*;
 
-    pub fn write(p: &Path, content: &str) {
+    fn write(p: &Path, content: &str) {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(p, content).unwrap();
     }
 
-    /// Graph `g` in `parts` partitions in `ws`'s dataset folder.
-    pub fn fake_partitions(ws: &Path, parts: u32) -> Layout {
+    fn fake_partitions(ws: &Path, parts: u32) -> Layout {
         let l = Layout::new(ws, "g");
         let mut json = serde_json::json!({"graph_name": "g", "num_parts": parts});
         for i in 0..parts {
@@ -434,12 +432,6 @@ pub(crate) mod testing {
         write(&l.json_path(), &json.to_string());
         l
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::testing::{fake_partitions, write};
-    use super::*;
 
     #[test]
     fn complete_output_passes_and_builds_a_manifest() {

@@ -128,44 +128,4 @@ mod tests {
         assert!(c.args[1].contains("dgl_partition_to_graphbolt(sys.argv[1])"));
         assert_eq!(c.args[2], "/w/dataset/g.json");
     }
-
-    /// Two workers whose workspaces are one folder convert it once: the
-    /// second waits for the first's lock and finds the JSON converted. The
-    /// stand-in for Python counts its runs, takes a while, and adds the keys
-    /// DGL's converter adds.
-    #[tokio::test]
-    async fn workers_sharing_a_folder_convert_it_once() {
-        let ws = tempfile::tempdir().unwrap();
-        let layout = crate::dataset::testing::fake_partitions(ws.path(), 2).with_graphbolt(true);
-        let runs = ws.path().join("runs");
-        let fake = ws.path().join("python");
-        std::fs::write(
-            &fake,
-            format!(
-                "#!/bin/sh\n\
-                 echo run >> {runs}\n\
-                 sleep 1\n\
-                 exec python3 -c 'import json, sys\n\
-                 p = sys.argv[1]\n\
-                 j = json.load(open(p))\n\
-                 for k in [k for k in j if k.startswith(\"part-\")]:\n    \
-                 j[k][\"part_graph_graphbolt\"] = k.replace(\"-\", \"\") + \"/fused_csc_sampling_graph.pt\"\n\
-                 json.dump(j, open(p, \"w\"))' \"$3\"\n",
-                runs = runs.display()
-            ),
-        )
-        .unwrap();
-        std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let python = fake.display().to_string();
-        let (a, b) = tokio::join!(
-            convert_local(&python, &layout, 2),
-            convert_local(&python, &layout, 2)
-        );
-        a.unwrap();
-        b.unwrap();
-        assert!(layout.has_graphbolt_graphs());
-        let runs = std::fs::read_to_string(&runs).unwrap();
-        assert_eq!(runs.lines().count(), 1, "the converter ran once: {runs:?}");
-    }
 }

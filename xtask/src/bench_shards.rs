@@ -685,28 +685,18 @@ struct Testbed {
 }
 
 fn ip(args: &[&str]) -> Result<()> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .context("cannot run ip")?;
-    if !out.status.success() {
-        bail!(
-            "ip {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    iproute2("ip", args)
 }
 
-fn run_tc(args: &[&str]) -> Result<()> {
-    let out = Command::new("tc")
+/// Runs `ip` or `tc`, failing with its stderr.
+fn iproute2(tool: &str, args: &[&str]) -> Result<()> {
+    let out = Command::new(tool)
         .args(args)
         .output()
-        .context("cannot run tc (iproute2), needed to shape the link")?;
+        .with_context(|| format!("cannot run {tool}"))?;
     if !out.status.success() {
         bail!(
-            "tc {} failed: {}",
+            "{tool} {} failed: {}",
             args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
         );
@@ -778,7 +768,7 @@ impl Testbed {
         if let Some(tbf) = link.tbf_args() {
             let mut tc = vec!["-n", &partitioner_ns, "qdisc", "add", "dev", "eth0", "root"];
             tc.extend(tbf.iter().map(String::as_str));
-            run_tc(&tc)?;
+            iproute2("tc", &tc)?;
         }
         Ok(bed)
     }

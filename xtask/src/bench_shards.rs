@@ -768,7 +768,10 @@ impl Testbed {
         if let Some(tbf) = link.tbf_args() {
             let mut tc = vec!["-n", &partitioner_ns, "qdisc", "add", "dev", "eth0", "root"];
             tc.extend(tbf.iter().map(String::as_str));
-            iproute2("tc", &tc)?;
+            iproute2("tc", &tc).context(
+                "cannot shape the partitioner's link (the kernel needs the tbf qdisc, sch_tbf); \
+                 --link-gbit 0 measures the unshaped link only",
+            )?;
         }
         Ok(bed)
     }

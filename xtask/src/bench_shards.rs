@@ -129,6 +129,13 @@ pub struct Args {
     /// leave from; both paths go through it.
     #[arg(long, value_delimiter = ',', default_value = "0,10", value_parser = parse_link)]
     link_gbit: Vec<f64>,
+    /// Leave the kernel's free page reporting on. By default the bench
+    /// pauses it for its run (restored at the end, also on Ctrl-C): in a VM
+    /// with a virtio balloon it hands every page the guest frees back to the
+    /// host, and the first write into such a page then costs a host fault,
+    /// which lands on whichever path allocates page cache next.
+    #[arg(long)]
+    keep_page_reporting: bool,
 }
 
 fn parse_link(s: &str) -> Result<f64, String> {
@@ -172,6 +179,11 @@ pub fn run(args: Args) -> Result<()> {
     interrupts::install()?;
     let _cleanup = CleanupGuard;
     registry::remove_stale_namespaces();
+    let reporting = if args.keep_page_reporting {
+        PageReporting::observe()
+    } else {
+        PageReporting::pause()?
+    };
     let base = args.dir.clone().unwrap_or_else(std::env::temp_dir);
     let work = base.join(format!("dgl-bench-shards-{}", std::process::id()));
     if !args.keep {
@@ -209,10 +221,13 @@ pub fn run(args: Args) -> Result<()> {
     // Again: other load on the machine changes it, and the table depends on it.
     let sha_after = sha256_throughput();
     eprintln!("\n==> sha256 again: {sha_after:.0} MB per CPU second");
+    let reporting = reporting.describe();
+    eprintln!("==> {reporting}");
     println!(
         "{}",
         report(&machine, &load_after, [sha_mbps, sha_after], &rows)
     );
+    println!("Free page reporting: {reporting}.");
     if args.keep {
         eprintln!("kept {}", work.display());
     }
@@ -548,6 +563,112 @@ fn remove_dir(p: &Path) -> Result<()> {
 fn sync() {
     // SAFETY: sync(2) has no preconditions.
     unsafe { libc::sync() };
+}
+
+/// Touches all but 3 GiB of the available memory once and frees it again:
+/// with free page reporting paused, the host then backs every page the
+/// transfers will write into, whichever path gets which page.
+fn touch_free_memory() {
+    let available_kib = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    let bytes = (available_kib * 1024).saturating_sub(3 << 30);
+    let piece = 256 * MIB as usize;
+    let started = Instant::now();
+    let held: Vec<Vec<u8>> = (0..bytes / piece as u64)
+        .map(|_| vec![1u8; piece])
+        .collect();
+    let touched = held.len() as u64 * piece as u64;
+    drop(std::hint::black_box(held));
+    eprintln!(
+        "==> touched {} GiB of free memory once in {:.1}s",
+        touched >> 30,
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The kernel's free page reporting (virtio balloon): how much it handed
+/// to the host during the run, and whether the bench paused it.
+struct PageReporting {
+    /// `page_reporting_order` and its value before the run, when paused.
+    paused: Option<(PathBuf, String)>,
+    reported_kib_before: Option<u64>,
+}
+
+const REPORTING: &str = "/sys/module/page_reporting/parameters";
+
+impl PageReporting {
+    fn reported_kib() -> Option<u64> {
+        std::fs::read_to_string(format!("{REPORTING}/reported_kib"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    fn observe() -> PageReporting {
+        PageReporting {
+            paused: None,
+            reported_kib_before: Self::reported_kib(),
+        }
+    }
+
+    /// Raises the order of free blocks it reports above the largest the
+    /// buddy allocator has (10 on x86-64), so that it reports none, then
+    /// has the host back the memory it was given before.
+    fn pause() -> Result<PageReporting> {
+        let path = PathBuf::from(format!("{REPORTING}/page_reporting_order"));
+        let Ok(original) = std::fs::read_to_string(&path) else {
+            return Ok(Self::observe());
+        };
+        let original = original.trim().to_string();
+        registry::track_setting(&path, &original);
+        std::fs::write(&path, "11").with_context(|| {
+            format!(
+                "cannot pause free page reporting ({}); --keep-page-reporting runs with it",
+                path.display()
+            )
+        })?;
+        eprintln!(
+            "==> free page reporting paused for the run (page_reporting_order {original} -> 11)"
+        );
+        touch_free_memory();
+        Ok(PageReporting {
+            paused: Some((path, original)),
+            reported_kib_before: Self::reported_kib(),
+        })
+    }
+
+    fn describe(&self) -> String {
+        let during = match (self.reported_kib_before, Self::reported_kib()) {
+            (Some(a), Some(b)) => format!(
+                "{} MiB handed to the host during the run",
+                b.saturating_sub(a) / 1024
+            ),
+            _ => "not in this kernel".into(),
+        };
+        match &self.paused {
+            Some((_, original)) => {
+                format!("paused (page_reporting_order {original} -> 11), {during}")
+            }
+            None => format!("left as it was, {during}"),
+        }
+    }
+}
+
+impl Drop for PageReporting {
+    fn drop(&mut self) {
+        if let Some((path, original)) = self.paused.take() {
+            if std::fs::write(&path, &original).is_ok() {
+                registry::untrack_setting(&path);
+            }
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1475,6 +1596,8 @@ mod registry {
         namespaces: Vec<String>,
         pids: Vec<u32>,
         dirs: Vec<PathBuf>,
+        /// Kernel settings changed for the run, with their values before.
+        settings: Vec<(PathBuf, String)>,
         /// Set by `cleanup`: whatever is tracked later is removed at once.
         closed: bool,
     }
@@ -1483,6 +1606,7 @@ mod registry {
         namespaces: Vec::new(),
         pids: Vec::new(),
         dirs: Vec::new(),
+        settings: Vec::new(),
         closed: false,
     });
 
@@ -1509,6 +1633,16 @@ mod registry {
 
     pub fn track_dir(dir: &Path) {
         lock().dirs.push(dir.to_path_buf());
+    }
+
+    pub fn track_setting(path: &Path, original: &str) {
+        lock()
+            .settings
+            .push((path.to_path_buf(), original.to_string()));
+    }
+
+    pub fn untrack_setting(path: &Path) {
+        lock().settings.retain(|(p, _)| p != path);
     }
 
     fn kill(pid: u32, sig: libc::c_int) {
@@ -1574,15 +1708,19 @@ mod registry {
     /// Stops every tracked process (SIGTERM, SIGKILL after 5 s), deletes the
     /// namespaces and the folders.
     pub fn cleanup() {
-        let (pids, namespaces, dirs) = {
+        let (pids, namespaces, dirs, settings) = {
             let mut r = lock();
             r.closed = true;
             (
                 std::mem::take(&mut r.pids),
                 r.namespaces.clone(),
                 std::mem::take(&mut r.dirs),
+                std::mem::take(&mut r.settings),
             )
         };
+        for (path, original) in settings {
+            let _ = std::fs::write(path, original);
+        }
         for &p in &pids {
             kill(p, libc::SIGTERM);
         }

@@ -47,7 +47,11 @@
 //! the same file system as the workers' workspaces. No hashing, no fsync.
 //!
 //! Before each measured transfer the destinations are emptied and `sync(2)`
-//! runs, so neither path pays for the other's write-back.
+//! runs, so neither path pays for the other's write-back. Where the kernel
+//! reports free pages to a VM's host (virtio balloon), the bench pauses that
+//! for its run and touches the free memory once first: otherwise the first
+//! write into each page handed back costs a host fault, on whichever path
+//! happens to get the page (it skewed the figures by up to 2×).
 //!
 //! Cleanup: every namespace, process and folder is registered before it is
 //! created and removed by a drop guard, and also on SIGINT/SIGTERM/SIGHUP (a

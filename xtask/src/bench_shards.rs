@@ -134,10 +134,13 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "0,10", value_parser = parse_link)]
     link_gbit: Vec<f64>,
     /// Leave the kernel's free page reporting on. By default the bench
-    /// pauses it for its run (restored at the end, also on Ctrl-C): in a VM
-    /// with a virtio balloon it hands every page the guest frees back to the
-    /// host, and the first write into such a page then costs a host fault,
-    /// which lands on whichever path allocates page cache next.
+    /// pauses it for its run (restored at the end, also on Ctrl-C; after a
+    /// SIGKILL write the old value back to
+    /// /sys/module/page_reporting/parameters/page_reporting_order) and
+    /// touches all but 3 GiB of the free memory once: in a VM with a virtio
+    /// balloon it hands every page the guest frees back to the host, and the
+    /// first write into such a page then costs a host fault, which lands on
+    /// whichever path allocates page cache next.
     #[arg(long)]
     keep_page_reporting: bool,
 }

@@ -211,16 +211,16 @@ pub fn run(args: Args) -> Result<()> {
     let sha_mbps = sha256_throughput();
     eprintln!("    {sha_mbps:.0} MB per CPU second");
 
+    let files = Files {
+        dglrun: &dglrun,
+        work: &work,
+        token_file: &token_file,
+        script: &script,
+    };
     let mut rows = Vec::new();
     for &link in &args.link_gbit {
         let link = Link::from_gbit(link);
         for &n in &args.workers {
-            let files = Files {
-                dglrun: &dglrun,
-                work: &work,
-                token_file: &token_file,
-                script: &script,
-            };
             rows.push(bench_workers(&args, n, link, files, &token)?);
         }
     }

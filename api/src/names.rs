@@ -57,6 +57,15 @@ pub const ENV_WATCHER_MODE: &str = "WATCHERMODE";
 pub const ENV_WATCHER_NAMESPACE: &str = "NAMESPACE";
 /// Env: `watcher-loop`'s timeout (e.g. `10m`).
 pub const ENV_WATCHER_TIMEOUT: &str = "WATCHERTIMEOUT";
+/// Env: the ConfigMap `watcher-loop` waits for before it watches the pods
+/// (the job's `<job>-config`, read through the API, not a volume).
+pub const ENV_WATCHER_CONFIG_MAP: &str = "WATCHERCONFIGMAP";
+/// Env: the run whose launch `watcher-loop` waits for: the ConfigMap's
+/// [`CONFIG_RUN`] key must hold it.
+pub const ENV_WATCHER_RUN: &str = "WATCHERRUN";
+/// Env: the folder `watcher-loop` writes the ConfigMap's files into (the
+/// launcher's [`CONFIG_DIR`], an emptyDir it shares with the launcher).
+pub const ENV_WATCHER_CONFIG_DIR: &str = "WATCHERCONFIGDIR";
 
 /// Where the ConfigMap is mounted.
 pub const CONFIG_DIR: &str = "/etc/dgl";
@@ -106,6 +115,12 @@ pub const PARTFILE: &str = "partfile";
 pub const LEADFILE: &str = "leadfile";
 /// ConfigMap key: DGL's ip_config (`<ip> <port>` per worker, partition order).
 pub const IP_CONFIG: &str = "ip_config";
+/// ConfigMap key: the run (0, then +1 per restart, as [`LABEL_RUN`]) the
+/// ConfigMap launches. The operator writes it, with every worker's IP, once
+/// that run's workers are Ready and the graph is partitioned; the launcher
+/// (created with the workers) starts training only when its watcher-loop
+/// reads its own run here.
+pub const CONFIG_RUN: &str = "run";
 
 /// DGL's default server port.
 pub const DGL_SERVER_PORT: u16 = 30050;

@@ -27,7 +27,7 @@ use kube::core::GroupVersionKind;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
 
-use crate::observe::{ObservedPod, PodState};
+use crate::observe::ObservedPod;
 
 /// Annotation holding the hash of what the operator last applied to a child,
 /// so an unchanged child is not written again.
@@ -128,10 +128,18 @@ pub fn with_hash<T: serde::Serialize + Resource>(mut obj: T) -> T {
 }
 
 /// `<job>-config`: hostfile, partfile, leadfile (the launcher's name; its
-/// IP is never written) and, once every worker has an IP, DGL's ip_config. Workers are listed by index (partition order).
-pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
+/// IP is never written); workers listed by index (partition order).
+///
+/// `launch`: the run this ConfigMap launches. `None` gives the content the
+/// job starts with, a function of the spec alone (names, no IPs), so that
+/// pods coming up do not cost a write each. `Some(run)` adds every IP the
+/// pods have, DGL's ip_config once every worker has one, and
+/// [`CONFIG_RUN`]: the launcher's watcher-loop starts training only when it
+/// reads its own run there.
+pub fn config_map(job: &DGLJob, pods: &[ObservedPod], launch: Option<i32>) -> ConfigMap {
     let name = job.name_any();
     let ip_of = |pod_name: &str| {
+        launch?;
         pods.iter()
             .find(|p| p.name == pod_name)
             .and_then(|p| p.ip.as_deref())
@@ -166,7 +174,7 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
     }]);
     let mut data = BTreeMap::from([(LEADFILE.to_string(), lead)]);
     // A job without workers has no hostfile and no ip_config: its launcher
-    // trains alone.
+    // trains alone, reading this ConfigMap as a volume (nothing to wait for).
     if job.spec.is_standalone() {
         return with_hash(ConfigMap {
             metadata: meta(job, config_name(&name), job_labels(job)),
@@ -185,26 +193,14 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod]) -> ConfigMap {
     if let Some(ips) = ips {
         data.insert(IP_CONFIG.to_string(), render_ip_config(&ips));
     }
+    if let Some(run) = launch {
+        data.insert(CONFIG_RUN.to_string(), run.to_string());
+    }
     with_hash(ConfigMap {
         metadata: meta(job, config_name(&name), job_labels(job)),
         data: Some(data),
         ..Default::default()
     })
-}
-
-/// Whether a ConfigMap of [`config_map`] is what the launcher needs: DGL's
-/// ip_config (every worker's IP), and the partitioner's IP while a
-/// partitioner pod is up without one yet. Until then it is not rewritten,
-/// so each IP that appears does not cost a write. A partitioner that is
-/// gone or finished never holds it back.
-pub fn config_map_complete(cm: &ConfigMap, pods: &[ObservedPod]) -> bool {
-    let has_ip_config = cm.data.as_ref().is_some_and(|d| d.contains_key(IP_CONFIG));
-    let partitioner_ip_coming = pods.iter().any(|p| {
-        p.role == ReplicaType::Partitioner
-            && p.ip.is_none()
-            && matches!(p.state, PodState::Pending | PodState::Running { .. })
-    });
-    has_ip_config && !partitioner_ip_coming
 }
 
 /// `<job>-token`: the control channel's shared secret. Created once with a
@@ -222,9 +218,10 @@ pub fn secret(job: &DGLJob, token: &str) -> Secret {
 }
 
 /// ServiceAccount, Role and RoleBinding of the launcher: its watcher-loop
-/// init container reads (get/list/watch) the job's worker pods, named by
-/// resourceNames, and dglrun patches its own pod (the training's progress
-/// annotation). Nothing else: no exec, no other writes, no cluster-wide rights.
+/// init container reads (get/list/watch) the job's ConfigMap and worker
+/// pods, named by resourceNames, and dglrun patches its own pod (the
+/// training's progress annotation). Nothing else: no exec, no other writes,
+/// no cluster-wide rights.
 pub fn launcher_rbac(job: &DGLJob) -> (ServiceAccount, Role, RoleBinding) {
     let job_name = job.name_any();
     let name = rbac_name(&job_name, ReplicaType::Launcher);
@@ -236,17 +233,20 @@ pub fn launcher_rbac(job: &DGLJob) -> (ServiceAccount, Role, RoleBinding) {
         automount_service_account_token: Some(false),
         ..Default::default()
     });
-    let pods_rule = |verbs: &[&str], names: Vec<String>| PolicyRule {
+    let rule = |resource: &str, verbs: &[&str], names: Vec<String>| PolicyRule {
         api_groups: Some(vec!["".into()]),
-        resources: Some(vec!["pods".into()]),
+        resources: Some(vec![resource.into()]),
         verbs: verbs.iter().map(|v| v.to_string()).collect(),
         resource_names: Some(names),
         ..Default::default()
     };
-    let mut rules = vec![pods_rule(&["patch"], vec![launcher_name(&job_name)])];
-    // No workers, no read rule: an empty resourceNames would grant every pod.
+    let read = ["get", "list", "watch"];
+    let mut rules = vec![rule("pods", &["patch"], vec![launcher_name(&job_name)])];
+    // No workers, no read rules: an empty resourceNames would grant every
+    // pod, and a launcher training alone reads its ConfigMap as a volume.
     if !workers.is_empty() {
-        rules.insert(0, pods_rule(&["get", "list", "watch"], workers));
+        rules.insert(0, rule("pods", &read, workers));
+        rules.insert(0, rule("configmaps", &read, vec![config_name(&job_name)]));
     }
     let role = with_hash(Role {
         metadata: meta(job, name.clone(), job_labels(job)),
@@ -648,8 +648,13 @@ pub fn worker_pod(job: &DGLJob, index: i32, epoch: i32, cfg: &BuildConfig) -> Po
     pod
 }
 
-/// `<job>-launcher`: waits for the workers (watcher-loop init container),
-/// then runs dglrun, which drives the whole job and exits with its outcome.
+/// `<job>-launcher`: created with the workers, so that its image pull and
+/// start overlap theirs. Its watcher-loop init container waits until the
+/// job's ConfigMap launches this run (read through the API: a ConfigMap
+/// volume is refreshed in a running pod only after the kubelet's sync
+/// period), writes its files into the pod's `/etc/dgl` (an emptyDir here)
+/// and waits for every worker to be Ready; then dglrun drives the whole job
+/// and exits with its outcome.
 pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
     let job_name = job.name_any();
     let mut pod = base_pod(
@@ -679,6 +684,9 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
         command: Some(vec!["watcher-loop".into()]),
         security_context: Some(crate::pod_security::restricted()),
         env: Some(vec![
+            env_value(ENV_WATCHER_CONFIG_MAP, config_name(&job_name)),
+            env_value(ENV_WATCHER_RUN, epoch.to_string()),
+            env_value(ENV_WATCHER_CONFIG_DIR, CONFIG_DIR),
             env_value(ENV_WATCHER_FILE, format!("{CONFIG_DIR}/{HOSTFILE}")),
             env_value(ENV_WATCHER_MODE, "ready"),
             env_field(ENV_WATCHER_NAMESPACE, "metadata.namespace"),
@@ -696,7 +704,14 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
         }),
         ..Default::default()
     };
-    add_mount(&mut watcher, CONFIG_VOLUME, CONFIG_DIR, true);
+    add_mount(&mut watcher, CONFIG_VOLUME, CONFIG_DIR, false);
+    // The ConfigMap's files come from watcher-loop, complete for this run.
+    for v in spec.volumes.iter_mut().flatten() {
+        if v.name == CONFIG_VOLUME && v.config_map.is_some() {
+            v.config_map = None;
+            v.empty_dir = Some(EmptyDirVolumeSource::default());
+        }
+    }
     spec.init_containers
         .get_or_insert_with(Vec::new)
         .push(watcher);
@@ -775,6 +790,7 @@ pub fn pod_group(job: &DGLJob, gang: GangScheduler) -> kube::api::DynamicObject 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::PodState;
 
     pub(crate) fn job(yaml: &str) -> DGLJob {
         let mut job: DGLJob = serde_yaml::from_str(yaml).unwrap();
@@ -916,18 +932,66 @@ mod tests {
             Some(&["watcher-loop".to_string()][..])
         );
         assert_eq!(init.image.as_deref(), Some("dgloperator/graphsage:v0.1.0"));
+        // It waits for the ConfigMap to launch its own run (3 here), read
+        // through the API, and writes the files where dglrun reads them.
+        let init_env = |name: &str| env(init, name).and_then(|e| e.value.clone());
+        let pod3 = launcher_pod(&j, 3, &BuildConfig::default());
+        let init3 = &pod3
+            .spec
+            .as_ref()
+            .unwrap()
+            .init_containers
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(
+            env(init3, ENV_WATCHER_RUN)
+                .and_then(|e| e.value.clone())
+                .as_deref(),
+            Some("3")
+        );
+        assert_eq!(
+            init_env(ENV_WATCHER_CONFIG_MAP).as_deref(),
+            Some("dgl-graphsage-config")
+        );
+        assert_eq!(
+            init_env(ENV_WATCHER_CONFIG_DIR).as_deref(),
+            Some(CONFIG_DIR)
+        );
+        assert_eq!(
+            init_env(ENV_WATCHER_FILE).as_deref(),
+            Some("/etc/dgl/hostfile")
+        );
+        let writable = init.volume_mounts.iter().flatten().any(|m| {
+            m.name == CONFIG_VOLUME && m.mount_path == CONFIG_DIR && m.read_only != Some(true)
+        });
+        assert!(writable, "watcher-loop writes the files");
+        let config = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == CONFIG_VOLUME);
+        let config = config.unwrap();
+        assert!(config.config_map.is_none() && config.empty_dir.is_some());
+        assert!(mounts_at(main_container(&pod), CONFIG_DIR));
         let (_, role, binding) = launcher_rbac(&j);
         let rules = role.rules.unwrap();
-        assert_eq!(rules.len(), 2);
+        assert_eq!(rules.len(), 3);
+        assert_eq!(rules[0].resources.as_deref().unwrap(), ["configmaps"]);
         assert_eq!(rules[0].verbs, vec!["get", "list", "watch"]);
         assert_eq!(
             rules[0].resource_names.as_deref().unwrap(),
+            ["dgl-graphsage-config"]
+        );
+        assert_eq!(rules[1].resources.as_deref().unwrap(), ["pods"]);
+        assert_eq!(rules[1].verbs, vec!["get", "list", "watch"]);
+        assert_eq!(
+            rules[1].resource_names.as_deref().unwrap(),
             ["dgl-graphsage-worker-0", "dgl-graphsage-worker-1"]
         );
         // Its own pod only, for the progress annotation.
-        assert_eq!(rules[1].verbs, vec!["patch"]);
+        assert_eq!(rules[2].verbs, vec!["patch"]);
         assert_eq!(
-            rules[1].resource_names.as_deref().unwrap(),
+            rules[2].resource_names.as_deref().unwrap(),
             ["dgl-graphsage-launcher"]
         );
         assert_eq!(binding.role_ref.name, "dgl-graphsage-launcher");
@@ -959,9 +1023,18 @@ mod tests {
             rules[0].resource_names.as_deref().unwrap(),
             ["dgl-graphsage-launcher"]
         );
-        let cm = config_map(&j, &[]);
-        let keys: Vec<&String> = cm.data.as_ref().unwrap().keys().collect();
-        assert_eq!(keys, [LEADFILE], "no hostfile, no ip_config");
+        for launch in [None, Some(0)] {
+            let cm = config_map(&j, &[], launch);
+            let keys: Vec<&String> = cm.data.as_ref().unwrap().keys().collect();
+            assert_eq!(keys, [LEADFILE], "no hostfile, no ip_config");
+        }
+        // It reads that ConfigMap as a volume: nothing to wait for.
+        let config = spec
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == CONFIG_VOLUME);
+        assert!(config.unwrap().config_map.is_some());
         let group = pod_group(&j, GangScheduler::Volcano);
         assert_eq!(group.data["spec"]["minMember"], 1);
     }
@@ -1011,14 +1084,14 @@ mod tests {
             .map(|i| pod(i, Some(&format!("10.0.0.{}", 100 + i)).map(|s| s.as_str())))
             .collect();
         pods[10].ip = None;
-        let cm = config_map(&j, &pods);
+        let cm = config_map(&j, &pods, Some(0));
         let data = cm.data.as_ref().unwrap();
         let lines: Vec<&str> = data[HOSTFILE].lines().collect();
         assert_eq!(lines[2], "10.0.0.102 30049 dgl-graphsage-worker-2 slots=1");
         assert_eq!(lines[10], "- 30049 dgl-graphsage-worker-10 slots=1");
         assert!(!data.contains_key(IP_CONFIG));
         pods[10].ip = Some("10.0.0.110".into());
-        let cm2 = config_map(&j, &pods);
+        let cm2 = config_map(&j, &pods, Some(0));
         let ipc = &cm2.data.as_ref().unwrap()[IP_CONFIG];
         assert_eq!(ipc.lines().nth(10), Some("10.0.0.110 30050"));
         assert_ne!(
@@ -1028,7 +1101,7 @@ mod tests {
     }
 
     #[test]
-    fn the_config_map_is_complete_with_every_worker_ip_and_the_partitioners() {
+    fn the_config_map_holds_ips_and_its_run_only_when_it_launches() {
         let j = seed();
         let observed =
             |name: String, role: ReplicaType, index: i32, ip: Option<&str>| ObservedPod {
@@ -1036,34 +1109,35 @@ mod tests {
                 role,
                 index,
                 epoch: 0,
-                state: PodState::Running { ready: false },
+                state: PodState::Running { ready: true },
                 ip: ip.map(String::from),
                 progress: None,
                 facts: Default::default(),
             };
-        let ip = |i: i32| format!("10.0.0.{}", 10 + i);
         let mut pods: Vec<ObservedPod> = (0..2)
             .map(|i| {
                 let name = worker_name("dgl-graphsage", i);
-                observed(name, ReplicaType::Worker, i, Some(&ip(i)))
+                observed(name, ReplicaType::Worker, i, Some(&format!("10.0.0.{i}")))
             })
             .collect();
-        let complete = |pods: &[ObservedPod]| config_map_complete(&config_map(&j, pods), pods);
-        assert!(complete(&pods), "no partitioner pod to wait for");
         pods.push(observed(
             partitioner_name("dgl-graphsage"),
             ReplicaType::Partitioner,
             0,
-            None,
+            Some("10.0.0.5"),
         ));
-        assert!(!complete(&pods), "the partitioner's IP is coming");
-        pods[2].state = PodState::Succeeded;
-        assert!(complete(&pods), "a finished partitioner holds nothing back");
-        pods[2].state = PodState::Running { ready: true };
-        pods[2].ip = Some("10.0.0.5".into());
-        assert!(complete(&pods));
-        pods[1].ip = None;
-        assert!(!complete(&pods), "a worker without an IP");
+        // Before the launch: names only, the same however far the pods are.
+        let start = config_map(&j, &[], None);
+        let waiting = config_map(&j, &pods, None);
+        assert_eq!(start, waiting, "no write per pod coming up");
+        let data = start.data.unwrap();
+        assert!(!data.contains_key(IP_CONFIG) && !data.contains_key(CONFIG_RUN));
+        assert_eq!(data[PARTFILE], "- 30049 dgl-graphsage-partitioner\n");
+        // The launch of run 2: every IP, ip_config and the run.
+        let data = config_map(&j, &pods, Some(2)).data.unwrap();
+        assert_eq!(data[CONFIG_RUN], "2");
+        assert_eq!(data[IP_CONFIG], "10.0.0.0 30050\n10.0.0.1 30050\n");
+        assert_eq!(data[PARTFILE], "10.0.0.5 30049 dgl-graphsage-partitioner\n");
     }
 
     #[test]
@@ -1079,8 +1153,8 @@ mod tests {
             progress: None,
             facts: Default::default(),
         };
-        let before = config_map(&j, &[launcher(None)]);
-        let after = config_map(&j, &[launcher(Some("10.0.0.9"))]);
+        let before = config_map(&j, &[launcher(None)], Some(0));
+        let after = config_map(&j, &[launcher(Some("10.0.0.9"))], Some(0));
         assert_eq!(
             before.annotations()[HASH_ANNOTATION],
             after.annotations()[HASH_ANNOTATION],

@@ -75,25 +75,17 @@ pub struct Plan {
     /// Whether the job's supporting objects (ConfigMap, Secret, RBAC,
     /// Service) should be kept up to date: false once the job is finished.
     pub ensure_children: bool,
+    /// The run the job's ConfigMap launches, once that run's workers are
+    /// Ready with their IPs and the graph is partitioned: the ConfigMap is
+    /// then written with every IP and this run, which the launcher (created
+    /// with the workers) waits for. `None`: the ConfigMap is only created.
+    pub launch: Option<i32>,
 }
 
 /// The longest a plan sleeps without news: a far deadline or TTL is
 /// re-planned (and re-armed) daily rather than armed once for years, which
 /// the controller's timer could not hold.
 pub const MAX_WAKE: Duration = Duration::from_secs(24 * 3600);
-
-/// Whether the job's ConfigMap, as the API server serves it to other
-/// clients (the watch shows it), is the one this plan's pods would produce:
-/// complete, listing every worker with its IP. The launcher reads it when it
-/// starts, so it is created only then; the ConfigMap's watch event brings
-/// the job back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigMapState {
-    /// Served as it should be: the launcher may start.
-    Current,
-    /// Not yet served as it should be: the launcher waits.
-    Behind,
-}
 
 /// A condition that became True in this plan, for Events and metrics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,15 +120,9 @@ pub fn transitions(old: Option<&DGLJobStatus>, new: &DGLJobStatus) -> Vec<Transi
 }
 
 /// Plans one reconcile of `job`. Depends on nothing but its arguments: the
-/// job (spec and last status), its observed pods, the time, the operator's
-/// build settings and whether the job's ConfigMap is served complete.
-pub fn plan(
-    job: &DGLJob,
-    pods: &[ObservedPod],
-    now: Timestamp,
-    cfg: &BuildConfig,
-    config_map: ConfigMapState,
-) -> Plan {
+/// job (spec and last status), its observed pods, the time and the
+/// operator's build settings.
+pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfig) -> Plan {
     let mut p = Planner::new(job, pods, now);
     if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
         return p.finished();
@@ -157,7 +143,7 @@ pub fn plan(
     match p.failure(&current) {
         Some(failure) if !launcher_succeeded => p.failed_run(&current, failure),
         _ if launcher_succeeded => p.succeeded(&current),
-        _ => p.forward(&current, cfg, config_map),
+        _ => p.forward(&current, cfg),
     }
 }
 
@@ -223,6 +209,8 @@ struct Planner<'a> {
     /// The restart epoch: `status.restartCount`, the run label of the pods
     /// the current run creates.
     epoch: i32,
+    /// See [`Plan::launch`].
+    launch: Option<i32>,
 }
 
 impl<'a> Planner<'a> {
@@ -254,6 +242,7 @@ impl<'a> Planner<'a> {
             steps: Vec::new(),
             requeue: None,
             epoch,
+            launch: None,
         }
     }
 
@@ -272,6 +261,7 @@ impl<'a> Planner<'a> {
             steps: self.steps,
             requeue_after: self.requeue,
             ensure_children,
+            launch: self.launch,
         }
     }
 
@@ -442,7 +432,17 @@ impl<'a> Planner<'a> {
                 _ => None,
             });
         let running = self.sb.is_true(JobPhase::Running);
-        let training_started = find(current, &self.launcher).is_some() || running;
+        // A Pending launcher is still in its watcher-loop (it exists from
+        // the job's start): a worker missing then is created again, not a
+        // failure. Once its main container ran, its workers are in use. (A
+        // Terminating one may be an earlier job's of the same name.)
+        let launcher_started = find(current, &self.launcher).is_some_and(|l| {
+            matches!(
+                l.state,
+                PodState::Running { .. } | PodState::Succeeded | PodState::Failed { .. }
+            )
+        });
+        let training_started = launcher_started || running;
         if failed.is_some() || !training_started {
             return failed;
         }
@@ -584,33 +584,33 @@ impl<'a> Planner<'a> {
         self.done(Replicas::After(current), false)
     }
 
-    /// Forward: the partitioner and the workers at once (or the workers
-    /// once the partitions are made, `AfterPartitioning`), then the launcher
-    /// once the partitions are made and every worker is Ready with an IP.
-    fn forward(
-        mut self,
-        current: &[&ObservedPod],
-        cfg: &BuildConfig,
-        config_map: ConfigMapState,
-    ) -> Plan {
-        // By default workers start with the partitioner: they pull their
-        // image and run their preflight meanwhile. None reads a shard before
-        // the launcher asks, and the launcher starts only once the partitions
-        // are made and every worker is Ready with its IP in the ConfigMap.
+    /// Forward: the partitioner, the workers and the launcher at once (the
+    /// workers once the partitions are made under `AfterPartitioning`); the
+    /// launch once the partitions are made and every worker is Ready with
+    /// an IP.
+    fn forward(mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> Plan {
+        // Every pod starts at once: images pull and preflights run while
+        // the graph is partitioned. None reads a shard before the launcher
+        // asks, and the launcher trains only once the ConfigMap launches
+        // its run (written below), which needs the partitions made and
+        // every worker Ready with its IP.
         let partitioned = self.partition(current, cfg);
         let early = self.job.spec.worker_creation_policy() == WorkerCreationPolicy::AtStartup;
         // `workers` creates the missing ones: not while AfterPartitioning waits.
         let workers_ready = (early || partitioned) && self.workers(current, cfg);
-        let workers_ready = workers_ready && partitioned;
-        // Without workers the launcher reads no file of the ConfigMap (which
-        // is applied before any pod is created): it starts at once.
-        let config_ready = config_map == ConfigMapState::Current || self.job.spec.is_standalone();
+        let launch = workers_ready && partitioned;
         match find(current, &self.launcher) {
-            None if workers_ready && config_ready => {
-                self.create(builders::launcher_pod(self.job, self.epoch, cfg))
+            None => self.create(builders::launcher_pod(self.job, self.epoch, cfg)),
+            // Running before the launch would be a pod that skipped its
+            // watcher-loop: not the job running.
+            Some(p) if launch && matches!(p.state, PodState::Running { .. }) => {
+                self.launcher_running(p)
             }
-            Some(p) if matches!(p.state, PodState::Running { .. }) => self.launcher_running(p),
             _ => {}
+        }
+        // Without workers the launcher trains alone: nothing to launch.
+        if launch && !self.job.spec.is_standalone() {
+            self.launch = Some(self.epoch);
         }
         self.done(Replicas::After(current), true)
     }
@@ -916,13 +916,7 @@ mod tests {
 
     /// Runs plan and feeds its status back into the job, as the API would.
     fn step(job: &mut DGLJob, pods: &[ObservedPod], now: Timestamp) -> Plan {
-        let p = plan(
-            job,
-            pods,
-            now,
-            &BuildConfig::default(),
-            ConfigMapState::Current,
-        );
+        let p = plan(job, pods, now, &BuildConfig::default());
         job.status = Some(p.status.clone());
         p
     }
@@ -1018,15 +1012,22 @@ mod tests {
         let mut j = job();
         j.spec.worker_creation_policy = Some(WorkerCreationPolicy::AfterPartitioning);
         let p = step(&mut j, &[], t(0));
-        assert_eq!(created(&p), vec![partitioner_name(JOB)], "no worker yet");
+        assert_eq!(
+            created(&p),
+            vec![partitioner_name(JOB), launcher_name(JOB)],
+            "no worker yet"
+        );
         assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
 
-        let mut pods = vec![pod(
-            ReplicaType::Partitioner,
-            0,
-            0,
-            PodState::Running { ready: false },
-        )];
+        let mut pods = vec![
+            pod(
+                ReplicaType::Partitioner,
+                0,
+                0,
+                PodState::Running { ready: false },
+            ),
+            pod(ReplicaType::Launcher, 0, 0, PodState::Pending),
+        ];
         let p = step(&mut j, &pods, t(1));
         assert!(created(&p).is_empty(), "still partitioning: no worker");
 
@@ -1035,14 +1036,15 @@ mod tests {
         assert_eq!(
             created(&p),
             vec![worker_name(JOB, 0), worker_name(JOB, 1)],
-            "the workers once the partitions are served, no launcher yet"
+            "the workers once the partitions are served"
         );
+        assert_eq!(p.launch, None, "no launch before the workers are ready");
         assert_eq!(p.status.phase, Some(JobPhase::Partitioned));
 
         pods.push(pod(ReplicaType::Worker, 0, 0, ready()));
         pods.push(pod(ReplicaType::Worker, 1, 0, ready()));
         let p = step(&mut j, &pods, t(3));
-        assert_eq!(created(&p), vec![launcher_name(JOB)]);
+        assert_eq!(p.launch, Some(0));
     }
 
     #[test]
@@ -1053,28 +1055,33 @@ mod tests {
         let p = step(&mut j, &[], t(0));
         assert_eq!(
             created(&p),
-            vec![worker_name(JOB, 0), worker_name(JOB, 1)],
+            vec![worker_name(JOB, 0), worker_name(JOB, 1), launcher_name(JOB)],
             "nothing to wait for in Skip mode"
         );
     }
 
     #[test]
-    fn dgl_api_job_walks_partitioner_workers_launcher_in_order() {
+    fn dgl_api_job_starts_every_pod_then_launches_in_order() {
         let mut j = job();
-        // The workers start with the partitioner (image pull, preflight).
+        // Every pod at once (image pulls, preflights); no launch yet.
         let p = step(&mut j, &[], t(0));
         assert_eq!(
             created(&p),
             vec![
                 partitioner_name(JOB),
                 worker_name(JOB, 0),
-                worker_name(JOB, 1)
+                worker_name(JOB, 1),
+                launcher_name(JOB)
             ]
         );
+        assert_eq!(p.launch, None);
+        assert_eq!(p.status.replica_statuses[&ReplicaType::Launcher].active, 1);
         assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
         assert_eq!(cond(&p, JobPhase::Created).unwrap().reason, "JobCreated");
         assert_eq!(p.status.start_time, Some(Time(t(0))));
 
+        // A launcher Running before its launch skipped its watcher-loop:
+        // the job is not running.
         let mut pods = vec![
             pod(
                 ReplicaType::Partitioner,
@@ -1084,40 +1091,42 @@ mod tests {
             ),
             pod(ReplicaType::Worker, 0, 0, ready()),
             pod(ReplicaType::Worker, 1, 0, ready()),
+            pod(
+                ReplicaType::Launcher,
+                0,
+                0,
+                PodState::Running { ready: false },
+            ),
         ];
         let p = step(&mut j, &pods, t(1));
-        assert!(
-            created(&p).is_empty(),
-            "no launcher before the partitions are made, workers ready or not"
+        assert!(created(&p).is_empty());
+        assert_eq!(
+            p.launch, None,
+            "no launch before the partitions are made, workers ready or not"
         );
         assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
 
+        pods[3].state = PodState::Pending;
         pods[0].state = ready();
         pods[2].state = PodState::Pending;
         let p = step(&mut j, &pods, t(2));
         assert_eq!(p.status.phase, Some(JobPhase::Partitioned));
         assert_eq!(cond(&p, JobPhase::Partitioning).unwrap().status, "False");
         let p = step(&mut j, &pods, t(3));
-        assert!(
-            created(&p).is_empty(),
-            "no launcher before every worker is ready"
-        );
+        assert_eq!(p.launch, None, "no launch before every worker is ready");
         pods[2].state = ready();
         pods[2].ip = None;
-        assert!(
-            created(&step(&mut j, &pods, t(3))).is_empty(),
+        assert_eq!(
+            step(&mut j, &pods, t(3)).launch,
+            None,
             "a worker without an IP is not ready"
         );
         pods[2].ip = Some("10.0.0.11".into());
         let p = step(&mut j, &pods, t(4));
-        assert_eq!(created(&p), vec![launcher_name(JOB)]);
+        assert_eq!(p.launch, Some(0));
+        assert!(created(&p).is_empty());
 
-        pods.push(pod(
-            ReplicaType::Launcher,
-            0,
-            0,
-            PodState::Running { ready: false },
-        ));
+        pods[3].state = PodState::Running { ready: false };
         let p = step(&mut j, &pods, t(5));
         assert_eq!(p.status.phase, Some(JobPhase::Running));
         assert_eq!(p.status.replica_statuses[&ReplicaType::Worker].active, 2);
@@ -1185,32 +1194,57 @@ mod tests {
     }
 
     #[test]
-    fn the_launcher_waits_for_the_config_map() {
+    fn each_run_is_launched_with_its_own_number() {
+        let (mut j, mut pods) = running_job();
+        assert_eq!(step(&mut j, &pods, t(10)).launch, Some(0));
+        // Worker 1 fails: run 1 starts every pod again, launched only once
+        // its own workers are Ready (the ConfigMap keeps run 0 until then).
+        j.spec.run_policy = Some(RunPolicy {
+            backoff_limit: Some(1),
+            ..Default::default()
+        });
+        pods[2].state = failed("pod w1: container c exited with code 1");
+        let p = step(&mut j, &pods, t(11));
+        assert_eq!(p.status.phase, Some(JobPhase::Restarting));
+        assert_eq!(p.launch, None);
+        let run1 = vec![pod(ReplicaType::Partitioner, 0, 0, ready())];
+        let p = step(&mut j, &run1, t(12));
+        assert_eq!(
+            created(&p),
+            vec![worker_name(JOB, 0), worker_name(JOB, 1), launcher_name(JOB)]
+        );
+        assert_eq!(p.launch, None);
+        pods = run1;
+        pods.push(pod(ReplicaType::Worker, 0, 1, ready()));
+        pods.push(pod(ReplicaType::Worker, 1, 1, ready()));
+        pods.push(pod(ReplicaType::Launcher, 0, 1, PodState::Pending));
+        assert_eq!(step(&mut j, &pods, t(13)).launch, Some(1));
+    }
+
+    #[test]
+    fn a_worker_missing_before_training_is_created_again() {
         let mut j = job();
-        let mut pods = vec![pod(ReplicaType::Partitioner, 0, 0, ready())];
-        step(&mut j, &pods, t(0));
-        pods.push(pod(ReplicaType::Worker, 0, 0, ready()));
-        pods.push(pod(ReplicaType::Worker, 1, 0, ready()));
-        let p = plan(
-            &j,
-            &pods,
-            t(1),
-            &BuildConfig::default(),
-            ConfigMapState::Behind,
-        );
-        assert!(created(&p).is_empty(), "ConfigMap not current yet");
-        assert!(!p
-            .status
-            .replica_statuses
-            .contains_key(&ReplicaType::Launcher));
-        let p = plan(
-            &j,
-            &pods,
-            t(2),
-            &BuildConfig::default(),
-            ConfigMapState::Current,
-        );
-        assert_eq!(created(&p), vec![launcher_name(JOB)]);
+        j.spec.partition_mode = PartitionMode::Skip;
+        step(&mut j, &[], t(0));
+        // The launcher waits in its watcher-loop (Pending): worker 1 is
+        // made again, the job does not fail.
+        let mut pods = vec![
+            pod(ReplicaType::Worker, 0, 0, ready()),
+            pod(ReplicaType::Launcher, 0, 0, PodState::Pending),
+        ];
+        let p = step(&mut j, &pods, t(1));
+        assert_eq!(created(&p), vec![worker_name(JOB, 1)]);
+        assert!(cond(&p, JobPhase::Failed).is_none());
+        // An earlier job's launcher of the same name (shown Terminating)
+        // is not this job's training either.
+        pods[1].state = PodState::Terminating;
+        let p = step(&mut j, &pods, t(2));
+        assert_eq!(created(&p), vec![worker_name(JOB, 1)]);
+        assert!(cond(&p, JobPhase::Failed).is_none());
+        // Once its main container runs, a missing worker fails the run.
+        pods[1].state = PodState::Running { ready: false };
+        let p = step(&mut j, &pods, t(3));
+        assert_eq!(cond(&p, JobPhase::Failed).unwrap().reason, "PodDeleted");
     }
 
     #[test]
@@ -1218,7 +1252,10 @@ mod tests {
         let mut j = job();
         j.spec.partition_mode = PartitionMode::Skip;
         let p = step(&mut j, &[], t(0));
-        assert_eq!(created(&p), vec![worker_name(JOB, 0), worker_name(JOB, 1)]);
+        assert_eq!(
+            created(&p),
+            vec![worker_name(JOB, 0), worker_name(JOB, 1), launcher_name(JOB)]
+        );
         assert!(cond(&p, JobPhase::Partitioning).is_none());
     }
 
@@ -1239,13 +1276,7 @@ mod tests {
             ..Default::default()
         });
         // At once: no partitioner, no worker, no ConfigMap to wait for.
-        let p = plan(
-            &j,
-            &[],
-            t(0),
-            &BuildConfig::default(),
-            ConfigMapState::Behind,
-        );
+        let p = plan(&j, &[], t(0), &BuildConfig::default());
         assert_eq!(created(&p), vec![launcher_name(JOB)]);
         assert!(cond(&p, JobPhase::Partitioning).is_none());
         assert_eq!(
@@ -1482,7 +1513,10 @@ mod tests {
         // Gone: run 1 starts with new workers.
         pods.truncate(1);
         let p = step(&mut j, &pods, t(12));
-        assert_eq!(created(&p), vec![worker_name(JOB, 0), worker_name(JOB, 1)]);
+        assert_eq!(
+            created(&p),
+            vec![worker_name(JOB, 0), worker_name(JOB, 1), launcher_name(JOB)]
+        );
         let run_label = |p: &Plan| match &p.steps[0] {
             Step::CreatePod(pod) => pod.labels()[dgl_api::names::LABEL_RUN].clone(),
             _ => unreachable!(),
@@ -1566,7 +1600,8 @@ mod tests {
             vec![
                 partitioner_name(JOB),
                 worker_name(JOB, 0),
-                worker_name(JOB, 1)
+                worker_name(JOB, 1),
+                launcher_name(JOB)
             ]
         );
         assert_eq!(p.status.start_time, Some(Time(t(20))));
@@ -1576,22 +1611,22 @@ mod tests {
     fn distparmetis_partitions_on_the_workers_behind_the_launchers_readiness() {
         let mut j = job();
         j.spec.partition_mode = PartitionMode::DistParMetis;
-        // Workers at once, no partitioner.
+        // Workers and launcher at once, no partitioner.
         let p = step(&mut j, &[], t(0));
-        assert_eq!(created(&p), vec![worker_name(JOB, 0), worker_name(JOB, 1)]);
+        assert_eq!(
+            created(&p),
+            vec![worker_name(JOB, 0), worker_name(JOB, 1), launcher_name(JOB)]
+        );
         let mut pods = vec![
             pod(ReplicaType::Worker, 0, 0, ready()),
-            pod(ReplicaType::Worker, 1, 0, ready()),
+            pod(ReplicaType::Worker, 1, 0, PodState::Pending),
+            pod(ReplicaType::Launcher, 0, 0, PodState::Pending),
         ];
-        let p = step(&mut j, &pods, t(1));
-        assert_eq!(created(&p), vec![launcher_name(JOB)]);
+        assert_eq!(step(&mut j, &pods, t(1)).launch, None);
+        pods[1].state = ready();
+        assert_eq!(step(&mut j, &pods, t(1)).launch, Some(0));
         // The launcher runs mpirun: Partitioning, not yet Running.
-        pods.push(pod(
-            ReplicaType::Launcher,
-            0,
-            0,
-            PodState::Running { ready: false },
-        ));
+        pods[2].state = PodState::Running { ready: false };
         let p = step(&mut j, &pods, t(2));
         assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
         assert!(cond(&p, JobPhase::Running).is_none());
@@ -1642,26 +1677,14 @@ mod tests {
     #[test]
     fn transitions_report_each_new_true_condition_once() {
         let mut j = job();
-        let p1 = plan(
-            &j,
-            &[],
-            t(0),
-            &BuildConfig::default(),
-            ConfigMapState::Current,
-        );
+        let p1 = plan(&j, &[], t(0), &BuildConfig::default());
         let tr = transitions(None, &p1.status);
         assert_eq!(
             tr.iter().map(|t| t.type_).collect::<Vec<_>>(),
             vec![JobPhase::Created, JobPhase::Partitioning]
         );
         j.status = Some(p1.status.clone());
-        let p2 = plan(
-            &j,
-            &[],
-            t(5),
-            &BuildConfig::default(),
-            ConfigMapState::Current,
-        );
+        let p2 = plan(&j, &[], t(5), &BuildConfig::default());
         assert!(transitions(Some(&p1.status), &p2.status).is_empty());
     }
 }

@@ -249,7 +249,7 @@ mod tests {
                 facts: Default::default(),
             })
             .collect();
-        let cm = crate::builders::config_map(&j, &pods);
+        let cm = crate::builders::config_map(&j, &pods, Some(0));
         let size = serde_json::to_vec(&cm.data).unwrap().len();
         assert!(
             cm.data

@@ -28,16 +28,31 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
     let job = env.create_job("full", |_| {}).await;
     let uid = job.uid().unwrap();
 
-    // The partitioner and the workers at once (they pull their image and
-    // run their preflight while the graph is partitioned); no launcher.
+    // Every pod at once (they pull their image and start while the graph
+    // is partitioned); the launcher waits in its watcher-loop for the
+    // ConfigMap to launch its run.
     env.wait_pod("full-partitioner").await;
     env.wait_pod("full-worker-0").await;
     env.wait_pod("full-worker-1").await;
+    env.wait_pod("full-launcher").await;
     env.wait_phase("full", JobPhase::Partitioning).await;
     assert_eq!(
         env.pod_names().await,
-        vec!["full-partitioner", "full-worker-0", "full-worker-1"]
+        vec![
+            "full-launcher",
+            "full-partitioner",
+            "full-worker-0",
+            "full-worker-1"
+        ]
     );
+    let config = |env: &Env| {
+        let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+        async move { api.get("full-config").await.unwrap().data.unwrap() }
+    };
+    let launched = |data: &std::collections::BTreeMap<String, String>| {
+        data.contains_key(CONFIG_RUN) || data.contains_key(IP_CONFIG)
+    };
+    assert!(!launched(&config(&env).await), "not launched yet");
 
     // Supporting objects: owned, labelled, least privilege.
     let cm: ConfigMap = Api::namespaced(env.client.clone(), &env.ns)
@@ -56,17 +71,18 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
         .get("full-launcher")
         .await
         .unwrap();
-    let rule = &role.rules.unwrap()[0];
+    let rules = role.rules.unwrap();
+    assert_eq!(rules[0].resources.as_deref().unwrap(), ["configmaps"]);
+    assert_eq!(rules[0].resource_names.as_deref().unwrap(), ["full-config"]);
+    let rule = &rules[1];
     assert_eq!(
         rule.resource_names.as_deref().unwrap(),
         ["full-worker-0", "full-worker-1"]
     );
-    assert!(!rule
-        .resources
-        .as_ref()
-        .unwrap()
+    assert!(!rules
         .iter()
-        .any(|r| r.contains("exec")));
+        .flat_map(|r| r.resources.iter().flatten())
+        .any(|r| r.contains("exec") || r == "secrets"));
     let _: ServiceAccount = Api::namespaced(env.client.clone(), &env.ns)
         .get("full-launcher")
         .await
@@ -81,29 +97,38 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
         .unwrap();
     assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
 
-    // Workers ready while partitioning: still no launcher.
+    // Workers ready while partitioning: not launched.
     env.kubelet_running("full-worker-1", "10.244.1.11", true)
         .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(!env.pod_names().await.contains(&"full-launcher".to_string()));
-    // Partitioned: not yet the launcher, worker 0 is not Ready.
+    assert!(!launched(&config(&env).await));
+    // Partitioned: not launched, worker 0 is not Ready.
     env.kubelet_running("full-partitioner", "10.244.0.2", true)
         .await;
     env.wait_phase("full", JobPhase::Partitioned).await;
-    assert!(!env.pod_names().await.contains(&"full-launcher".to_string()));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!launched(&config(&env).await));
 
-    // Every worker ready with its IP: the ConfigMap lists them in order,
-    // then the launcher.
+    // Every worker ready with its IP: the ConfigMap launches run 0, with
+    // every worker in order and the partitioner.
     env.kubelet_running("full-worker-0", "10.244.1.10", true)
         .await;
-    env.wait_pod("full-launcher").await;
-    let cm: ConfigMap = Api::namespaced(env.client.clone(), &env.ns)
-        .get("full-config")
-        .await
-        .unwrap();
-    let data = cm.data.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let data = loop {
+        let data = config(&env).await;
+        if launched(&data) {
+            break data;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never launched: {data:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(data[CONFIG_RUN], "0");
     assert_eq!(data[IP_CONFIG], "10.244.1.10 30050\n10.244.1.11 30050\n");
     assert!(data[HOSTFILE].starts_with("10.244.1.10 30049 full-worker-0 slots=1\n"));
+    assert_eq!(data[PARTFILE], "10.244.0.2 30049 full-partitioner\n");
 
     env.kubelet_running("full-launcher", "10.244.0.3", false)
         .await;

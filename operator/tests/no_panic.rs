@@ -14,7 +14,7 @@ use dgl_api::{
 };
 use dgl_operator::builders::{self, BuildConfig, GangScheduler};
 use dgl_operator::observe::{ObservedPod, PodState};
-use dgl_operator::plan::{self, ConfigMapState, Step, MAX_WAKE};
+use dgl_operator::plan::{self, Step, MAX_WAKE};
 use dgl_operator::validate;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -293,7 +293,7 @@ proptest! {
         raw_pods in pods(),
         now in any_second(),
         gang in 0u8..3,
-        current in any::<bool>(),
+        launch in any::<Option<i32>>(),
     ) {
         let job = build_job(&s, &st);
         let cfg = BuildConfig {
@@ -309,7 +309,7 @@ proptest! {
         let now = Timestamp::from_second(now).unwrap();
 
         let _ = validate::validate(&job, &cfg);
-        let _ = builders::config_map(&job, &pods);
+        let _ = builders::config_map(&job, &pods, launch);
         let _ = builders::secret(&job, "token");
         let _ = builders::launcher_rbac(&job);
         let _ = builders::worker_service(&job);
@@ -319,8 +319,8 @@ proptest! {
         let _ = builders::worker_pod(&job, 0, i32::MAX, &cfg);
         let _ = builders::launcher_pod(&job, 0, &cfg);
 
-        let cm = if current { ConfigMapState::Current } else { ConfigMapState::Behind };
-        let p = plan::plan(&job, &pods, now, &cfg, cm);
+        let p = plan::plan(&job, &pods, now, &cfg);
+        let _ = builders::config_map(&job, &pods, p.launch);
         prop_assert!(p.requeue_after.is_none_or(|d| d <= MAX_WAKE), "{:?}", p.requeue_after);
         let prefix = format!("{}-", job.name_any());
         for step in &p.steps {
@@ -368,13 +368,7 @@ fn a_deadline_at_i64_max_with_clock_skew_neither_panics_nor_fails_the_job() {
         });
         let job = build_job(&s, &st);
         let now = Timestamp::from_second(now).unwrap();
-        let p = plan::plan(
-            &job,
-            &[],
-            now,
-            &BuildConfig::default(),
-            ConfigMapState::Current,
-        );
+        let p = plan::plan(&job, &[], now, &BuildConfig::default());
         assert_eq!(p.requeue_after, Some(MAX_WAKE), "start {start}");
         assert_ne!(
             p.status.phase,

@@ -9,10 +9,19 @@
 //!   selector against `resourceNames`, so a Role with
 //!   `get/list/watch pods, resourceNames: [<the pods>]` is enough.
 //! * a label selector: one watch of the matching pods.
+//! * optionally first, the job's ConfigMap ([`wait_config_map`]), the same
+//!   way (`metadata.name=<name>`): the launcher is created with the workers,
+//!   so it waits until the operator has written its run's launch (key
+//!   `run` = the run, with every worker's IP), then [`write_config`] writes
+//!   the ConfigMap's keys as files for the launcher (a ConfigMap volume would
+//!   lag up to a minute), and the pod file is read only then (usually the
+//!   `hostfile` just written). One timeout covers both waits
+//!   ([`Options::since`]).
 //!
-//! A pod that does not exist yet is waited for: the operator may create it a
-//! moment later.
+//! A pod or ConfigMap that does not exist yet is waited for: the operator may
+//! create it a moment later.
 
+mod config;
 mod duration;
 mod state;
 mod targets;
@@ -27,6 +36,7 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Client};
 use tokio::time::Instant;
 
+pub use config::{wait_config_map, write_config};
 pub use duration::{format_duration, parse_duration};
 pub use state::{assess, Assessment, Change, Mode, Tracker};
 pub use targets::{validate_pod_name, Targets};
@@ -35,7 +45,8 @@ pub use targets::{validate_pod_name, Targets};
 pub const SERVICE_ACCOUNT_NAMESPACE_FILE: &str =
     "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
-/// Exit code: a watched pod failed or was deleted.
+/// Exit code: a watched pod failed or was deleted, or the waited-for
+/// ConfigMap was deleted.
 pub const EXIT_POD_FAILED: i32 = 1;
 /// Exit code: bad input (arguments, the pod file, the namespace).
 pub const EXIT_USAGE: i32 = 2;
@@ -43,6 +54,9 @@ pub const EXIT_USAGE: i32 = 2;
 pub const EXIT_TIMEOUT: i32 = 3;
 /// Exit code: the API refused or broke the watch (RBAC, bad selector).
 pub const EXIT_API: i32 = 4;
+/// Exit code: the ConfigMap's files could not be written (a key that is not
+/// a file name, a missing or read-only folder).
+pub const EXIT_WRITE: i32 = 5;
 
 /// Why a wait did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -91,19 +105,53 @@ pub enum Error {
     /// A watch stream ended, which kube's watcher never does on its own.
     #[error("the watch of {target} ended unexpectedly")]
     WatchEnded { target: String },
+    /// The waited-for ConfigMap was deleted after it was seen.
+    #[error(
+        "ConfigMap {name} was deleted while waiting for it to launch run {run} (the job is gone)"
+    )]
+    ConfigMapDeleted { name: String, run: u32 },
+    /// The timeout expired before the ConfigMap launched the run.
+    #[error(
+        "timed out after {} waiting for ConfigMap {name} to launch run {run}; {holds}",
+        format_duration(*after)
+    )]
+    ConfigMapTimeout {
+        after: Duration,
+        name: String,
+        run: u32,
+        /// Where the ConfigMap stands (`it holds run 0`, `it does not exist yet`).
+        holds: String,
+    },
+    /// A ConfigMap key cannot be a file name.
+    #[error("cannot write ConfigMap key {key:?} as a file in {dir}: {why}")]
+    BadConfigKey {
+        key: String,
+        dir: String,
+        why: String,
+    },
+    /// A ConfigMap file cannot be written.
+    #[error("cannot write the ConfigMap's file {path}: {source}")]
+    WriteConfig {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 impl Error {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::PodFailed { .. } | Error::PodDeleted { .. } => EXIT_POD_FAILED,
+            Error::PodFailed { .. } | Error::PodDeleted { .. } | Error::ConfigMapDeleted { .. } => {
+                EXIT_POD_FAILED
+            }
             Error::ReadFile { .. }
             | Error::Format(_)
             | Error::InvalidTargets(_)
             | Error::NoNamespace => EXIT_USAGE,
-            Error::Timeout { .. } => EXIT_TIMEOUT,
+            Error::Timeout { .. } | Error::ConfigMapTimeout { .. } => EXIT_TIMEOUT,
             Error::Watch { .. } | Error::WatchEnded { .. } => EXIT_API,
+            Error::BadConfigKey { .. } | Error::WriteConfig { .. } => EXIT_WRITE,
         }
     }
 
@@ -152,13 +200,17 @@ type Item = (Scope, Result<watcher::Event<Pod>, watcher::Error>);
 /// server's authorizer learns about them a moment later.
 pub const DEFAULT_FORBIDDEN_GRACE: Duration = Duration::from_secs(10);
 
-/// Knobs of [`run_with`].
+/// Knobs of [`run_with`] and [`wait_config_map`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Options {
     /// Give up after this long; `None`: no limit.
     pub timeout: Option<Duration>,
-    /// Retry 401/403 answers for this long after the start, then fail.
+    /// Retry 401/403 answers for this long after the call's start, then fail.
     pub forbidden_grace: Duration,
+    /// Where `timeout` (and the reported elapsed time) counts from; `None`:
+    /// the call's start. Give the ConfigMap wait and the pod wait after it
+    /// the same instant, so one timeout covers both.
+    pub since: Option<Instant>,
 }
 
 impl Default for Options {
@@ -166,7 +218,23 @@ impl Default for Options {
         Options {
             timeout: None,
             forbidden_grace: DEFAULT_FORBIDDEN_GRACE,
+            since: None,
         }
+    }
+}
+
+impl Options {
+    /// When the timeout expires, for a call that started at `started`.
+    fn deadline(&self, started: Instant) -> Option<Instant> {
+        self.timeout.map(|t| self.since.unwrap_or(started) + t)
+    }
+}
+
+/// Sleeps until `deadline`; forever without one.
+async fn deadline_sleep(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -200,8 +268,10 @@ pub async fn run_with(
     let Options {
         timeout,
         forbidden_grace,
+        since,
     } = options;
     let started = Instant::now();
+    let since = since.unwrap_or(started);
     let api: Api<Pod> = Api::namespaced(client, namespace);
     let (mut tracker, streams) = watch_targets(&api, targets, mode)?;
     let selector_mode = matches!(targets, Targets::Selector { .. });
@@ -215,13 +285,7 @@ pub async fn run_with(
 
     let mut events = stream::select_all(streams);
     let mut lists = Lists::default();
-    let deadline = timeout.map(|t| started + t);
-    let expired = async {
-        match deadline {
-            Some(d) => tokio::time::sleep_until(d).await,
-            None => std::future::pending().await,
-        }
-    };
+    let expired = deadline_sleep(options.deadline(started));
     tokio::pin!(expired);
 
     loop {
@@ -229,7 +293,7 @@ pub async fn run_with(
         let judge = !selector_mode || lists.listed_once.contains(&None);
         if judge && tracker.is_complete() {
             let pods = tracker.pod_names();
-            let elapsed = started.elapsed();
+            let elapsed = since.elapsed();
             tracing::info!(
                 namespace,
                 %mode,

@@ -1,6 +1,6 @@
 //! `watcher-loop` binary: flags and env in, exit code out. The work is in the lib.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -8,11 +8,14 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use dgl_api::logging::{self, LogFormat, Output};
 use dgl_api::names::{
-    ENV_WATCHER_FILE, ENV_WATCHER_MODE, ENV_WATCHER_NAMESPACE, ENV_WATCHER_TIMEOUT,
+    ENV_WATCHER_CONFIG_DIR, ENV_WATCHER_CONFIG_MAP, ENV_WATCHER_FILE, ENV_WATCHER_MODE,
+    ENV_WATCHER_NAMESPACE, ENV_WATCHER_RUN, ENV_WATCHER_TIMEOUT,
 };
+use kube::Client;
+use tokio::time::Instant;
 use watcher_loop::{
-    format_duration, parse_duration, resolve_namespace, Mode, Targets, EXIT_API, EXIT_USAGE,
-    SERVICE_ACCOUNT_NAMESPACE_FILE,
+    format_duration, parse_duration, resolve_namespace, Mode, Options, Targets, EXIT_API,
+    EXIT_USAGE, SERVICE_ACCOUNT_NAMESPACE_FILE,
 };
 
 /// Where Kubernetes reads a container's termination message by default.
@@ -30,14 +33,22 @@ const TERMINATION_LOG: &str = "/dev/termination-log";
 /// With a file, each pod is watched with the field selector
 /// metadata.name=<pod>, so a Role granting get/list/watch on pods restricted
 /// by resourceNames to those pods is enough.
+///
+/// With --config-map it first waits until that ConfigMap's key `run` equals
+/// --run (the operator has written this run's launch, with every worker's
+/// IP), writes each of its keys as a file into --write-config, and only then
+/// reads --file (typically <DIR>/hostfile, just written) and waits for the
+/// pods. --timeout covers both waits.
 #[derive(Debug, Parser)]
 #[command(
     name = "watcher-loop",
     version,
     about = "Waits until pods are Ready or Succeeded; fails at once when one fails or is deleted",
-    after_help = "Exit codes: 0 all pods ready/finished; 1 a pod failed or was deleted; \
-2 bad arguments or pod file; 3 timeout; 4 the API refused the watch (RBAC, bad selector) \
-or no client could be built.\n\
+    after_help = "Exit codes: 0 all pods ready/finished; 1 a pod failed or was deleted, or \
+the --config-map ConfigMap was deleted; 2 bad arguments or pod file; 3 timeout (waiting \
+for the pods or for the ConfigMap's run); 4 the API refused the watch (RBAC, bad selector) \
+or no client could be built; 5 the ConfigMap's files could not be written (a key that is \
+not a file name, a missing or read-only folder).\n\
 Logs go to stderr (RUST_LOG sets the filter, default info); the final error is also \
 written to /dev/termination-log when that file exists (as in a container)."
 )]
@@ -77,6 +88,38 @@ struct Cli {
     #[arg(long, env = ENV_WATCHER_TIMEOUT, value_name = "DURATION", value_parser = parse_duration)]
     timeout: Option<Duration>,
 
+    /// Before the pods: wait until this ConfigMap (the job's `<job>-config`)
+    /// holds key `run` = --run, then write its keys as files into
+    /// --write-config and only then read --file. Read through the API, not a
+    /// volume (a ConfigMap volume lags up to a minute): needs get/list/watch
+    /// on configmaps (resourceNames: [NAME] is enough). A ConfigMap that does
+    /// not exist yet is waited for; one deleted while waited for exits 1.
+    #[arg(
+        long,
+        env = ENV_WATCHER_CONFIG_MAP,
+        value_name = "NAME",
+        requires_all = ["run", "write_config"]
+    )]
+    config_map: Option<String>,
+
+    /// With --config-map: the run (0, then +1 per restart) to wait for. The
+    /// ConfigMap's key `run` must equal it exactly; an earlier run's content
+    /// is waited past.
+    #[arg(long, env = ENV_WATCHER_RUN, value_name = "N", requires = "config_map")]
+    run: Option<u32>,
+
+    /// With --config-map: the existing folder to write the ConfigMap's keys
+    /// into, one file `DIR/<key>` each (mode 0644, written to a temporary
+    /// file and renamed, so a reader never sees half a file). Keys that are
+    /// not plain file names are refused.
+    #[arg(
+        long = "write-config",
+        env = ENV_WATCHER_CONFIG_DIR,
+        value_name = "DIR",
+        requires = "config_map"
+    )]
+    write_config: Option<PathBuf>,
+
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, value_name = "FORMAT")]
     log_format: LogFormat,
@@ -99,20 +142,14 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let targets = match (&cli.file, &cli.selector) {
-        (Some(_), Some(_)) => {
-            return Err(usage(
-                "give either --file (or WATCHERFILE) or --selector, not both",
-            ))
-        }
-        (None, None) => {
-            return Err(usage(
-                "no pods to wait for: give --file (or set WATCHERFILE) or --selector",
-            ))
-        }
-        (Some(path), None) => Targets::from_file(path)?,
-        (None, Some(selector)) => Targets::selector(selector, cli.min_pods)?,
-    };
+    let source = PodSource::of(&cli)?;
+    // Without a ConfigMap the pod file is read first, as it always was; with
+    // one it is read after the ConfigMap's files are written (it is one).
+    let early = cli
+        .config_map
+        .is_none()
+        .then(|| source.load())
+        .transpose()?;
     let operator_ns = std::env::var(dgl_api::names::ENV_NAMESPACE).ok();
     let namespace = resolve_namespace(
         cli.namespace.as_deref(),
@@ -123,12 +160,83 @@ async fn run(cli: Cli) -> Result<()> {
     let client = kube::Client::try_default().await.context(
         "cannot build a Kubernetes client (from KUBECONFIG / ~/.kube/config or the in-cluster service account)",
     )?;
-    let outcome = watcher_loop::run(client, &namespace, &targets, cli.mode, timeout).await?;
+    let options = Options {
+        timeout,
+        since: Some(Instant::now()),
+        ..Options::default()
+    };
+    if let Some(name) = &cli.config_map {
+        fetch_config(&cli, client.clone(), &namespace, name, options).await?;
+    }
+    let targets = match early {
+        Some(targets) => targets,
+        None => source.load()?,
+    };
+    let outcome = watcher_loop::run_with(client, &namespace, &targets, cli.mode, options).await?;
     tracing::info!(
         pods = outcome.pods.len(),
         elapsed = %format_duration(outcome.elapsed),
         "done: every pod is {}",
         outcome.mode
+    );
+    Ok(())
+}
+
+/// Where the pods to wait for come from.
+enum PodSource<'a> {
+    File(&'a Path),
+    Selector(&'a str, usize),
+}
+
+impl<'a> PodSource<'a> {
+    fn of(cli: &'a Cli) -> Result<Self> {
+        match (&cli.file, &cli.selector) {
+            (Some(_), Some(_)) => Err(usage(
+                "give either --file (or WATCHERFILE) or --selector, not both",
+            )),
+            (None, None) => Err(usage(
+                "no pods to wait for: give --file (or set WATCHERFILE) or --selector",
+            )),
+            (Some(path), None) => Ok(PodSource::File(path)),
+            (None, Some(selector)) => Ok(PodSource::Selector(selector, cli.min_pods)),
+        }
+    }
+
+    fn load(&self) -> Result<Targets, watcher_loop::Error> {
+        match *self {
+            PodSource::File(path) => Targets::from_file(path),
+            PodSource::Selector(selector, min_pods) => Targets::selector(selector, min_pods),
+        }
+    }
+}
+
+/// The ConfigMap step: waits for this run's launch, writes its files.
+async fn fetch_config(
+    cli: &Cli,
+    client: Client,
+    namespace: &str,
+    name: &str,
+    options: Options,
+) -> Result<()> {
+    // clap's `requires_all` guarantees both.
+    let (Some(run), Some(dir)) = (cli.run, &cli.write_config) else {
+        return Err(usage("--config-map needs --run and --write-config"));
+    };
+    let data = watcher_loop::wait_config_map(client, namespace, name, run, options).await?;
+    let written = watcher_loop::write_config(dir, &data)?;
+    let files: Vec<_> = written
+        .iter()
+        .filter_map(|p| p.file_name())
+        .map(|f| f.to_string_lossy())
+        .collect();
+    tracing::info!(
+        config_map = name,
+        run,
+        dir = %dir.display(),
+        files = %files.join(","),
+        "wrote {} files of ConfigMap {name} into {}",
+        files.len(),
+        dir.display(),
     );
     Ok(())
 }
@@ -183,9 +291,18 @@ mod tests {
             "--namespace",
             "--timeout",
             "--log-format",
+            "--config-map",
+            "--run",
+            "--write-config",
             "WATCHERFILE",
             "WATCHERMODE",
+            "NAMESPACE",
+            "WATCHERTIMEOUT",
+            "WATCHERCONFIGMAP",
+            "WATCHERRUN",
+            "WATCHERCONFIGDIR",
             "Exit codes",
+            "5 the ConfigMap's files",
         ] {
             assert!(help.contains(flag), "--help lacks {flag}:\n{help}");
         }
@@ -233,5 +350,56 @@ mod tests {
         assert!(
             Cli::try_parse_from(["watcher-loop", "--mode", "ready", "--min-pods", "2"]).is_err()
         );
+    }
+
+    #[test]
+    fn config_map_flags_require_each_other() {
+        let base = [
+            "watcher-loop",
+            "--mode",
+            "ready",
+            "--file",
+            "/etc/dgl/hostfile",
+        ];
+        let parse = |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra));
+        let cli = parse(&[
+            "--config-map",
+            "j-config",
+            "--run",
+            "1",
+            "--write-config",
+            "/etc/dgl",
+        ])
+        .unwrap();
+        assert_eq!(cli.config_map.as_deref(), Some("j-config"));
+        assert_eq!(cli.run, Some(1));
+        assert_eq!(cli.write_config, Some(PathBuf::from("/etc/dgl")));
+        let none = parse(&[]).unwrap();
+        assert_eq!(
+            (none.config_map, none.run, none.write_config),
+            (None, None, None)
+        );
+        for (args, missing) in [
+            (
+                &["--config-map", "j-config", "--run", "1"][..],
+                "--write-config",
+            ),
+            (
+                &["--config-map", "j-config", "--write-config", "/d"][..],
+                "--run",
+            ),
+            (&["--run", "1"][..], "--config-map"),
+            (&["--write-config", "/d"][..], "--config-map"),
+        ] {
+            let e = parse(args).unwrap_err();
+            assert_eq!(
+                e.kind(),
+                clap::error::ErrorKind::MissingRequiredArgument,
+                "{args:?}: {e}"
+            );
+            assert!(e.to_string().contains(missing), "{args:?}: {e}");
+        }
+        let e = parse(&["--config-map", "c", "--run=-1", "--write-config", "/d"]).unwrap_err();
+        assert!(e.to_string().contains("--run"), "{e}");
     }
 }

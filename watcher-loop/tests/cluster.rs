@@ -1,10 +1,13 @@
 //! watcher-loop against the real API server (localkube: etcd +
 //! kube-apiserver + kube-controller-manager, no kubelet). The tests play the
-//! kubelet: they create pods and patch their status subresource.
+//! kubelet: they create pods and patch their status subresource, and the
+//! operator: they write the job's ConfigMap.
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
@@ -141,12 +144,12 @@ fn spawn_run(
 }
 
 /// Asserts the run is still waiting a moment after the last change.
-async fn assert_still_waiting(handle: &JoinHandle<Result<Outcome, Error>>, what: &str) {
+async fn assert_still_waiting<T>(handle: &JoinHandle<T>, what: &str) {
     tokio::time::sleep(Duration::from_millis(700)).await;
     assert!(!handle.is_finished(), "watcher-loop returned early: {what}");
 }
 
-async fn join(handle: JoinHandle<Result<Outcome, Error>>) -> Result<Outcome, Error> {
+async fn join<T>(handle: JoinHandle<T>) -> T {
     tokio::time::timeout(Duration::from_secs(150), handle)
         .await
         .expect("run returned before the test's own deadline")
@@ -478,56 +481,17 @@ async fn service_account_with_resource_names_role_is_enough() {
     for name in allowed.iter().chain(&["j-secret"]) {
         create_pod(&env.pods, name).await;
     }
-    let sa_name = "j-launcher";
-    let sa: ServiceAccount =
-        serde_json::from_value(json!({ "metadata": { "name": sa_name } })).unwrap();
-    let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), &env.ns);
-    sas.create(&PostParams::default(), &sa)
-        .await
-        .expect("create SA");
-    let role: Role = serde_json::from_value(json!({
-        "metadata": { "name": sa_name },
-        "rules": [{
+    let sa_client = service_account_client(
+        &env,
+        "j-launcher",
+        json!([{
             "apiGroups": [""],
             "resources": ["pods"],
             "verbs": ["get", "list", "watch"],
             "resourceNames": allowed,
-        }]
-    }))
-    .unwrap();
-    Api::<Role>::namespaced(env.client.clone(), &env.ns)
-        .create(&PostParams::default(), &role)
-        .await
-        .expect("create Role");
-    let binding: RoleBinding = serde_json::from_value(json!({
-        "metadata": { "name": sa_name },
-        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": sa_name },
-        "subjects": [{ "kind": "ServiceAccount", "name": sa_name, "namespace": env.ns }]
-    }))
-    .unwrap();
-    Api::<RoleBinding>::namespaced(env.client.clone(), &env.ns)
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("create RoleBinding");
-
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![],
-            expiration_seconds: Some(600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let token = sas
-        .create_token_request(sa_name, &PostParams::default(), &request)
-        .await
-        .expect("TokenRequest")
-        .status
-        .expect("token status")
-        .token;
-    let mut config = env.cluster.config().await.expect("admin config");
-    config.auth_info = serde_json::from_value(json!({ "token": token })).unwrap();
-    let sa_client = Client::try_from(config).expect("SA client");
+        }]),
+    )
+    .await;
     let sa_pods: Api<Pod> = Api::namespaced(sa_client.clone(), &env.ns);
 
     // The Role really is narrow: no plain list, no other pod.
@@ -562,6 +526,7 @@ async fn service_account_with_resource_names_role_is_enough() {
     let options = Options {
         timeout: LONG,
         forbidden_grace: Duration::ZERO,
+        ..Options::default()
     };
     let err = watcher_loop::run_with(sa_client, &env.ns, &outside, Mode::Ready, options)
         .await
@@ -570,5 +535,394 @@ async fn service_account_with_resource_names_role_is_enough() {
     assert!(err.to_string().contains("pod j-secret"), "{err}");
     assert!(err.to_string().contains("HTTP 403"), "{err}");
     assert_eq!(err.exit_code(), watcher_loop::EXIT_API);
+    teardown(env).await;
+}
+
+/// A client authenticated as a new ServiceAccount `name` whose Role (bound
+/// to it) holds `rules`, as the operator sets up the launcher's.
+async fn service_account_client(env: &Env, name: &str, rules: Value) -> Client {
+    let sa: ServiceAccount =
+        serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap();
+    let sas: Api<ServiceAccount> = Api::namespaced(env.client.clone(), &env.ns);
+    sas.create(&PostParams::default(), &sa)
+        .await
+        .expect("create SA");
+    let role: Role =
+        serde_json::from_value(json!({ "metadata": { "name": name }, "rules": rules })).unwrap();
+    Api::<Role>::namespaced(env.client.clone(), &env.ns)
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("create Role");
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name },
+        "subjects": [{ "kind": "ServiceAccount", "name": name, "namespace": env.ns }]
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(env.client.clone(), &env.ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create RoleBinding");
+
+    let request = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = sas
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .expect("TokenRequest")
+        .status
+        .expect("token status")
+        .token;
+    let mut config = env.cluster.config().await.expect("admin config");
+    config.auth_info = serde_json::from_value(json!({ "token": token })).unwrap();
+    Client::try_from(config).expect("SA client")
+}
+
+/// The job's ConfigMap, as the operator names it.
+const CONFIG: &str = "j-config";
+
+fn config_maps(env: &Env) -> Api<ConfigMap> {
+    Api::namespaced(env.client.clone(), &env.ns)
+}
+
+/// Plays the operator: creates the ConfigMap `name` with `data`.
+async fn create_config_map(env: &Env, name: &str, data: Value) {
+    let cm: ConfigMap =
+        serde_json::from_value(json!({ "metadata": { "name": name }, "data": data })).unwrap();
+    config_maps(env)
+        .create(&PostParams::default(), &cm)
+        .await
+        .unwrap_or_else(|e| panic!("create ConfigMap {name}: {e}"));
+}
+
+/// Plays the operator: merge-patches the ConfigMap's data.
+async fn patch_config_map(env: &Env, name: &str, data: Value) {
+    config_maps(env)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "data": data })),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("patch ConfigMap {name}: {e}"));
+}
+
+type ConfigWait = JoinHandle<Result<BTreeMap<String, String>, Error>>;
+
+fn spawn_config_wait(client: &Client, ns: &str, run: u32, options: Options) -> ConfigWait {
+    let client = client.clone();
+    let ns = ns.to_string();
+    tokio::spawn(
+        async move { watcher_loop::wait_config_map(client, &ns, CONFIG, run, options).await },
+    )
+}
+
+fn long() -> Options {
+    Options {
+        timeout: LONG,
+        ..Options::default()
+    }
+}
+
+fn temp_dir(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(localkube::unique_name(prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn read(dir: &Path, key: &str) -> String {
+    std::fs::read_to_string(dir.join(key)).unwrap_or_else(|e| panic!("read {key}: {e}"))
+}
+
+#[tokio::test]
+async fn config_map_wait_returns_once_the_run_is_written() {
+    let env = setup("wl-cm").await;
+    let started = Instant::now();
+    let options = Options {
+        timeout: Some(Duration::from_secs(6)),
+        since: Some(started),
+        ..Options::default()
+    };
+    let wait = spawn_config_wait(&env.client, &env.ns, 0, options);
+    assert_still_waiting(&wait, "the ConfigMap does not exist yet").await;
+    // The operator creates it early, before the workers have IPs.
+    create_config_map(
+        &env,
+        CONFIG,
+        json!({ "hostfile": "- 30050 j-worker-0 slots=1\n" }),
+    )
+    .await;
+    assert_still_waiting(&wait, "the ConfigMap holds no run").await;
+
+    let hostfile = "10.0.0.1 30050 j-worker-0 slots=1\n";
+    patch_config_map(
+        &env,
+        CONFIG,
+        json!({ "run": "0", "hostfile": hostfile, "ip_config": "10.0.0.1 30050\n" }),
+    )
+    .await;
+    let data = join(wait).await.expect("run 0 launched");
+    assert_eq!(data["run"], "0");
+    assert_eq!(data["hostfile"], hostfile);
+
+    let dir = temp_dir("wl-cm");
+    let written = watcher_loop::write_config(&dir, &data).expect("write the files");
+    assert_eq!(written.len(), 3, "{written:?}");
+    assert_eq!(read(&dir, "hostfile"), hostfile);
+    assert_eq!(read(&dir, "ip_config"), "10.0.0.1 30050\n");
+    assert_eq!(read(&dir, "run"), "0");
+
+    // The pod wait after it shares the deadline: it times out 6s after
+    // `started`, not 6s after its own start.
+    let targets = Targets::from_file(&dir.join("hostfile")).expect("written hostfile");
+    assert_eq!(targets, names(&["j-worker-0"]));
+    let pod_wait = Instant::now();
+    let err = watcher_loop::run_with(env.client.clone(), &env.ns, &targets, Mode::Ready, options)
+        .await
+        .expect_err("j-worker-0 never exists");
+    assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+    assert!(err.to_string().contains("timed out after 6s"), "{err}");
+    let total = started.elapsed();
+    assert!(total >= Duration::from_secs(6), "{total:?}");
+    assert!(
+        pod_wait.elapsed() < Duration::from_secs(6) - Duration::from_millis(1000),
+        "the pod wait got a fresh timeout: {:?}",
+        pod_wait.elapsed()
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    teardown(env).await;
+}
+
+#[tokio::test]
+async fn config_map_of_an_earlier_run_is_waited_past() {
+    let env = setup("wl-cm-rerun").await;
+    // After a restart the old run's launch stays until the new one is written.
+    create_config_map(
+        &env,
+        CONFIG,
+        json!({ "run": "0", "hostfile": "10.0.0.1 30050 j-worker-0 slots=1\n" }),
+    )
+    .await;
+    let wait = spawn_config_wait(&env.client, &env.ns, 1, long());
+    assert_still_waiting(&wait, "the ConfigMap holds run 0").await;
+    patch_config_map(
+        &env,
+        CONFIG,
+        json!({ "hostfile": "10.0.0.9 30050 j-worker-0 slots=1\n" }),
+    )
+    .await;
+    assert_still_waiting(&wait, "the ConfigMap still holds run 0").await;
+    patch_config_map(
+        &env,
+        CONFIG,
+        json!({ "run": "1", "hostfile": "10.0.0.2 30050 j-worker-0 slots=1\n" }),
+    )
+    .await;
+    let data = join(wait).await.expect("run 1 launched");
+    assert_eq!(data["run"], "1");
+    assert_eq!(data["hostfile"], "10.0.0.2 30050 j-worker-0 slots=1\n");
+
+    // A timeout names the ConfigMap, the run and what it holds.
+    let options = Options {
+        timeout: Some(Duration::from_secs(2)),
+        ..Options::default()
+    };
+    let err = watcher_loop::wait_config_map(env.client.clone(), &env.ns, CONFIG, 2, options)
+        .await
+        .expect_err("run 2 is never written");
+    assert_eq!(
+        err.to_string(),
+        "timed out after 2s waiting for ConfigMap j-config to launch run 2; it holds run 1"
+    );
+    assert_eq!(err.exit_code(), watcher_loop::EXIT_TIMEOUT);
+    teardown(env).await;
+}
+
+#[tokio::test]
+async fn config_map_deleted_while_waited_for_ends_the_wait_naming_it() {
+    let env = setup("wl-cm-deleted").await;
+    create_config_map(&env, CONFIG, json!({ "run": "0" })).await;
+    let wait = spawn_config_wait(&env.client, &env.ns, 1, long());
+    assert_still_waiting(&wait, "the ConfigMap holds run 0").await;
+    let deleted_at = Instant::now();
+    config_maps(&env)
+        .delete(CONFIG, &DeleteParams::default())
+        .await
+        .expect("delete ConfigMap");
+    let err = join(wait)
+        .await
+        .expect_err("a deleted ConfigMap is an error");
+    assert!(deleted_at.elapsed() < Duration::from_secs(10));
+    assert!(
+        matches!(&err, Error::ConfigMapDeleted { name, run: 1 } if name == CONFIG),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains("ConfigMap j-config was deleted"),
+        "{err}"
+    );
+    assert_eq!(err.exit_code(), watcher_loop::EXIT_POD_FAILED);
+    teardown(env).await;
+}
+
+#[tokio::test]
+async fn service_account_with_resource_names_role_can_wait_for_the_config_map() {
+    let env = setup("wl-cm-rbac").await;
+    create_config_map(&env, CONFIG, json!({ "run": "0" })).await;
+    create_config_map(&env, "other-config", json!({ "run": "1" })).await;
+    create_pod(&env.pods, "j-worker-0").await;
+    // What the operator grants the launcher: its ConfigMap and its workers.
+    let sa_client = service_account_client(
+        &env,
+        "j-launcher",
+        json!([
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "verbs": ["get", "list", "watch"],
+                "resourceNames": [CONFIG],
+            },
+            {
+                "apiGroups": [""],
+                "resources": ["pods"],
+                "verbs": ["get", "list", "watch"],
+                "resourceNames": ["j-worker-0"],
+            }
+        ]),
+    )
+    .await;
+    let sa_maps: Api<ConfigMap> = Api::namespaced(sa_client.clone(), &env.ns);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let by_name = ListParams::default().fields(&format!("metadata.name={CONFIG}"));
+    while let Err(e) = sa_maps.list(&by_name).await {
+        assert!(Instant::now() < deadline, "RBAC never allowed the SA: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The launcher's whole init step with only that token.
+    let started = Instant::now();
+    let options = Options {
+        timeout: LONG,
+        since: Some(started),
+        ..Options::default()
+    };
+    let wait = spawn_config_wait(&sa_client, &env.ns, 1, options);
+    assert_still_waiting(&wait, "the ConfigMap holds run 0").await;
+    patch_config_map(
+        &env,
+        CONFIG,
+        json!({ "run": "1", "hostfile": "10.0.0.1 30050 j-worker-0 slots=1\n" }),
+    )
+    .await;
+    let data = join(wait).await.expect("the narrow Role is enough");
+    let dir = temp_dir("wl-cm-rbac");
+    watcher_loop::write_config(&dir, &data).expect("write the files");
+    let targets = Targets::from_file(&dir.join("hostfile")).expect("written hostfile");
+    set_status(&env.pods, "j-worker-0", running_ready()).await;
+    let outcome =
+        watcher_loop::run_with(sa_client.clone(), &env.ns, &targets, Mode::Ready, options)
+            .await
+            .expect("the worker is ready");
+    assert_eq!(outcome.pods, vec!["j-worker-0"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+
+    // Another ConfigMap is refused (after the RBAC grace).
+    let options = Options {
+        timeout: LONG,
+        forbidden_grace: Duration::ZERO,
+        ..Options::default()
+    };
+    let err = watcher_loop::wait_config_map(sa_client, &env.ns, "other-config", 1, options)
+        .await
+        .expect_err("other-config is not in resourceNames");
+    assert!(matches!(err, Error::Watch { .. }), "{err:?}");
+    assert!(err.to_string().contains("ConfigMap other-config"), "{err}");
+    assert!(err.to_string().contains("HTTP 403"), "{err}");
+    teardown(env).await;
+}
+
+/// Runs the real binary with the ConfigMap step, as the operator configures
+/// the launcher's init container (env only).
+async fn run_binary_with_config(
+    env: &Env,
+    dir: &Path,
+    run: &str,
+    timeout: &str,
+) -> tokio::process::Child {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_watcher-loop"))
+        .env("WATCHERCONFIGMAP", CONFIG)
+        .env("WATCHERRUN", run)
+        .env("WATCHERCONFIGDIR", dir)
+        .env("WATCHERFILE", dir.join("hostfile"))
+        .env("WATCHERMODE", "ready")
+        .env("WATCHERTIMEOUT", timeout)
+        .env("KUBECONFIG", &env.cluster.kubeconfig)
+        .env("NAMESPACE", &env.ns)
+        .env_remove("DGL_OPERATOR_NAMESPACE")
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn watcher-loop")
+}
+
+#[tokio::test]
+async fn binary_writes_the_config_map_then_waits_for_its_hostfile() {
+    let env = setup("wl-cm-bin").await;
+    let dir = temp_dir("wl-cm-bin");
+    create_config_map(&env, CONFIG, json!({ "run": "0" })).await;
+    create_pod(&env.pods, "j-worker-0").await;
+    set_status(&env.pods, "j-worker-0", running_ready()).await;
+
+    // The hostfile does not exist when it starts: it is the ConfigMap's.
+    let child = run_binary_with_config(&env, &dir, "1", "2m").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !dir.join("hostfile").exists(),
+        "written before run 1 launched"
+    );
+    patch_config_map(
+        &env,
+        CONFIG,
+        json!({ "run": "1", "hostfile": "10.0.0.1 30050 j-worker-0 slots=1\n" }),
+    )
+    .await;
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, 0, "stderr:\n{stderr}");
+    assert!(
+        stderr.contains("wrote 2 files of ConfigMap j-config"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("every pod is ready"), "{stderr}");
+    assert_eq!(
+        read(&dir, "hostfile"),
+        "10.0.0.1 30050 j-worker-0 slots=1\n"
+    );
+    assert_eq!(read(&dir, "run"), "1");
+
+    // A timeout in the ConfigMap step: exit 3, the ConfigMap and run named.
+    let (code, stderr) = finish(run_binary_with_config(&env, &dir, "2", "2s").await).await;
+    assert_eq!(code, 3, "stderr:\n{stderr}");
+    assert!(
+        stderr.contains("waiting for ConfigMap j-config to launch run 2; it holds run 1"),
+        "{stderr}"
+    );
+
+    // An unwritable folder: exit 5, the file named.
+    let missing = dir.join("absent");
+    let (code, stderr) = finish(run_binary_with_config(&env, &missing, "1", "1m").await).await;
+    assert_eq!(code, watcher_loop::EXIT_WRITE, "stderr:\n{stderr}");
+    assert!(
+        stderr.contains(&missing.join("hostfile").display().to_string()),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
     teardown(env).await;
 }

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dgl_api::names::{config_name, LABEL_MANAGED_BY, MANAGED_BY};
+use dgl_api::names::{LABEL_MANAGED_BY, MANAGED_BY};
 use dgl_api::DGLJob;
 use futures::future;
 use futures::StreamExt;
@@ -43,11 +43,10 @@ use kube::runtime::{predicates, watcher, PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use crate::builders::{self, BuildConfig, HASH_ANNOTATION};
-use crate::cache::{self, ChildCache, ChildState, JobKey, PodCache, Readiness, SlimPod};
+use crate::builders::{self, BuildConfig};
+use crate::cache::{self, ChildCache, JobKey, PodCache, Readiness, SlimPod};
 use crate::metrics::Metrics;
-use crate::observe::PodState;
-use crate::plan::{self, ConfigMapState};
+use crate::plan;
 
 mod children;
 mod events;
@@ -304,32 +303,15 @@ async fn reconcile_job(
         .pods
         .job_pods(&key.namespace, &key.name, job.uid().as_deref());
 
-    // The ConfigMap as it should be now, and whether the API server already
-    // serves it (as the watch shows it): the launcher starts from it.
-    let cm = builders::config_map(job, &pods);
-    let want = ChildState::Present(cm.annotations().get(HASH_ANNOTATION).cloned());
-    let cm_kind = <ConfigMap as k8s_openapi::Resource>::KIND;
-    let served = ctx
-        .children
-        .seen_hash(cm_kind, &key.namespace, &config_name(&key.name));
-    let config_map = if served == want {
-        ConfigMapState::Current
-    } else {
-        ConfigMapState::Behind
-    };
-    let plan = plan::plan(job, &pods, now, &ctx.settings.build, config_map);
+    let plan = plan::plan(job, &pods, now, &ctx.settings.build);
 
     // Supporting objects and the status (concurrently), both before any pod
     // is created or deleted: decisions (a restart counted, a terminal state)
     // are recorded first, so a crash between the two cannot repeat them.
-    // The ConfigMap is rewritten once complete (every worker's IP and the
-    // partitioner's), or once the launcher exists.
-    let launcher = dgl_api::names::launcher_name(&key.name);
-    let filled = builders::config_map_complete(&cm, &pods)
-        || pods
-            .iter()
-            .any(|p| p.name == launcher && p.state != PodState::Terminating);
-    let config_map_when = if filled {
+    // The ConfigMap is created with the job and rewritten once, when it
+    // launches a run (every worker's IP, and the run the launcher waits for).
+    let cm = builders::config_map(job, &pods, plan.launch);
+    let config_map_when = if plan.launch.is_some() {
         ApplyWhen::Changed
     } else {
         ApplyWhen::Missing

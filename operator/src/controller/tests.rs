@@ -144,12 +144,13 @@ const APPLY: &str = "?&force=true&fieldManager=dgl-operator";
 const CREATE: &str = "?&fieldManager=dgl-operator";
 
 #[tokio::test]
-async fn a_new_job_gets_its_children_status_partitioner_and_events() {
+async fn a_new_job_gets_its_children_status_every_pod_and_events() {
     let (result, requests) = reconcile_once(job(None), Vec::new(), echo).await;
     assert!(result.is_ok(), "{result:?}");
     let expected = [
         format!("POST /api/v1/namespaces/ns/configmaps{CREATE}"),
-        // The partitioner and both workers.
+        // The partitioner, both workers and the launcher.
+        format!("POST /api/v1/namespaces/ns/pods{CREATE}"),
         format!("POST /api/v1/namespaces/ns/pods{CREATE}"),
         format!("POST /api/v1/namespaces/ns/pods{CREATE}"),
         format!("POST /api/v1/namespaces/ns/pods{CREATE}"),

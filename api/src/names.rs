@@ -57,6 +57,8 @@ pub const ENV_WATCHER_MODE: &str = "WATCHERMODE";
 pub const ENV_WATCHER_NAMESPACE: &str = "NAMESPACE";
 /// Env: `watcher-loop`'s timeout (e.g. `10m`).
 pub const ENV_WATCHER_TIMEOUT: &str = "WATCHERTIMEOUT";
+/// The launcher's init container that runs `watcher-loop`.
+pub const WATCHER_CONTAINER: &str = "watcher-loop-worker";
 /// Env: the ConfigMap `watcher-loop` waits for before it watches the pods
 /// (the job's `<job>-config`, read through the API, not a volume).
 pub const ENV_WATCHER_CONFIG_MAP: &str = "WATCHERCONFIGMAP";

@@ -193,11 +193,15 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod], launch: Option<i32>) -> Co
     if let Some(ips) = ips {
         data.insert(IP_CONFIG.to_string(), render_ip_config(&ips));
     }
+    let mut labels = job_labels(job);
     if let Some(run) = launch {
         data.insert(CONFIG_RUN.to_string(), run.to_string());
+        // Also in the metadata, which the operator's cache keeps: once a run
+        // is launched, a pod of it replaced is a failure of that run.
+        labels.insert(LABEL_RUN.to_string(), run.to_string());
     }
     with_hash(ConfigMap {
-        metadata: meta(job, config_name(&name), job_labels(job)),
+        metadata: meta(job, config_name(&name), labels),
         data: Some(data),
         ..Default::default()
     })
@@ -679,7 +683,7 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
         .clone()
         .or_else(|| spec.containers.first().and_then(|c| c.image.clone()));
     let mut watcher = Container {
-        name: "watcher-loop-worker".into(),
+        name: WATCHER_CONTAINER.into(),
         image,
         command: Some(vec!["watcher-loop".into()]),
         security_context: Some(crate::pod_security::restricted()),
@@ -1130,11 +1134,15 @@ mod tests {
         let start = config_map(&j, &[], None);
         let waiting = config_map(&j, &pods, None);
         assert_eq!(start, waiting, "no write per pod coming up");
-        let data = start.data.unwrap();
+        let data = start.data.clone().unwrap();
         assert!(!data.contains_key(IP_CONFIG) && !data.contains_key(CONFIG_RUN));
         assert_eq!(data[PARTFILE], "- 30049 dgl-graphsage-partitioner\n");
-        // The launch of run 2: every IP, ip_config and the run.
-        let data = config_map(&j, &pods, Some(2)).data.unwrap();
+        assert!(!start.metadata.labels.unwrap().contains_key(LABEL_RUN));
+        // The launch of run 2: every IP, ip_config and the run (also as a
+        // label: the operator's metadata-only cache reads it).
+        let launch = config_map(&j, &pods, Some(2));
+        assert_eq!(launch.labels()[LABEL_RUN], "2");
+        let data = launch.data.unwrap();
         assert_eq!(data[CONFIG_RUN], "2");
         assert_eq!(data[IP_CONFIG], "10.0.0.0 30050\n10.0.0.1 30050\n");
         assert_eq!(data[PARTFILE], "10.0.0.5 30049 dgl-graphsage-partitioner\n");

@@ -508,6 +508,8 @@ impl Controller {
 pub struct SeenChild {
     pub hash: Option<String>,
     pub controller: Option<Controller>,
+    /// The ConfigMap's `dgloperator.io/run` label: the run it launched.
+    pub run: Option<i32>,
 }
 
 impl SeenChild {
@@ -518,6 +520,11 @@ impl SeenChild {
                 .as_ref()
                 .and_then(|a| a.get(HASH_ANNOTATION).cloned()),
             controller: Controller::of(meta),
+            run: meta
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(dgl_api::names::LABEL_RUN))
+                .and_then(|r| r.parse().ok()),
         }
     }
 }
@@ -871,6 +878,7 @@ mod tests {
         let h = |s: &str| SeenChild {
             hash: Some(s.into()),
             controller: None,
+            run: None,
         };
         assert!(c.saw(k.clone(), h("a")), "new child");
         assert!(!c.saw(k.clone(), h("a")), "same hash again");

@@ -120,10 +120,18 @@ pub fn transitions(old: Option<&DGLJobStatus>, new: &DGLJobStatus) -> Vec<Transi
 }
 
 /// Plans one reconcile of `job`. Depends on nothing but its arguments: the
-/// job (spec and last status), its observed pods, the time and the
-/// operator's build settings.
-pub fn plan(job: &DGLJob, pods: &[ObservedPod], now: Timestamp, cfg: &BuildConfig) -> Plan {
+/// job (spec and last status), its observed pods, the time, the operator's
+/// build settings and the run the job's ConfigMap has launched (as this
+/// operator last wrote it or its watch shows it).
+pub fn plan(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    now: Timestamp,
+    cfg: &BuildConfig,
+    launched: Option<i32>,
+) -> Plan {
     let mut p = Planner::new(job, pods, now);
+    p.launched = launched == Some(p.epoch);
     if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
         return p.finished();
     }
@@ -211,6 +219,9 @@ struct Planner<'a> {
     epoch: i32,
     /// See [`Plan::launch`].
     launch: Option<i32>,
+    /// The ConfigMap has launched the current run: its pods are in use (the
+    /// launcher may have read their IPs), so one replaced fails the run.
+    launched: bool,
 }
 
 impl<'a> Planner<'a> {
@@ -243,6 +254,7 @@ impl<'a> Planner<'a> {
             requeue: None,
             epoch,
             launch: None,
+            launched: false,
         }
     }
 
@@ -442,12 +454,16 @@ impl<'a> Planner<'a> {
                 PodState::Running { .. } | PodState::Succeeded | PodState::Failed { .. }
             )
         });
-        let training_started = launcher_started || running;
+        let training_started = launcher_started || running || self.launched;
         if failed.is_some() || !training_started {
             return failed;
         }
+        // Launched, the run needs its partitioner too: the launcher has its
+        // IP and will have the workers fetch their shards from it.
+        let partitioner = self.launched && self.job.spec.has_partitioner();
         let expected = (0..self.job.spec.num_workers())
             .map(|i| (ReplicaType::Worker, worker_name(&self.name, i)))
+            .chain(partitioner.then(|| (ReplicaType::Partitioner, partitioner_name(&self.name))))
             .chain(running.then(|| (ReplicaType::Launcher, self.launcher.clone())));
         expected.into_iter().find_map(|(role, pod)| {
             let (message, facts) = match find(current, &pod) {
@@ -916,7 +932,7 @@ mod tests {
 
     /// Runs plan and feeds its status back into the job, as the API would.
     fn step(job: &mut DGLJob, pods: &[ObservedPod], now: Timestamp) -> Plan {
-        let p = plan(job, pods, now, &BuildConfig::default());
+        let p = plan(job, pods, now, &BuildConfig::default(), None);
         job.status = Some(p.status.clone());
         p
     }
@@ -1248,6 +1264,35 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_replaced_after_the_launch_fails_the_run() {
+        let mut j = job();
+        step(&mut j, &[], t(0));
+        let pods = vec![
+            pod(ReplicaType::Partitioner, 0, 0, ready()),
+            pod(ReplicaType::Worker, 0, 0, ready()),
+            pod(ReplicaType::Worker, 1, 0, ready()),
+            pod(ReplicaType::Launcher, 0, 0, PodState::Pending),
+        ];
+        assert_eq!(step(&mut j, &pods, t(1)).launch, Some(0));
+        // The partitioner is deleted while the launcher is still in its
+        // watcher-loop. Not launched yet: it is simply made again.
+        let gone: Vec<ObservedPod> = pods[1..].to_vec();
+        let p = plan(&j, &gone, t(2), &BuildConfig::default(), None);
+        assert_eq!(created(&p), vec![partitioner_name(JOB)]);
+        assert!(cond(&p, JobPhase::Failed).is_none());
+        // Launched (the ConfigMap holds run 0): the launcher may have its
+        // IP, so the run fails (and may restart), naming the pod.
+        let p = plan(&j, &gone, t(2), &BuildConfig::default(), Some(0));
+        let c = cond(&p, JobPhase::Failed).unwrap();
+        assert_eq!(c.reason, "PodDeleted");
+        assert!(c.message.contains("partitioner"), "{}", c.message);
+        // A launch of an earlier run does not count for this one.
+        j.status.as_mut().unwrap().restart_count = Some(1);
+        let p = plan(&j, &[], t(3), &BuildConfig::default(), Some(0));
+        assert!(cond(&p, JobPhase::Failed).is_none());
+    }
+
+    #[test]
     fn skip_mode_starts_workers_at_once() {
         let mut j = job();
         j.spec.partition_mode = PartitionMode::Skip;
@@ -1276,7 +1321,7 @@ mod tests {
             ..Default::default()
         });
         // At once: no partitioner, no worker, no ConfigMap to wait for.
-        let p = plan(&j, &[], t(0), &BuildConfig::default());
+        let p = plan(&j, &[], t(0), &BuildConfig::default(), None);
         assert_eq!(created(&p), vec![launcher_name(JOB)]);
         assert!(cond(&p, JobPhase::Partitioning).is_none());
         assert_eq!(
@@ -1677,14 +1722,14 @@ mod tests {
     #[test]
     fn transitions_report_each_new_true_condition_once() {
         let mut j = job();
-        let p1 = plan(&j, &[], t(0), &BuildConfig::default());
+        let p1 = plan(&j, &[], t(0), &BuildConfig::default(), None);
         let tr = transitions(None, &p1.status);
         assert_eq!(
             tr.iter().map(|t| t.type_).collect::<Vec<_>>(),
             vec![JobPhase::Created, JobPhase::Partitioning]
         );
         j.status = Some(p1.status.clone());
-        let p2 = plan(&j, &[], t(5), &BuildConfig::default());
+        let p2 = plan(&j, &[], t(5), &BuildConfig::default(), None);
         assert!(transitions(Some(&p1.status), &p2.status).is_empty());
     }
 }

@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use dgl_api::names::{LABEL_MANAGED_BY, MANAGED_BY};
+use dgl_api::names::{config_name, LABEL_MANAGED_BY, MANAGED_BY};
 use dgl_api::DGLJob;
 use futures::future;
 use futures::StreamExt;
@@ -303,7 +303,14 @@ async fn reconcile_job(
         .pods
         .job_pods(&key.namespace, &key.name, job.uid().as_deref());
 
-    let plan = plan::plan(job, &pods, now, &ctx.settings.build);
+    // The run the ConfigMap launched, as this operator last wrote it or the
+    // watch shows it.
+    let cm_kind = <ConfigMap as k8s_openapi::Resource>::KIND;
+    let launched = ctx
+        .children
+        .get(cm_kind, &key.namespace, &config_name(&key.name))
+        .and_then(|c| c.run);
+    let plan = plan::plan(job, &pods, now, &ctx.settings.build, launched);
 
     // Supporting objects and the status (concurrently), both before any pod
     // is created or deleted: decisions (a restart counted, a terminal state)

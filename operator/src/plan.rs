@@ -80,6 +80,10 @@ pub struct Plan {
     /// then written with every IP and this run, which the launcher (created
     /// with the workers) waits for. `None`: the ConfigMap is only created.
     pub launch: Option<i32>,
+    /// Suspended after its run was launched: the ConfigMap goes back to
+    /// its unlaunched content, so that the pods of the resumed run (same
+    /// run number) wait for a launch of their own.
+    pub reset_launch: bool,
 }
 
 /// The longest a plan sleeps without news: a far deadline or TTL is
@@ -222,6 +226,8 @@ struct Planner<'a> {
     /// The ConfigMap has launched the current run: its pods are in use (the
     /// launcher may have read their IPs), so one replaced fails the run.
     launched: bool,
+    /// See [`Plan::reset_launch`].
+    reset_launch: bool,
 }
 
 impl<'a> Planner<'a> {
@@ -255,6 +261,7 @@ impl<'a> Planner<'a> {
             epoch,
             launch: None,
             launched: false,
+            reset_launch: false,
         }
     }
 
@@ -274,6 +281,7 @@ impl<'a> Planner<'a> {
             requeue_after: self.requeue,
             ensure_children,
             launch: self.launch,
+            reset_launch: self.reset_launch,
         }
     }
 
@@ -360,6 +368,7 @@ impl<'a> Planner<'a> {
         self.sb
             .set(JobPhase::Suspended, true, "JobSuspended", &message);
         self.sb.status.start_time = None;
+        self.reset_launch = self.launched;
         self.done(Replicas::Cleared, true)
     }
 
@@ -1290,6 +1299,20 @@ mod tests {
         j.status.as_mut().unwrap().restart_count = Some(1);
         let p = plan(&j, &[], t(3), &BuildConfig::default(), Some(0));
         assert!(cond(&p, JobPhase::Failed).is_none());
+    }
+
+    #[test]
+    fn a_suspended_launch_is_taken_back_for_the_resumed_run() {
+        let (mut j, pods) = running_job();
+        j.spec.run_policy = Some(RunPolicy {
+            suspend: Some(true),
+            ..Default::default()
+        });
+        let p = plan(&j, &pods, t(10), &BuildConfig::default(), Some(0));
+        assert_eq!(p.status.phase, Some(JobPhase::Suspended));
+        assert!(p.reset_launch, "run 0 resumes under the same number");
+        let p = plan(&j, &pods, t(10), &BuildConfig::default(), None);
+        assert!(!p.reset_launch, "nothing to take back");
     }
 
     #[test]

@@ -201,10 +201,10 @@ where
 /// concurrently (each only when it changed).
 ///
 /// The ConfigMap's files (hostfile, partfile, ip_config, leadfile) are read
-/// only by the launcher pod (its watcher-loop and dglrun), which is created
-/// once every worker is Ready with an IP and the ConfigMap lists them all.
-/// So the ConfigMap is created with the job (every pod mounts it) and
-/// rewritten only once it is complete (`config_map_when` is then
+/// only by the launcher pod (its watcher-loop, through the API, and
+/// dglrun), which trains once the ConfigMap launches its run. So the
+/// ConfigMap is created with the job (every pod mounts it) and rewritten
+/// only when the plan launches a run (`config_map_when` is then
 /// [`ApplyWhen::Changed`]), not once per pod IP.
 pub(super) async fn apply_children(
     ctx: &Context,

@@ -14,7 +14,7 @@
 //! - a reconcile is triggered by a change the state machine can see: a new
 //!   generation of the job (not its status, which only this operator writes),
 //!   a pod whose observed state changed, a deleted child, a ConfigMap
-//!   written (the launcher waits for it);
+//!   written (a run launched);
 //! - what this operator just wrote counts as known before its watch event
 //!   arrives: the status it wrote, the children it applied, the pods it
 //!   created or deleted (expectations, as in Kubernetes' own controllers), so
@@ -318,7 +318,7 @@ async fn reconcile_job(
     // The ConfigMap is created with the job and rewritten once, when it
     // launches a run (every worker's IP, and the run the launcher waits for).
     let cm = builders::config_map(job, &pods, plan.launch);
-    let config_map_when = if plan.launch.is_some() {
+    let config_map_when = if plan.launch.is_some() || plan.reset_launch {
         ApplyWhen::Changed
     } else {
         ApplyWhen::Missing

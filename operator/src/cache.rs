@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_JOB_NAME};
+use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_JOB_NAME, LABEL_RUN};
 use dgl_api::DGLJob;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
@@ -524,7 +524,7 @@ impl SeenChild {
             run: meta
                 .labels
                 .as_ref()
-                .and_then(|l| l.get(dgl_api::names::LABEL_RUN))
+                .and_then(|l| l.get(LABEL_RUN))
                 .and_then(|r| r.parse().ok()),
         }
     }
@@ -566,8 +566,9 @@ impl ChildCache {
         }
     }
 
+    #[cfg(test)]
     /// The child as the watch last showed it (what the API server serves to
-    /// other clients, e.g. a kubelet mounting a ConfigMap).
+    /// other clients).
     pub fn seen_hash(&self, kind: &'static str, ns: &str, name: &str) -> ChildState {
         let seen = self.seen.read().expect("child cache lock");
         match seen.get(&Self::key(kind, ns, name)) {
@@ -869,6 +870,21 @@ mod tests {
         );
         assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
         assert_eq!(cache.pending_expectations(), 0);
+    }
+
+    #[test]
+    fn a_config_maps_launched_run_is_read_from_its_label() {
+        let meta = |labels: serde_json::Value| -> ObjectMeta {
+            serde_json::from_value(serde_json::json!({"name": "j-config", "labels": labels}))
+                .unwrap()
+        };
+        let run = |labels| SeenChild::of(&meta(labels)).run;
+        assert_eq!(run(serde_json::json!({"dgloperator.io/run": "3"})), Some(3));
+        assert_eq!(
+            run(serde_json::json!({"dgloperator.io/job-name": "j"})),
+            None
+        );
+        assert_eq!(run(serde_json::json!({"dgloperator.io/run": "x"})), None);
     }
 
     #[test]

@@ -467,9 +467,11 @@ impl<'a> Planner<'a> {
         if failed.is_some() || !training_started {
             return failed;
         }
-        // Launched, the run needs its partitioner too: the launcher has its
-        // IP and will have the workers fetch their shards from it.
-        let partitioner = self.launched && self.job.spec.has_partitioner();
+        // Launched and not yet training, the run needs its partitioner too:
+        // the launcher has its IP and will have the workers fetch their
+        // shards from it. (Once training runs, a partitioner gone is made
+        // again, as it always was.)
+        let partitioner = self.launched && !running && self.job.spec.has_partitioner();
         let expected = (0..self.job.spec.num_workers())
             .map(|i| (ReplicaType::Worker, worker_name(&self.name, i)))
             .chain(partitioner.then(|| (ReplicaType::Partitioner, partitioner_name(&self.name))))

@@ -486,7 +486,7 @@ fn base_pod(
             }
         }
     }
-    add_config_and_token(&mut spec, &job_name);
+    add_config_and_token(&mut spec, job, role);
     if let Some(c) = spec.containers.first_mut() {
         set_env(c, pod_env(job, role, index));
         if c.command.as_ref().is_none_or(|cmd| cmd.is_empty()) {
@@ -513,25 +513,35 @@ fn base_pod(
     }
 }
 
-/// The job's ConfigMap and token Secret as volumes of every pod.
-fn add_config_and_token(spec: &mut PodSpec, job_name: &str) {
-    add_volume(
-        spec,
+/// The job's ConfigMap and token Secret as volumes of every pod. The
+/// launcher of a job with workers gets an emptyDir in the ConfigMap's place:
+/// its watcher-loop fills it with the launch of its run, read through the
+/// API (see [`launcher_pod`]).
+fn add_config_and_token(spec: &mut PodSpec, job: &DGLJob, role: ReplicaType) {
+    let job_name = job.name_any();
+    let config = if role == ReplicaType::Launcher && !job.spec.is_standalone() {
+        Volume {
+            name: CONFIG_VOLUME.into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Default::default()
+        }
+    } else {
         Volume {
             name: CONFIG_VOLUME.into(),
             config_map: Some(ConfigMapVolumeSource {
-                name: config_name(job_name),
+                name: config_name(&job_name),
                 ..Default::default()
             }),
             ..Default::default()
-        },
-    );
+        }
+    };
+    add_volume(spec, config);
     add_volume(
         spec,
         Volume {
             name: TOKEN_VOLUME.into(),
             secret: Some(SecretVolumeSource {
-                secret_name: Some(secret_name(job_name)),
+                secret_name: Some(secret_name(&job_name)),
                 default_mode: Some(0o444),
                 ..Default::default()
             }),
@@ -708,14 +718,8 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
         }),
         ..Default::default()
     };
+    // It writes the ConfigMap's files, complete for this run.
     add_mount(&mut watcher, CONFIG_VOLUME, CONFIG_DIR, false);
-    // The ConfigMap's files come from watcher-loop, complete for this run.
-    for v in spec.volumes.iter_mut().flatten() {
-        if v.name == CONFIG_VOLUME && v.config_map.is_some() {
-            v.config_map = None;
-            v.empty_dir = Some(EmptyDirVolumeSource::default());
-        }
-    }
     spec.init_containers
         .get_or_insert_with(Vec::new)
         .push(watcher);

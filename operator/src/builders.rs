@@ -492,7 +492,7 @@ fn base_pod(
         if c.command.as_ref().is_none_or(|cmd| cmd.is_empty()) {
             c.command = Some(vec!["dglrun".into()]);
         }
-        if !mounts_at(c, CONFIG_DIR) {
+        if role == ReplicaType::Launcher && !mounts_at(c, CONFIG_DIR) {
             add_mount(c, CONFIG_VOLUME, CONFIG_DIR, true);
         }
         if !mounts_at(c, SECRET_DIR) {
@@ -513,29 +513,33 @@ fn base_pod(
     }
 }
 
-/// The job's ConfigMap and token Secret as volumes of every pod. The
-/// launcher of a job with workers gets an emptyDir in the ConfigMap's place:
-/// its watcher-loop fills it with the launch of its run, read through the
-/// API (see [`launcher_pod`]).
+/// The job's token Secret as a volume of every pod, and the config volume
+/// of the launcher: the job's ConfigMap when it trains alone (created with
+/// the job, complete from the start), else an emptyDir that its
+/// watcher-loop fills with the launch of its run, read through the API (see
+/// [`launcher_pod`]). The partitioner and the workers read nothing from the
+/// ConfigMap, which exists only once a run is launched.
 fn add_config_and_token(spec: &mut PodSpec, job: &DGLJob, role: ReplicaType) {
     let job_name = job.name_any();
-    let config = if role == ReplicaType::Launcher && !job.spec.is_standalone() {
-        Volume {
-            name: CONFIG_VOLUME.into(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        }
-    } else {
-        Volume {
-            name: CONFIG_VOLUME.into(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: config_name(&job_name),
+    if role == ReplicaType::Launcher {
+        let config = if job.spec.is_standalone() {
+            Volume {
+                name: CONFIG_VOLUME.into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: config_name(&job_name),
+                    ..Default::default()
+                }),
                 ..Default::default()
-            }),
-            ..Default::default()
-        }
-    };
-    add_volume(spec, config);
+            }
+        } else {
+            Volume {
+                name: CONFIG_VOLUME.into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            }
+        };
+        add_volume(spec, config);
+    }
     add_volume(
         spec,
         Volume {
@@ -878,7 +882,15 @@ mod tests {
         assert_eq!(ed.medium.as_deref(), Some("Memory"));
         assert_eq!(ed.size_limit.as_ref().unwrap().0, "2147483648");
         assert!(mounts_at(c, "/dev/shm"));
-        assert!(mounts_at(c, CONFIG_DIR) && mounts_at(c, SECRET_DIR) && mounts_at(c, DATASET_PATH));
+        assert!(mounts_at(c, SECRET_DIR) && mounts_at(c, DATASET_PATH));
+        // Only the launcher reads the ConfigMap, which exists once a run is
+        // launched: a worker mounting it could not start before that.
+        assert!(!mounts_at(c, CONFIG_DIR));
+        assert!(!spec
+            .volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == CONFIG_VOLUME));
         assert!(c.readiness_probe.is_some());
     }
 

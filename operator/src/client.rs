@@ -3,8 +3,16 @@
 //!
 //! - counts every request by verb and resource
 //!   (`dgl_operator_api_requests_total{verb,resource}`), and
-//! - applies a client-side rate limit (token bucket, `--kube-api-qps` /
+//! - applies a client-side rate limit (token buckets, `--kube-api-qps` /
 //!   `--kube-api-burst`), like client-go's default limiter: kube-rs has none.
+//!
+//! The reconciles' client has two buckets: one for the work (the jobs' pods
+//! and the objects they need) and one for the reports (DGLJob status writes
+//! and Events), so that under load what the operator reports never delays a
+//! pod, and a pod creation never delays a status write. client-go gives
+//! operators the same split: one limiter per clientset, so mpi-operator's
+//! MPIJob status writes do not share its pods' bucket, and kube-scheduler
+//! sends its Events through a client of their own.
 //!
 //! The limiter reserves a token when a request is issued and, when the
 //! bucket is empty, delays that request until its token is due. Requests are
@@ -50,13 +58,53 @@ impl RateLimit {
 /// queues for one like every other request.
 pub const BACKGROUND_MAX_WAIT: Duration = Duration::from_secs(30);
 
-/// A client from `config` with request counting and the rate limit.
+/// A client from `config` with request counting and one rate limit for all
+/// its requests.
 pub fn build(config: Config, limit: RateLimit, metrics: Arc<Metrics>) -> kube::Result<Client> {
+    let bucket = TokenBucket::new(limit).map(Arc::new);
     let layer = ApiLayer {
-        bucket: TokenBucket::new(limit).map(Arc::new),
+        work: bucket.clone(),
+        report: bucket,
         metrics,
     };
     Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
+}
+
+/// A client from `config` with request counting and a rate limit of its own
+/// for each [`Stream`]: `work` for every request but the reports, `report`
+/// for DGLJob status writes and Events.
+pub fn build_split(
+    config: Config,
+    work: RateLimit,
+    report: RateLimit,
+    metrics: Arc<Metrics>,
+) -> kube::Result<Client> {
+    let layer = ApiLayer {
+        work: TokenBucket::new(work).map(Arc::new),
+        report: TokenBucket::new(report).map(Arc::new),
+        metrics,
+    };
+    Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
+}
+
+/// Which bucket of a [`build_split`] client a request takes its token from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    /// Everything that makes jobs progress: pods, their supporting objects,
+    /// the launch, cleanups, and the watches.
+    Work,
+    /// What the operator reports: DGLJob status writes and Events.
+    Report,
+}
+
+impl Stream {
+    /// The stream of a request, by its resource as [`classify`] names it.
+    pub fn of(resource: &str) -> Stream {
+        match resource {
+            "dgljobs/status" | "events" => Stream::Report,
+            _ => Stream::Work,
+        }
+    }
 }
 
 /// A token bucket that hands out reservations: `reserve` takes one token and
@@ -154,10 +202,12 @@ impl TokenBucket {
     }
 }
 
-/// The tower layer: counting and the rate limit.
+/// The tower layer: counting and the rate limits (one bucket per
+/// [`Stream`]; the same bucket twice for a client with one limit).
 #[derive(Clone)]
 pub struct ApiLayer {
-    bucket: Option<Arc<TokenBucket>>,
+    work: Option<Arc<TokenBucket>>,
+    report: Option<Arc<TokenBucket>>,
     metrics: Arc<Metrics>,
 }
 
@@ -166,7 +216,8 @@ impl<S> Layer<S> for ApiLayer {
     fn layer(&self, inner: S) -> ApiService<S> {
         ApiService {
             inner,
-            bucket: self.bucket.clone(),
+            work: self.work.clone(),
+            report: self.report.clone(),
             metrics: self.metrics.clone(),
         }
     }
@@ -174,7 +225,8 @@ impl<S> Layer<S> for ApiLayer {
 
 pub struct ApiService<S> {
     inner: S,
-    bucket: Option<Arc<TokenBucket>>,
+    work: Option<Arc<TokenBucket>>,
+    report: Option<Arc<TokenBucket>>,
     metrics: Arc<Metrics>,
 }
 
@@ -196,6 +248,10 @@ where
     fn call(&mut self, req: Request<B>) -> Self::Future {
         let (verb, resource) = classify(req.method(), req.uri());
         let background = verb == "create" && resource == "events";
+        let bucket = match Stream::of(&resource) {
+            Stream::Work => self.work.clone(),
+            Stream::Report => self.report.clone(),
+        };
         self.metrics
             .api_requests
             .get_or_create(&ApiRequestLabels {
@@ -205,7 +261,7 @@ where
             .inc();
         // kube's stack is lazy: nothing is sent before the future is polled.
         let fut = self.inner.call(req);
-        let Some(bucket) = self.bucket.clone() else {
+        let Some(bucket) = bucket else {
             return Box::pin(fut);
         };
         let metrics = self.metrics.clone();
@@ -344,6 +400,30 @@ mod tests {
             ("update", "leases".into())
         );
         assert_eq!(c(Method::GET, "/version"), ("get", "nonresource".into()));
+    }
+
+    #[test]
+    fn status_writes_and_events_are_reports_the_rest_is_work() {
+        let stream = |m, u| Stream::of(&c(m, u).1);
+        let status = "/apis/dgloperator.io/v1alpha1/namespaces/ns/dgljobs/j/status?fieldManager=m";
+        assert_eq!(stream(Method::PATCH, status), Stream::Report);
+        let events = "/apis/events.k8s.io/v1/namespaces/ns/events";
+        assert_eq!(stream(Method::POST, events), Stream::Report);
+        for (m, u) in [
+            (Method::POST, "/api/v1/namespaces/ns/pods"),
+            (Method::PATCH, "/api/v1/namespaces/ns/configmaps/j-config"),
+            (Method::DELETE, "/api/v1/namespaces/ns/pods?labelSelector=x"),
+            (
+                Method::DELETE,
+                "/apis/dgloperator.io/v1alpha1/namespaces/ns/dgljobs/j",
+            ),
+            (
+                Method::GET,
+                "/apis/dgloperator.io/v1alpha1/dgljobs?watch=true",
+            ),
+        ] {
+            assert_eq!(stream(m.clone(), u), Stream::Work, "{m} {u}");
+        }
     }
 
     #[test]

@@ -69,16 +69,31 @@ struct RunArgs {
     #[arg(long, default_value_t = 16, env = "DGL_OPERATOR_CONCURRENCY")]
     concurrency: u16,
 
-    /// Sustained requests per second to the API server (client-side token
-    /// bucket, as client-go's --kube-api-qps). Events take only tokens no
-    /// other request is waiting for (at most 30 s late). 0: no client-side
-    /// limit.
+    /// Sustained requests per second to the API server for the jobs' work:
+    /// pods, their ConfigMap, Secret, RBAC and Service, launches, cleanups
+    /// (client-side token bucket, as client-go's --kube-api-qps). DGLJob
+    /// status writes and Events have a bucket of their own
+    /// (--report-api-qps), as client-go gives each clientset its own: in all
+    /// the operator may send the sum of the two. 0: no client-side limit.
     #[arg(long, default_value_t = 50.0, env = "DGL_OPERATOR_KUBE_API_QPS")]
     kube_api_qps: f32,
 
     /// Requests that may be sent at once above --kube-api-qps (bucket size).
     #[arg(long, default_value_t = 100, env = "DGL_OPERATOR_KUBE_API_BURST")]
     kube_api_burst: u32,
+
+    /// Sustained requests per second for what the operator reports: DGLJob
+    /// status writes and Events (Events take only tokens no status write is
+    /// waiting for, at most 30 s late). Its own bucket, so reporting never
+    /// delays a pod and pods never delay a status write. Default: the value
+    /// of --kube-api-qps. 0: no client-side limit.
+    #[arg(long, env = "DGL_OPERATOR_REPORT_API_QPS", value_name = "QPS")]
+    report_api_qps: Option<f32>,
+
+    /// Requests that may be sent at once above --report-api-qps. Default: the
+    /// value of --kube-api-burst.
+    #[arg(long, env = "DGL_OPERATOR_REPORT_API_BURST", value_name = "N")]
+    report_api_burst: Option<u32>,
 
     /// Elect a leader with a Lease so that only one replica reconciles.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, env = "DGL_OPERATOR_LEADER_ELECT")]
@@ -232,7 +247,11 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     // busy reconcile queue can neither delay a lease renewal nor a scrape.
     let side = dgl_operator::client::build(config.clone(), side_limit, metrics.clone())
         .context("building the Kubernetes client for leader election and /metrics auth")?;
-    let client = dgl_operator::client::build(config, limit, metrics.clone())
+    let report_limit = RateLimit {
+        qps: args.report_api_qps.unwrap_or(limit.qps),
+        burst: args.report_api_burst.unwrap_or(limit.burst),
+    };
+    let client = dgl_operator::client::build_split(config, limit, report_limit, metrics.clone())
         .context("building the Kubernetes client")?;
     let ready = spawn_server(&args, &side, &metrics);
 
@@ -273,7 +292,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     ready.store(true, Ordering::Relaxed);
     info!(namespace = ?settings.namespace, concurrency = settings.concurrency,
-        kube_api_qps = limit.qps, kube_api_burst = limit.burst, "starting controller");
+        kube_api_qps = limit.qps, kube_api_burst = limit.burst,
+        report_api_qps = report_limit.qps, report_api_burst = report_limit.burst, "starting controller");
     let mut rx = stop_rx.clone();
     controller::run(client, settings, metrics.clone(), async move {
         let _ = rx.wait_for(|stop| *stop).await;

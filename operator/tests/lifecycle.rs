@@ -45,22 +45,15 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
             "full-worker-1"
         ]
     );
+    // No ConfigMap before the launch: only the launcher reads it, and it
+    // is created complete when the run is launched.
     let config = |env: &Env| {
         let api: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
-        async move { api.get("full-config").await.unwrap().data.unwrap() }
+        async move { api.get_opt("full-config").await.unwrap() }
     };
-    let launched = |data: &std::collections::BTreeMap<String, String>| {
-        data.contains_key(CONFIG_RUN) || data.contains_key(IP_CONFIG)
-    };
-    assert!(!launched(&config(&env).await), "not launched yet");
+    assert!(config(&env).await.is_none(), "not launched yet");
 
     // Supporting objects: owned, labelled, least privilege.
-    let cm: ConfigMap = Api::namespaced(env.client.clone(), &env.ns)
-        .get("full-config")
-        .await
-        .unwrap();
-    assert!(owned_by(&cm.metadata, &uid));
-    assert_eq!(cm.labels()[LABEL_JOB_NAME], "full");
     let secret: Secret = Api::namespaced(env.client.clone(), &env.ns)
         .get("full-token")
         .await
@@ -101,30 +94,30 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
     env.kubelet_running("full-worker-1", "10.244.1.11", true)
         .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(!launched(&config(&env).await));
+    assert!(config(&env).await.is_none());
     // Partitioned: not launched, worker 0 is not Ready.
     env.kubelet_running("full-partitioner", "10.244.0.2", true)
         .await;
     env.wait_phase("full", JobPhase::Partitioned).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(!launched(&config(&env).await));
+    assert!(config(&env).await.is_none());
 
-    // Every worker ready with its IP: the ConfigMap launches run 0, with
-    // every worker in order and the partitioner.
+    // Every worker ready with its IP: the ConfigMap is created, launching
+    // run 0, with every worker in order and the partitioner.
     env.kubelet_running("full-worker-0", "10.244.1.10", true)
         .await;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let data = loop {
-        let data = config(&env).await;
-        if launched(&data) {
-            break data;
+    let cm = loop {
+        if let Some(cm) = config(&env).await {
+            break cm;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never launched: {data:?}"
-        );
+        assert!(std::time::Instant::now() < deadline, "never launched");
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    assert!(owned_by(&cm.metadata, &uid));
+    assert_eq!(cm.labels()[LABEL_JOB_NAME], "full");
+    assert_eq!(cm.labels()[LABEL_RUN], "0");
+    let data = cm.data.unwrap();
     assert_eq!(data[CONFIG_RUN], "0");
     assert_eq!(data[IP_CONFIG], "10.244.1.10 30050\n10.244.1.11 30050\n");
     assert!(data[HOSTFILE].starts_with("10.244.1.10 30049 full-worker-0 slots=1\n"));
@@ -427,6 +420,23 @@ async fn suspend_then_resume() {
         .await
         .unwrap();
     env.wait_phase("sus", JobPhase::Suspended).await;
+    // The launch is taken back: the resumed run (the same run number) waits
+    // for a launch of its own.
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let cm = cms.get("sus-config").await.unwrap();
+        let data = cm.data.clone().unwrap_or_default();
+        if !data.contains_key(CONFIG_RUN) && !cm.labels().contains_key(LABEL_RUN) {
+            assert!(!data.contains_key(IP_CONFIG), "{data:?}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the launch was not taken back: {cm:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     for p in [
         "sus-launcher",
         "sus-worker-0",

@@ -1,6 +1,7 @@
 //! Who owns the job's supporting objects, against a real API server and
 //! controller-manager (garbage collector): the job's Secret is kept in
-//! existence, a user's object of a child's name is never adopted, and a job
+//! existence, a user's object of a child's name is never adopted (the
+//! ConfigMap's is found when the launch would create it), and a job
 //! deleted and created again under the same name waits for the collector.
 
 mod common;
@@ -132,6 +133,41 @@ async fn a_users_config_map_and_service_of_a_childs_name_are_left_alone() {
     assert_eq!(svc_after.resource_version(), svc.resource_version());
 }
 
+/// The job's ConfigMap is created when its first run is launched: a user's
+/// ConfigMap of that name (without the operator's labels, so its watch does
+/// not show it) fails the job then, and is left alone.
+#[tokio::test]
+async fn a_users_config_map_of_the_childs_name_fails_the_job_at_the_launch() {
+    let env = Env::new("own-late").await;
+    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
+    let cm: ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "late-config"},
+        "data": {"hostfile": "the user's own"}
+    }))
+    .unwrap();
+    let cm = cms.create(&PostParams::default(), &cm).await.unwrap();
+    env.create_job("late", |_| {}).await;
+    env.wait_phase("late", JobPhase::Partitioning).await;
+    env.kubelet_running("late-worker-0", "10.244.1.10", true)
+        .await;
+    env.kubelet_running("late-worker-1", "10.244.1.11", true)
+        .await;
+    env.kubelet_running("late-partitioner", "10.244.0.2", true)
+        .await;
+    let job = env.wait_phase("late", JobPhase::Failed).await;
+    let c = Env::condition(&job, JobPhase::Failed).unwrap();
+    assert_eq!(c.reason, "ObjectExists");
+    assert!(
+        c.message
+            .starts_with("ConfigMap late-config already exists and it has no controller"),
+        "{}",
+        c.message
+    );
+    let after = cms.get("late-config").await.unwrap();
+    assert_eq!(after.resource_version(), cm.resource_version());
+    assert_eq!(after.meta().owner_references, None);
+}
+
 #[tokio::test]
 async fn a_job_created_again_under_its_name_waits_for_the_collector_and_runs() {
     let env = Env::new("own-again").await;
@@ -156,10 +192,10 @@ async fn a_job_created_again_under_its_name_waits_for_the_collector_and_runs() {
     // Every child ends up the new job's (created after the old ones went),
     // and the job moves on.
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), &env.ns);
-    let cms: Api<ConfigMap> = Api::namespaced(env.client.clone(), &env.ns);
-    eventually("the new job's Secret and ConfigMap", || async {
+    let svcs: Api<Service> = Api::namespaced(env.client.clone(), &env.ns);
+    eventually("the new job's Secret and Service", || async {
         let s = secrets.get_opt("twice-token").await.unwrap()?;
-        let c = cms.get_opt("twice-config").await.unwrap()?;
+        let c = svcs.get_opt("twice-worker").await.unwrap()?;
         (controlled_by(&s.metadata, &new_uid) && controlled_by(&c.metadata, &new_uid)).then_some(())
     })
     .await;

@@ -651,7 +651,8 @@ async fn config_map_wait_returns_once_the_run_is_written() {
     };
     let wait = spawn_config_wait(&env.client, &env.ns, 0, options);
     assert_still_waiting(&wait, "the ConfigMap does not exist yet").await;
-    // The operator creates it early, before the workers have IPs.
+    // An operator of an earlier release creates it early, before the
+    // workers have IPs (this one creates it at the launch, below).
     create_config_map(
         &env,
         CONFIG,
@@ -774,7 +775,8 @@ async fn config_map_deleted_while_waited_for_ends_the_wait_naming_it() {
 #[tokio::test]
 async fn service_account_with_resource_names_role_can_wait_for_the_config_map() {
     let env = setup("wl-cm-rbac").await;
-    create_config_map(&env, CONFIG, json!({ "run": "0" })).await;
+    // The job's ConfigMap does not exist yet: the operator creates it when
+    // it launches the first run.
     create_config_map(&env, "other-config", json!({ "run": "1" })).await;
     create_pod(&env.pods, "j-worker-0").await;
     // What the operator grants the launcher: its ConfigMap and its workers.
@@ -813,8 +815,8 @@ async fn service_account_with_resource_names_role_can_wait_for_the_config_map() 
         ..Options::default()
     };
     let wait = spawn_config_wait(&sa_client, &env.ns, 1, options);
-    assert_still_waiting(&wait, "the ConfigMap holds run 0").await;
-    patch_config_map(
+    assert_still_waiting(&wait, "the ConfigMap does not exist yet").await;
+    create_config_map(
         &env,
         CONFIG,
         json!({ "run": "1", "hostfile": "10.0.0.1 30050 j-worker-0 slots=1\n" }),

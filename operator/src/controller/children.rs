@@ -3,7 +3,9 @@
 
 use std::borrow::Cow;
 
-use dgl_api::names::FIELD_MANAGER;
+use dgl_api::names::{
+    CONFIG_RUN, FIELD_MANAGER, HOSTFILE, IP_CONFIG, LABEL_RUN, LEADFILE, PARTFILE,
+};
 use dgl_api::DGLJob;
 use futures::future::{self, BoxFuture};
 use futures::FutureExt;
@@ -174,12 +176,8 @@ where
 {
     let kind = <K as k8s_openapi::Resource>::KIND;
     let name = obj.name_any();
-    let want = obj.annotations().get(HASH_ANNOTATION);
-    match ensure_exists(ctx, job, ns, obj).await? {
-        Existing::Created => return Ok(()),
-        Existing::Ours(have) if want.is_some() && have.as_ref() == want => return Ok(()),
-        Existing::Ours(_) if when == ApplyWhen::Missing => return Ok(()),
-        Existing::Ours(_) => {}
+    if !needs_write(ensure_exists(ctx, job, ns, obj).await?, obj, when) {
+        return Ok(());
     }
     ctx.metrics.api_writes.inc();
     // Force: the fields are this job's (it is the controller); another
@@ -197,21 +195,72 @@ where
     Ok(())
 }
 
+/// Whether an object [`ensure_exists`] found must be written again.
+fn needs_write<K: Child>(existing: Existing, obj: &K, when: ApplyWhen) -> bool {
+    let want = obj.annotations().get(HASH_ANNOTATION);
+    match existing {
+        Existing::Created => false,
+        Existing::Ours(have) if want.is_some() && have.as_ref() == want => false,
+        Existing::Ours(_) => when == ApplyWhen::Changed,
+    }
+}
+
+/// The job's ConfigMap: created (POST) when absent, else rewritten when
+/// `when` says so by a JSON merge patch that also deletes the keys and the
+/// run label the new content lacks (a suspended launch taken back). Not
+/// server-side apply: the launch creates the ConfigMap by POST (which never
+/// adopts an object of its name), so its fields belong to the operator's
+/// Update entry, and an apply could not remove them.
+async fn write_config_map(
+    ctx: &Context,
+    job: &DGLJob,
+    ns: &str,
+    cm: &ConfigMap,
+    when: ApplyWhen,
+) -> Result<(), Error> {
+    let kind = <ConfigMap as k8s_openapi::Resource>::KIND;
+    let name = cm.name_any();
+    if !needs_write(ensure_exists(ctx, job, ns, cm).await?, cm, when) {
+        return Ok(());
+    }
+    ctx.metrics.api_writes.inc();
+    let mut patch = serde_json::to_value(cm).expect("a ConfigMap serializes");
+    let has = |key: &str| cm.data.as_ref().is_some_and(|d| d.contains_key(key));
+    for key in [CONFIG_RUN, IP_CONFIG, HOSTFILE, PARTFILE, LEADFILE] {
+        if !has(key) {
+            patch["data"][key] = serde_json::Value::Null;
+        }
+    }
+    if !cm.labels().contains_key(LABEL_RUN) {
+        patch["metadata"]["labels"][LABEL_RUN] = serde_json::Value::Null;
+    }
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    Api::<ConfigMap>::namespaced(ctx.client.clone(), ns)
+        .patch(&name, &pp, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("apply", kind, &name))?;
+    ctx.children
+        .record(kind, ns, &name, SeenChild::of(cm.meta()));
+    Ok(())
+}
+
 /// ConfigMap, Secret, RBAC, Service and PodGroup of a running job, written
 /// concurrently (each only when it changed).
 ///
 /// The ConfigMap's files (hostfile, partfile, ip_config, leadfile) are read
 /// only by the launcher pod (its watcher-loop, through the API, and
-/// dglrun), which trains once the ConfigMap launches its run. So the
-/// ConfigMap is created with the job (every pod mounts it) and rewritten
-/// only when the plan launches a run (`config_map_when` is then
-/// [`ApplyWhen::Changed`]), not once per pod IP.
+/// dglrun), which trains once the ConfigMap launches its run: `config_map`
+/// is the write the plan needs (see `config_map_write`), None while there is
+/// nothing to launch. Then an object of its name that is not this job's is
+/// still an error now, not only at the launch.
 pub(super) async fn apply_children(
     ctx: &Context,
     job: &DGLJob,
     ns: &str,
-    cm: &ConfigMap,
-    config_map_when: ApplyWhen,
+    config_map: Option<&(ConfigMap, ApplyWhen)>,
 ) -> Result<(), Error> {
     let (sa, role, binding) = builders::launcher_rbac(job);
     let svc = builders::worker_service(job);
@@ -220,7 +269,14 @@ pub(super) async fn apply_children(
     // The Secret is created once (random token) and never rewritten; a
     // missing one (deleted, or a create that failed) is created again.
     writes.push(ensure_secret(ctx, job, ns).boxed());
-    writes.push(apply(ctx, job, ns, cm, config_map_when).boxed());
+    match config_map {
+        Some((cm, when)) => writes.push(write_config_map(ctx, job, ns, cm, *when).boxed()),
+        None => {
+            let kind = <ConfigMap as k8s_openapi::Resource>::KIND;
+            let name = dgl_api::names::config_name(&job.name_any());
+            owned(kind, &name, ctx.children.get(kind, ns, &name).as_ref(), job)?;
+        }
+    }
     writes.push(apply(ctx, job, ns, &sa, ApplyWhen::Changed).boxed());
     // The Role before its RoleBinding: unless the operator may `bind` roles
     // (it may not: least privilege), the API server checks a new binding

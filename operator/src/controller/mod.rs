@@ -315,17 +315,10 @@ async fn reconcile_job(
     // Supporting objects and the status (concurrently), both before any pod
     // is created or deleted: decisions (a restart counted, a terminal state)
     // are recorded first, so a crash between the two cannot repeat them.
-    // The ConfigMap is created with the job and rewritten once, when it
-    // launches a run (every worker's IP, and the run the launcher waits for).
-    let cm = builders::config_map(job, &pods, plan.launch);
-    let config_map_when = if plan.launch.is_some() || plan.reset_launch {
-        ApplyWhen::Changed
-    } else {
-        ApplyWhen::Missing
-    };
+    let cm = config_map_write(job, &pods, &plan);
     let children = async {
         if plan.ensure_children {
-            children::apply_children(ctx, job, &key.namespace, &cm, config_map_when).await
+            children::apply_children(ctx, job, &key.namespace, cm.as_ref()).await
         } else {
             Ok(())
         }
@@ -342,6 +335,29 @@ async fn reconcile_job(
         Some(d) => Action::requeue(d),
         None => Action::await_change(),
     })
+}
+
+/// The ConfigMap write this plan needs, if any. Only the launcher reads the
+/// ConfigMap, and a launcher with workers waits (its watcher-loop, through
+/// the API) until the ConfigMap launches its run: so the ConfigMap is
+/// created when the first run is launched, complete (every worker's IP,
+/// the run), and rewritten only when a later run is launched or a suspended
+/// job takes its launch back; one write per run instead of a create before
+/// the IPs are known and a rewrite after. A launcher training alone mounts
+/// it as a volume: created with the job, never rewritten.
+fn config_map_write(
+    job: &DGLJob,
+    pods: &[crate::observe::ObservedPod],
+    plan: &plan::Plan,
+) -> Option<(ConfigMap, ApplyWhen)> {
+    let when = if plan.launch.is_some() || plan.reset_launch {
+        ApplyWhen::Changed
+    } else if job.spec.is_standalone() {
+        ApplyWhen::Missing
+    } else {
+        return None;
+    };
+    Some((builders::config_map(job, pods, plan.launch), when))
 }
 
 /// Pod steps (concurrently) and Events (after the status write, one per

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tower_test::mock;
 
 use super::*;
-use crate::observe::ObservedPod;
+use crate::observe::{ObservedPod, PodState};
 
 type Handle = mock::Handle<Request<Body>, Response<Body>>;
 
@@ -77,10 +77,10 @@ fn failure(code: u16, reason: &str, message: &str) -> (u16, Value) {
     (code, status)
 }
 
-/// The ConfigMap's create is refused; everything else is echoed.
-fn refuse_config_map(method: &http::Method, uri: &str, body: &Value) -> (u16, Value) {
-    if uri.contains("/configmaps") {
-        return failure(403, "Forbidden", "configmaps is forbidden");
+/// The ServiceAccount's create is refused; everything else is echoed.
+fn refuse_service_account(method: &http::Method, uri: &str, body: &Value) -> (u16, Value) {
+    if uri.contains("/serviceaccounts") {
+        return failure(403, "Forbidden", "serviceaccounts is forbidden");
     }
     echo(method, uri, body)
 }
@@ -147,8 +147,8 @@ const CREATE: &str = "?&fieldManager=dgl-operator";
 async fn a_new_job_gets_its_children_status_every_pod_and_events() {
     let (result, requests) = reconcile_once(job(None), Vec::new(), echo).await;
     assert!(result.is_ok(), "{result:?}");
+    // No ConfigMap yet: it is created when the first run is launched.
     let expected = [
-        format!("POST /api/v1/namespaces/ns/configmaps{CREATE}"),
         // The partitioner, both workers and the launcher.
         format!("POST /api/v1/namespaces/ns/pods{CREATE}"),
         format!("POST /api/v1/namespaces/ns/pods{CREATE}"),
@@ -192,12 +192,12 @@ async fn a_finished_job_past_its_ttl_is_deleted_and_nothing_else_written() {
 
 #[tokio::test]
 async fn a_failed_apply_fails_the_reconcile_after_the_other_writes_but_before_pods() {
-    let (result, requests) = reconcile_once(job(None), Vec::new(), refuse_config_map).await;
+    let (result, requests) = reconcile_once(job(None), Vec::new(), refuse_service_account).await;
     match result {
         Err(Error::Kube { action, kind, .. }) => {
-            assert_eq!((action, kind.as_ref()), ("create", "ConfigMap"))
+            assert_eq!((action, kind.as_ref()), ("create", "ServiceAccount"))
         }
-        other => panic!("expected the ConfigMap's error, got {other:?}"),
+        other => panic!("expected the ServiceAccount's error, got {other:?}"),
     }
     assert!(
         !requests
@@ -207,7 +207,6 @@ async fn a_failed_apply_fails_the_reconcile_after_the_other_writes_but_before_po
     );
     for written in [
         "/secrets",
-        "/serviceaccounts",
         "/roles",
         "/rolebindings",
         "/services",
@@ -243,7 +242,7 @@ async fn a_secret_whose_create_failed_is_created_again_before_any_pod() {
         !requests.iter().any(|r| r.contains("/pods")),
         "no pod before its Secret exists: {requests:?}"
     );
-    assert!(requests.iter().any(|r| r.contains("/configmaps")));
+    assert!(requests.iter().any(|r| r.contains("/serviceaccounts")));
 
     let (result, requests) = reconcile_with(&mut ctx, &j, echo).await;
     assert!(result.is_ok(), "{result:?}");
@@ -259,6 +258,108 @@ async fn a_secret_whose_create_failed_is_created_again_before_any_pod() {
         !requests.iter().any(|r| r.contains("/secrets")),
         "{requests:?}"
     );
+}
+
+/// Every pod of the seed job as the cache shows them once the partitions are
+/// made and the workers are Ready with IPs; the launcher still in its
+/// watcher-loop.
+fn ready_to_launch() -> Vec<ObservedPod> {
+    use dgl_api::names::{launcher_name, partitioner_name, worker_name};
+    use dgl_api::ReplicaType;
+    let pod = |role, index, name: String, state| ObservedPod {
+        name,
+        role,
+        index,
+        epoch: 0,
+        state,
+        ip: Some(format!("10.0.0.{}", 10 + index)),
+        progress: None,
+        facts: Default::default(),
+    };
+    let ready = || PodState::Running { ready: true };
+    let job = "dgl-graphsage";
+    vec![
+        pod(ReplicaType::Partitioner, 0, partitioner_name(job), ready()),
+        pod(ReplicaType::Worker, 0, worker_name(job, 0), ready()),
+        pod(ReplicaType::Worker, 1, worker_name(job, 1), ready()),
+        pod(
+            ReplicaType::Launcher,
+            0,
+            launcher_name(job),
+            PodState::Pending,
+        ),
+    ]
+}
+
+/// The launch creates the ConfigMap, in one write, complete: every worker's
+/// IP, DGL's ip_config and the run, in the data and in the label.
+#[tokio::test]
+async fn the_launch_creates_the_config_map_in_one_write_with_every_ip() {
+    let bodies = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let seen = bodies.clone();
+    let answer = move |method: &http::Method, uri: &str, body: &Value| {
+        if uri.contains("/configmaps") {
+            seen.lock().unwrap().push(body.clone());
+        }
+        echo(method, uri, body)
+    };
+    let (result, requests) = reconcile_once(job(None), ready_to_launch(), answer).await;
+    assert!(result.is_ok(), "{result:?}");
+    let writes: Vec<&String> = requests
+        .iter()
+        .filter(|r| r.contains("/configmaps"))
+        .collect();
+    assert_eq!(
+        writes,
+        [&format!("POST /api/v1/namespaces/ns/configmaps{CREATE}")],
+        "{requests:?}"
+    );
+    let cm = &bodies.lock().unwrap()[0];
+    assert_eq!(cm["metadata"]["name"], "dgl-graphsage-config");
+    assert_eq!(cm["data"]["run"], "0");
+    assert_eq!(cm["metadata"]["labels"]["dgloperator.io/run"], "0");
+    assert_eq!(
+        cm["data"]["ip_config"],
+        "10.0.0.10 30050\n10.0.0.11 30050\n"
+    );
+    assert!(
+        !requests.iter().any(|r| r.contains("/pods")),
+        "every pod exists: {requests:?}"
+    );
+}
+
+/// A ConfigMap of the job's name that is not the job's fails the job when
+/// it starts, not only at the launch that would write it.
+#[tokio::test]
+async fn a_foreign_config_map_fails_the_job_before_any_pod() {
+    let (service, _) = mock::pair::<Request<Body>, Response<Body>>();
+    let mut ctx = context(Client::new(service, "default"));
+    let meta = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+        name: Some("dgl-graphsage-config".into()),
+        ..Default::default()
+    };
+    ctx.children.record(
+        "ConfigMap",
+        "ns",
+        "dgl-graphsage-config",
+        crate::cache::SeenChild::of(&meta),
+    );
+    let (result, requests) = reconcile_with(&mut ctx, &job(None), echo).await;
+    assert!(
+        result.is_ok(),
+        "the job fails, the reconcile does not: {result:?}"
+    );
+    assert!(
+        !requests
+            .iter()
+            .any(|r| r.contains("/pods") || r.contains("/configmaps")),
+        "no pod, and the ConfigMap is neither read nor written: {requests:?}"
+    );
+    let failed = requests
+        .iter()
+        .filter(|r| r.contains("/dgljobs/dgl-graphsage/status"))
+        .count();
+    assert_eq!(failed, 2, "the plan's status, then Failed: {requests:?}");
 }
 
 /// A Secret of the job's name exists and is not the job's: it is read

@@ -60,7 +60,7 @@ use serde::{Deserialize, Serialize};
         "metadata.name: must be at most 50 characters, so that the names of the job's pods (<name>-partitioner, <name>-worker-<i>) stay valid"
     ),
     validation = Rule::new("self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message(
-        "metadata.name: must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, ending with a letter or digit, no dots), so that the job's Service <name>-worker is valid"
+        "metadata.name: must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, ending with a letter or digit, no dots), so that it is a valid label value and every name made from it is valid"
     ),
 )]
 #[x_kube(validation = Rule::new(

@@ -159,11 +159,6 @@ pub fn secret_name(job: &str) -> String {
     format!("{job}-token")
 }
 
-/// `<job>-worker`: the headless Service over the worker pods.
-pub fn service_name(job: &str) -> String {
-    format!("{job}-worker")
-}
-
 /// `<job>-network`: the NetworkPolicy that admits only the job's own pods.
 pub fn network_policy_name(job: &str) -> String {
     format!("{job}-network")

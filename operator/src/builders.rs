@@ -12,7 +12,7 @@ use dgl_api::{DGLJob, PartitionMode, ReplicaType};
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
     EnvVarSource, ExecAction, ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements,
-    Secret, SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec, Volume,
+    Secret, SecretVolumeSource, ServiceAccount, Volume,
     VolumeMount,
 };
 use k8s_openapi::api::networking::v1::{
@@ -271,38 +271,6 @@ pub fn launcher_rbac(job: &DGLJob) -> (ServiceAccount, Role, RoleBinding) {
         }]),
     });
     (sa, role, binding)
-}
-
-/// `<job>-worker`: a headless Service over the worker pods (stable DNS names
-/// where the cluster has DNS; dglrun itself uses pod IPs).
-pub fn worker_service(job: &DGLJob) -> Service {
-    let mut selector = job_labels(job);
-    selector.insert(
-        LABEL_REPLICA_TYPE.into(),
-        ReplicaType::Worker.label_value().into(),
-    );
-    with_hash(Service {
-        metadata: meta(job, service_name(&job.name_any()), job_labels(job)),
-        spec: Some(ServiceSpec {
-            cluster_ip: Some("None".into()),
-            selector: Some(selector),
-            publish_not_ready_addresses: Some(true),
-            ports: Some(vec![
-                ServicePort {
-                    name: Some("dgl-agent".into()),
-                    port: AGENT_PORT as i32,
-                    ..Default::default()
-                },
-                ServicePort {
-                    name: Some("dgl-server".into()),
-                    port: DGL_SERVER_PORT as i32,
-                    ..Default::default()
-                },
-            ]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
 }
 
 /// `<job>-network`: the job's pods take traffic (any port) from the job's

@@ -84,11 +84,11 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
         .get("full-launcher")
         .await
         .unwrap();
-    let svc: Service = Api::namespaced(env.client.clone(), &env.ns)
-        .get("full-worker")
-        .await
-        .unwrap();
-    assert_eq!(svc.spec.unwrap().cluster_ip.as_deref(), Some("None"));
+    // No Service: every address the job's pods need is a pod IP, from the
+    // ConfigMap.
+    let services: Api<Service> = Api::namespaced(env.client.clone(), &env.ns);
+    let sel = ListParams::default().labels(&format!("{LABEL_JOB_NAME}=full"));
+    assert!(services.list(&sel).await.unwrap().items.is_empty());
 
     // Workers ready while partitioning: not launched.
     env.kubelet_running("full-worker-1", "10.244.1.11", true)
@@ -579,7 +579,7 @@ async fn deleting_the_job_collects_every_child() {
                 .unwrap()
                 .items
                 .len()
-            + Api::<Service>::namespaced(env.client.clone(), &env.ns)
+            + Api::<ServiceAccount>::namespaced(env.client.clone(), &env.ns)
                 .list(&sel)
                 .await
                 .unwrap()
@@ -638,7 +638,7 @@ async fn distparmetis_partitions_on_the_workers() {
 }
 
 /// The seed's Launcher-only jobs (partitionMode Skip, no Worker): accepted,
-/// the launcher created at once with no worker pods, no Service, no API
+/// the launcher created at once with no worker pods, no API
 /// right but patching its own pod (progress); its exit status is the job's, backoffLimit restarts it.
 #[tokio::test]
 async fn a_job_without_workers_is_its_launcher() {
@@ -676,8 +676,6 @@ async fn a_job_without_workers_is_its_launcher() {
         .await
         .unwrap();
     assert!(!cm.data.unwrap_or_default().contains_key(HOSTFILE));
-    let services: Api<Service> = Api::namespaced(env.client.clone(), &env.ns);
-    assert!(services.get_opt("solo-worker").await.unwrap().is_none());
 
     env.kubelet_running("solo-launcher", "10.244.0.3", false)
         .await;

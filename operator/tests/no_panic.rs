@@ -312,7 +312,6 @@ proptest! {
         let _ = builders::config_map(&job, &pods, launch);
         let _ = builders::secret(&job, "token");
         let _ = builders::launcher_rbac(&job);
-        let _ = builders::worker_service(&job);
         let _ = builders::pod_group(&job, GangScheduler::Volcano);
         let _ = builders::pod_group(&job, GangScheduler::SchedulerPlugins);
         let _ = builders::partitioner_pod(&job, 0, &cfg);

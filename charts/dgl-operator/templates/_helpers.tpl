@@ -33,7 +33,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "patch", "delete", "deletecollection"]
 - apiGroups: [""]
-  resources: ["configmaps", "services", "serviceaccounts"]
+  resources: ["configmaps", "serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: [""]
   resources: ["secrets"]

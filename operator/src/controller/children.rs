@@ -1,5 +1,5 @@
 //! Pipeline step "apply": the job's supporting objects (ConfigMap, Secret,
-//! RBAC, Service, NetworkPolicy, PodGroup), each written only when it changed.
+//! RBAC, NetworkPolicy, PodGroup), each written only when it changed.
 
 use std::borrow::Cow;
 
@@ -247,7 +247,7 @@ async fn write_config_map(
     Ok(())
 }
 
-/// ConfigMap, Secret, RBAC, Service and PodGroup of a running job, written
+/// ConfigMap, Secret, RBAC, NetworkPolicy and PodGroup of a running job, written
 /// concurrently (each only when it changed).
 ///
 /// The ConfigMap's files (hostfile, partfile, ip_config, leadfile) are read
@@ -263,7 +263,6 @@ pub(super) async fn apply_children(
     config_map: Option<&(ConfigMap, ApplyWhen)>,
 ) -> Result<(), Error> {
     let (sa, role, binding) = builders::launcher_rbac(job);
-    let svc = builders::worker_service(job);
     let mut writes: Vec<BoxFuture<'_, Result<(), Error>>> = Vec::new();
 
     // The Secret is created once (random token) and never rewritten; a
@@ -289,10 +288,6 @@ pub(super) async fn apply_children(
         }
         .boxed(),
     );
-    // A job without workers has none to put behind a Service.
-    if !job.spec.is_standalone() {
-        writes.push(apply(ctx, job, ns, &svc, ApplyWhen::Changed).boxed());
-    }
     if ctx.settings.build.network_policy {
         let np = builders::network_policy(job);
         writes.push(async move { apply(ctx, job, ns, &np, ApplyWhen::Changed).await }.boxed());

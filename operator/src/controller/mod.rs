@@ -3,8 +3,9 @@
 //! validate, build, derive status) → apply children and write the status
 //! (concurrently) → pod steps (concurrently) and Events (in the background).
 //! This file holds the wiring; each step has its own file:
-//! - [`children`]: ConfigMap, Secret (created, never applied), RBAC,
-//!   Service, PodGroup: created when absent, never adopted;
+//! - [`children`]: ConfigMap (at a run's launch), Secret (created, never
+//!   applied), RBAC, NetworkPolicy, PodGroup: created when absent, never
+//!   adopted;
 //! - [`status`]: the status write and its expectation;
 //! - [`steps`]: pod creations and deletions, the TTL's job deletion;
 //! - [`events`]: metrics and an Event per transition (sent in the background).
@@ -30,7 +31,7 @@ use dgl_api::names::{config_name, LABEL_MANAGED_BY, MANAGED_BY};
 use dgl_api::DGLJob;
 use futures::future;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
@@ -149,7 +150,7 @@ pub async fn run(
     let ns = settings.namespace.clone();
     let owned = watcher::Config::default().labels(&managed_selector());
     let network_policy = settings.build.network_policy;
-    let ready = Readiness::new(if network_policy { 8 } else { 7 });
+    let ready = Readiness::new(if network_policy { 7 } else { 6 });
     let pods = Arc::new(PodCache::default());
     let children = Arc::new(ChildCache::default());
     let mut triggers = vec![
@@ -161,7 +162,6 @@ pub async fn run(
         )
         .boxed(),
         cache::child_triggers::<ConfigMap>(&client, &ns, &owned, &children, &ready),
-        cache::child_triggers::<Service>(&client, &ns, &owned, &children, &ready),
         cache::child_triggers::<ServiceAccount>(&client, &ns, &owned, &children, &ready),
         cache::child_triggers::<Role>(&client, &ns, &owned, &children, &ready),
         cache::child_triggers::<RoleBinding>(&client, &ns, &owned, &children, &ready),
@@ -378,7 +378,7 @@ async fn act(ctx: &Context, job: &DGLJob, key: &JobKey, plan: &plan::Plan) -> Re
 impl Error {
     /// The Failed condition's reason when this error cannot go away by
     /// retrying: an object of a child's name that is not the job's, or a
-    /// write the API server refuses as invalid (a name no Service may have,
+    /// write the API server refuses as invalid (a name an object may not have,
     /// a ConfigMap over the size limit). None: retried with backoff.
     pub fn final_reason(&self) -> Option<&'static str> {
         match self {

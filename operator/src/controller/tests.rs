@@ -156,7 +156,6 @@ async fn a_new_job_gets_its_children_status_every_pod_and_events() {
         format!("POST /api/v1/namespaces/ns/pods{CREATE}"),
         format!("POST /api/v1/namespaces/ns/secrets{CREATE}"),
         format!("POST /api/v1/namespaces/ns/serviceaccounts{CREATE}"),
-        format!("POST /api/v1/namespaces/ns/services{CREATE}"),
         format!("PATCH {JOBS}/dgl-graphsage/status{APPLY}"),
         format!("POST /apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings{CREATE}"),
         format!("POST /apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles{CREATE}"),
@@ -209,7 +208,6 @@ async fn a_failed_apply_fails_the_reconcile_after_the_other_writes_but_before_po
         "/secrets",
         "/roles",
         "/rolebindings",
-        "/services",
         "/status",
     ] {
         assert!(

@@ -70,7 +70,7 @@ struct RunArgs {
     concurrency: u16,
 
     /// Sustained requests per second to the API server for the jobs' work:
-    /// pods, their ConfigMap, Secret, RBAC and Service, launches, cleanups
+    /// pods, their ConfigMap, Secret and RBAC, launches, cleanups
     /// (client-side token bucket, as client-go's --kube-api-qps). DGLJob
     /// status writes and Events have a bucket of their own
     /// (--report-api-qps), as client-go gives each clientset its own: in all

@@ -204,12 +204,7 @@ async fn a_failed_apply_fails_the_reconcile_after_the_other_writes_but_before_po
             .any(|r| r.contains("/pods/") || r.contains("/events")),
         "no pod step and no Event after a failed apply: {requests:?}"
     );
-    for written in [
-        "/secrets",
-        "/roles",
-        "/rolebindings",
-        "/status",
-    ] {
+    for written in ["/secrets", "/roles", "/rolebindings", "/status"] {
         assert!(
             requests.iter().any(|r| r.contains(written)),
             "{written} is still written: {requests:?}"

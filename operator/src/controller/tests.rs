@@ -321,6 +321,65 @@ async fn the_launch_creates_the_config_map_in_one_write_with_every_ip() {
     );
 }
 
+/// A job suspended after its run was launched takes the launch back: the
+/// ConfigMap (created by POST at the launch) is rewritten by a merge patch
+/// that deletes the run, its label and the IPs, so that the resumed run
+/// (the same number) waits for a launch of its own.
+#[tokio::test]
+async fn a_suspension_takes_the_launch_back_deleting_the_keys() {
+    let (service, _) = mock::pair::<Request<Body>, Response<Body>>();
+    let mut ctx = context(Client::new(service, "default"));
+    ctx.children.record(
+        "ConfigMap",
+        "ns",
+        "dgl-graphsage-config",
+        crate::cache::SeenChild {
+            hash: Some("launched".into()),
+            controller: Some(crate::cache::Controller {
+                kind: "DGLJob".into(),
+                name: "dgl-graphsage".into(),
+                uid: "uid-1".into(),
+            }),
+            run: Some(0),
+        },
+    );
+    let mut j = job(None);
+    j.spec.run_policy = Some(dgl_api::RunPolicy {
+        suspend: Some(true),
+        ..Default::default()
+    });
+    let bodies = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let seen = bodies.clone();
+    let answer = move |method: &http::Method, uri: &str, body: &Value| {
+        if uri.contains("/configmaps") {
+            seen.lock().unwrap().push(body.clone());
+        }
+        echo(method, uri, body)
+    };
+    let (result, requests) = reconcile_with(&mut ctx, &j, answer).await;
+    assert!(result.is_ok(), "{result:?}");
+    let writes: Vec<&String> = requests
+        .iter()
+        .filter(|r| r.contains("/configmaps"))
+        .collect();
+    assert_eq!(
+        writes,
+        [&"PATCH /api/v1/namespaces/ns/configmaps/dgl-graphsage-config?&fieldManager=dgl-operator".to_string()],
+        "{requests:?}"
+    );
+    let patch = &bodies.lock().unwrap()[0];
+    assert_eq!(patch["data"]["run"], Value::Null);
+    assert_eq!(patch["data"]["ip_config"], Value::Null);
+    assert!(
+        patch["data"].as_object().unwrap().contains_key("run"),
+        "{patch}"
+    );
+    assert!(patch["data"]["hostfile"].is_string(), "{patch}");
+    let labels = patch["metadata"]["labels"].as_object().unwrap();
+    assert_eq!(labels["dgloperator.io/run"], Value::Null);
+    assert_eq!(labels["dgloperator.io/job-name"], "dgl-graphsage");
+}
+
 /// A ConfigMap of the job's name that is not the job's fails the job when
 /// it starts, not only at the launch that would write it.
 #[tokio::test]

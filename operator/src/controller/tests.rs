@@ -353,6 +353,17 @@ async fn a_suspension_takes_the_launch_back_deleting_the_keys() {
     let answer = move |method: &http::Method, uri: &str, body: &Value| {
         if uri.contains("/configmaps") {
             seen.lock().unwrap().push(body.clone());
+            // The API server answers with the merged object: no nulls.
+            let mut merged = body.clone();
+            for part in ["data", "metadata"] {
+                if let Some(m) = merged[part].as_object_mut() {
+                    m.retain(|_, v| !v.is_null());
+                }
+            }
+            if let Some(l) = merged["metadata"]["labels"].as_object_mut() {
+                l.retain(|_, v| !v.is_null());
+            }
+            return (200, merged);
         }
         echo(method, uri, body)
     };

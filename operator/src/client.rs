@@ -467,6 +467,70 @@ mod tests {
         assert!(waiting.await.is_err());
     }
 
+    /// An inner service that answers at once.
+    struct Instant200;
+
+    impl Service<Request<()>> for Instant200 {
+        type Response = ();
+        type Error = std::convert::Infallible;
+        type Future = std::future::Ready<Result<(), Self::Error>>;
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Ready(Ok(()))
+        }
+        fn call(&mut self, _: Request<()>) -> Self::Future {
+            std::future::ready(Ok(()))
+        }
+    }
+
+    fn request(method: Method, uri: &str) -> Request<()> {
+        Request::builder().method(method).uri(uri).body(()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_status_write_does_not_wait_behind_the_work() {
+        let limit = RateLimit { qps: 2.0, burst: 1 };
+        let layer = ApiLayer {
+            work: TokenBucket::new(limit).map(Arc::new),
+            report: TokenBucket::new(limit).map(Arc::new),
+            metrics: Arc::default(),
+        };
+        let mut svc = layer.layer(Instant200);
+        let pods = "/api/v1/namespaces/ns/pods";
+        // The work bucket's one token, then two creations owed: 1 s of work.
+        let _ = svc.call(request(Method::POST, pods)).await;
+        let queued = [
+            svc.call(request(Method::POST, pods)),
+            svc.call(request(Method::POST, pods)),
+        ];
+        let status = "/apis/dgloperator.io/v1alpha1/namespaces/ns/dgljobs/j/status";
+        let started = Instant::now();
+        let _ = svc.call(request(Method::PATCH, status)).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(200),
+            "the status write waited {:?} behind the pods",
+            started.elapsed()
+        );
+        // The pods still wait their turn in their own bucket.
+        let started = Instant::now();
+        for q in queued {
+            let _ = q.await;
+        }
+        assert!(started.elapsed() >= Duration::from_millis(900));
+        // A client with one bucket makes the status write wait behind them.
+        let shared = TokenBucket::new(limit).map(Arc::new);
+        let layer = ApiLayer {
+            work: shared.clone(),
+            report: shared,
+            metrics: Arc::default(),
+        };
+        let mut svc = layer.layer(Instant200);
+        let _ = svc.call(request(Method::POST, pods)).await;
+        let _queued = svc.call(request(Method::POST, pods));
+        let started = Instant::now();
+        let _ = svc.call(request(Method::PATCH, status)).await;
+        assert!(started.elapsed() >= Duration::from_millis(900));
+    }
+
     #[test]
     fn a_spare_token_is_one_no_reservation_is_owed() {
         let b = bucket(10.0, 2);

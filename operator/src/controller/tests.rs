@@ -253,6 +253,38 @@ async fn a_secret_whose_create_failed_is_created_again_before_any_pod() {
     );
 }
 
+/// An answer that records the body of every ConfigMap write and replies as
+/// the API server would, with the written (merged) object: no nulls.
+fn recording_config_maps() -> (Arc<Mutex<Vec<Value>>>, impl Answer) {
+    let bodies = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let seen = bodies.clone();
+    let answer = move |method: &http::Method, uri: &str, body: &Value| {
+        if !uri.contains("/configmaps") {
+            return echo(method, uri, body);
+        }
+        seen.lock().unwrap().push(body.clone());
+        let mut merged = body.clone();
+        for part in ["data", "metadata"] {
+            if let Some(m) = merged[part].as_object_mut() {
+                m.retain(|_, v| !v.is_null());
+            }
+        }
+        if let Some(l) = merged["metadata"]["labels"].as_object_mut() {
+            l.retain(|_, v| !v.is_null());
+        }
+        (200, merged)
+    };
+    (bodies, answer)
+}
+
+/// The ConfigMap requests among `requests`.
+fn config_map_writes(requests: &[String]) -> Vec<&String> {
+    requests
+        .iter()
+        .filter(|r| r.contains("/configmaps"))
+        .collect()
+}
+
 /// Every pod of the seed job as the cache shows them once the partitions are
 /// made and the workers are Ready with IPs; the launcher still in its
 /// watcher-loop.
@@ -288,22 +320,11 @@ fn ready_to_launch() -> Vec<ObservedPod> {
 /// IP, DGL's ip_config and the run, in the data and in the label.
 #[tokio::test]
 async fn the_launch_creates_the_config_map_in_one_write_with_every_ip() {
-    let bodies = Arc::new(Mutex::new(Vec::<Value>::new()));
-    let seen = bodies.clone();
-    let answer = move |method: &http::Method, uri: &str, body: &Value| {
-        if uri.contains("/configmaps") {
-            seen.lock().unwrap().push(body.clone());
-        }
-        echo(method, uri, body)
-    };
+    let (bodies, answer) = recording_config_maps();
     let (result, requests) = reconcile_once(job(None), ready_to_launch(), answer).await;
     assert!(result.is_ok(), "{result:?}");
-    let writes: Vec<&String> = requests
-        .iter()
-        .filter(|r| r.contains("/configmaps"))
-        .collect();
     assert_eq!(
-        writes,
+        config_map_writes(&requests),
         [&format!("POST /api/v1/namespaces/ns/configmaps{CREATE}")],
         "{requests:?}"
     );
@@ -348,33 +369,11 @@ async fn a_suspension_takes_the_launch_back_deleting_the_keys() {
         suspend: Some(true),
         ..Default::default()
     });
-    let bodies = Arc::new(Mutex::new(Vec::<Value>::new()));
-    let seen = bodies.clone();
-    let answer = move |method: &http::Method, uri: &str, body: &Value| {
-        if uri.contains("/configmaps") {
-            seen.lock().unwrap().push(body.clone());
-            // The API server answers with the merged object: no nulls.
-            let mut merged = body.clone();
-            for part in ["data", "metadata"] {
-                if let Some(m) = merged[part].as_object_mut() {
-                    m.retain(|_, v| !v.is_null());
-                }
-            }
-            if let Some(l) = merged["metadata"]["labels"].as_object_mut() {
-                l.retain(|_, v| !v.is_null());
-            }
-            return (200, merged);
-        }
-        echo(method, uri, body)
-    };
+    let (bodies, answer) = recording_config_maps();
     let (result, requests) = reconcile_with(&mut ctx, &j, answer).await;
     assert!(result.is_ok(), "{result:?}");
-    let writes: Vec<&String> = requests
-        .iter()
-        .filter(|r| r.contains("/configmaps"))
-        .collect();
     assert_eq!(
-        writes,
+        config_map_writes(&requests),
         [&"PATCH /api/v1/namespaces/ns/configmaps/dgl-graphsage-config?&fieldManager=dgl-operator".to_string()],
         "{requests:?}"
     );

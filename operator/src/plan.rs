@@ -99,8 +99,24 @@ pub struct Transition {
     pub message: String,
 }
 
-/// Conditions that became True between two statuses.
+/// Conditions that became True between two statuses, one Event each, but
+/// for a job that starts partitioning as it is created: its Partitioning is
+/// told in the Created Event's message (same instant, one Event fewer).
 pub fn transitions(old: Option<&DGLJobStatus>, new: &DGLJobStatus) -> Vec<Transition> {
+    let mut all = new_true_conditions(old, new);
+    let at = |all: &[Transition], p| all.iter().position(|t| t.type_ == p);
+    if let (Some(c), Some(p)) = (
+        at(&all, JobPhase::Created),
+        at(&all, JobPhase::Partitioning),
+    ) {
+        let partitioning = all.remove(p);
+        let created = &mut all[if p < c { c - 1 } else { c }];
+        created.message = format!("{} {}", created.message, partitioning.message);
+    }
+    all
+}
+
+fn new_true_conditions(old: Option<&DGLJobStatus>, new: &DGLJobStatus) -> Vec<Transition> {
     new.conditions
         .iter()
         .filter(|c| c.status == "True")
@@ -1749,10 +1765,24 @@ mod tests {
         let mut j = job();
         let p1 = plan(&j, &[], t(0), &BuildConfig::default(), None);
         let tr = transitions(None, &p1.status);
+        // Created and Partitioning at once: one Event telling both.
         assert_eq!(
             tr.iter().map(|t| t.type_).collect::<Vec<_>>(),
-            vec![JobPhase::Created, JobPhase::Partitioning]
+            vec![JobPhase::Created]
         );
+        assert_eq!(tr[0].reason, "JobCreated");
+        assert!(
+            tr[0].message.contains("is created")
+                && tr[0].message.contains("is partitioning the graph"),
+            "{}",
+            tr[0].message
+        );
+        // Partitioning later than Created (DistParMETIS, a restart): its own Event.
+        let mut before = p1.status.clone();
+        before.conditions.retain(|c| c.type_ != "Partitioning");
+        let later = transitions(Some(&before), &p1.status);
+        assert_eq!(later.len(), 1);
+        assert_eq!(later[0].reason, "JobPartitioning");
         j.status = Some(p1.status.clone());
         let p2 = plan(&j, &[], t(5), &BuildConfig::default(), None);
         assert!(transitions(Some(&p1.status), &p2.status).is_empty());

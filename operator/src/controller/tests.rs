@@ -159,7 +159,7 @@ async fn a_new_job_gets_its_children_status_every_pod_and_events() {
         format!("PATCH {JOBS}/dgl-graphsage/status{APPLY}"),
         format!("POST /apis/rbac.authorization.k8s.io/v1/namespaces/ns/rolebindings{CREATE}"),
         format!("POST /apis/rbac.authorization.k8s.io/v1/namespaces/ns/roles{CREATE}"),
-        "POST /apis/events.k8s.io/v1/namespaces/ns/events?".to_string(),
+        // One Event: Created, telling that partitioning started with it.
         "POST /apis/events.k8s.io/v1/namespaces/ns/events?".to_string(),
     ];
     let mut expected = expected.to_vec();

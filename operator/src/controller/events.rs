@@ -1,7 +1,8 @@
-//! Pipeline step "Events": metrics, a log line and an Event per condition
-//! that became True, after the status write. Events are sent in the
-//! background: the reconcile does not wait for them, and the client limiter
-//! gives them only tokens nobody else is waiting for (`crate::client`).
+//! Pipeline step "Events": metrics, a log line and an Event per transition
+//! (`plan::transitions`: a condition that became True), after the status
+//! write. Events are sent in the background: the reconcile does not wait
+//! for them, and the client limiter gives them only tokens nobody else is
+//! waiting for (`crate::client`).
 
 use dgl_api::{DGLJob, JobPhase};
 use k8s_openapi::api::events::v1::Event;

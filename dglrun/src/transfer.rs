@@ -565,15 +565,38 @@ impl Sink {
         .map_err(std::io::Error::other)?
     }
 
-    /// Hashes and writes one block. Blocking.
-    fn write(mut self, block: Vec<u8>) -> Written {
+    /// Hashes and writes one block, then, when it ends a chunk, checks the
+    /// chunk against its sum: a bad chunk is cut off the file. Blocking.
+    fn write(mut self, block: Vec<u8>, check: Option<ChunkCheck>) -> Written {
         use std::io::Write;
         self.chunk.update(&block);
         if let Some(w) = &mut self.whole {
             w.update(&block);
         }
-        let r = self.file.write_all(&block);
+        let r = self.file.write_all(&block).map_err(Received::Write);
+        let r = match (r, check) {
+            (Ok(()), Some(c)) => self.check(c),
+            (r, _) => r,
+        };
         (self, block, r)
+    }
+
+    /// Compares the chunk just written with the partitioner's sum.
+    fn check(&mut self, c: ChunkCheck) -> Result<(), Received> {
+        let got: Sum = std::mem::take(&mut self.chunk).finalize().into();
+        if got == c.expected {
+            return Ok(());
+        }
+        self.file.set_len(c.start).map_err(Received::Write)?;
+        Err(Received::Corrupt(format!(
+            "{}: chunk {} (bytes {}..{}): sha256 mismatch: the partitioner's sum is {}, the bytes received hash to {}; fetching the chunk again",
+            c.path,
+            c.index,
+            c.start,
+            c.end,
+            hex::encode(c.expected),
+            hex::encode(got)
+        )))
     }
 
     /// The whole file's sum, when the manifest has one. No fsync: every
@@ -597,10 +620,20 @@ impl Sink {
 }
 
 /// The sink back from writing a block, the block's buffer, the result.
-type Written = (Sink, Vec<u8>, std::io::Result<()>);
+type Written = (Sink, Vec<u8>, Result<(), Received>);
+
+/// A chunk's sum, as the partitioner sent it, checked by the thread that
+/// wrote the chunk: the next chunk is received meanwhile.
+struct ChunkCheck {
+    expected: Sum,
+    path: String,
+    index: usize,
+    start: u64,
+    end: u64,
+}
 
 /// A block being hashed and written on a blocking thread while the next
-/// one is read: two buffers of [`BLOCK`] bytes in all.
+/// one is read: two buffers of [`CHUNK_SIZE`] bytes in all.
 struct Pipe {
     sink: Option<Sink>,
     pending: Option<tokio::task::JoinHandle<Written>>,
@@ -622,21 +655,23 @@ impl Pipe {
         b
     }
 
-    /// Waits for the block in flight.
+    /// Waits for the block in flight (and its chunk's check).
     async fn settle(&mut self) -> Result<&mut Sink, Received> {
         if let Some(p) = self.pending.take() {
             let (s, buf, r) = p.await.expect("the block writer does not panic");
             self.free.push(buf);
             self.sink = Some(s);
-            r.map_err(Received::Write)?;
+            r?;
         }
         Ok(self.sink.as_mut().expect("the sink is back once settled"))
     }
 
-    async fn push(&mut self, block: Vec<u8>) -> Result<(), Received> {
+    /// Hands `block` to the writing thread once the one before it is
+    /// written (and its chunk checked); `check` when it ends a chunk.
+    async fn push(&mut self, block: Vec<u8>, check: Option<ChunkCheck>) -> Result<(), Received> {
         self.settle().await?;
         let s = self.sink.take().expect("settled");
-        self.pending = Some(tokio::task::spawn_blocking(move || s.write(block)));
+        self.pending = Some(tokio::task::spawn_blocking(move || s.write(block, check)));
         Ok(())
     }
 }
@@ -649,11 +684,6 @@ struct Receiver<'a, R> {
     stats: &'a mut FetchStats,
     received: &'a AtomicU64,
 }
-
-/// Bytes handed to the hashing thread at a time: one whole chunk, so that
-/// each chunk costs one hand-over (at 1 MiB, the thread switches took about
-/// 5 % of a worker's CPU).
-const BLOCK: usize = CHUNK_SIZE as usize;
 
 impl<R: AsyncRead + Unpin> Receiver<'_, R> {
     /// Receives the chunks from `offset` to the end, each checked against
@@ -668,44 +698,43 @@ impl<R: AsyncRead + Unpin> Receiver<'_, R> {
         Ok(pipe.sink.take().expect("settled"))
     }
 
+    /// A chunk at a time to the writing thread (one hand-over per chunk: at
+    /// 1 MiB blocks the thread switches took about 5 % of a worker's CPU).
+    /// While it hashes, writes and checks chunk k, chunk k + 1 and its sum
+    /// arrive: waiting for each check before reading on left the socket
+    /// idle for the hashing of every chunk.
     async fn chunks(&mut self, pipe: &mut Pipe, offset: u64, path: &str) -> Result<(), Received> {
         let first = usize::try_from(offset / CHUNK_SIZE).unwrap_or(usize::MAX);
         for k in first..chunks::count(self.size, CHUNK_SIZE) {
             let (start, end) = chunks::range(k, self.size, CHUNK_SIZE);
-            let mut pos = start.max(offset);
-            while pos < end {
-                let want = (end - pos).min(BLOCK as u64) as usize;
-                let mut block = pipe.buffer(want);
-                if let Err((filled, e)) = self.read_exact(&mut block).await {
-                    // What did arrive is kept (the next attempt resumes
-                    // after it and checks it with the rest of the chunk).
-                    block.truncate(filled);
-                    pipe.push(block).await?;
-                    return Err(e);
-                }
-                pos += want as u64;
-                pipe.push(block).await?;
+            let pos = start.max(offset);
+            let mut block = pipe.buffer((end - pos) as usize);
+            if let Err((filled, e)) = self.read_exact(&mut block).await {
+                // What did arrive is kept (the next attempt resumes
+                // after it and checks it with the rest of the chunk).
+                block.truncate(filled);
+                pipe.push(block, None).await?;
+                return Err(e);
             }
             let expected = match self.read_sum().await {
                 Ok(sum) => sum,
                 Err(Received::Forged(m)) => {
-                    // The chunk's bytes are unauthenticated: never keep them.
+                    // The chunk's bytes are unauthenticated: never keep them
+                    // (nor what a resumed chunk had before them).
                     let sink = pipe.settle().await?;
                     sink.file.set_len(start).map_err(Received::Write)?;
                     return Err(Received::Forged(format!("{path}: chunk {k}: {m}")));
                 }
                 Err(e) => return Err(e),
             };
-            let sink = pipe.settle().await?;
-            let got: Sum = std::mem::take(&mut sink.chunk).finalize().into();
-            if got != expected {
-                sink.file.set_len(start).map_err(Received::Write)?;
-                return Err(Received::Corrupt(format!(
-                    "{path}: chunk {k} (bytes {start}..{end}): sha256 mismatch: the partitioner's sum is {}, the bytes received hash to {}; fetching the chunk again",
-                    hex::encode(expected),
-                    hex::encode(got)
-                )));
-            }
+            let check = ChunkCheck {
+                expected,
+                path: path.to_string(),
+                index: k,
+                start,
+                end,
+            };
+            pipe.push(block, Some(check)).await?;
         }
         Ok(())
     }

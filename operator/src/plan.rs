@@ -104,14 +104,13 @@ pub struct Transition {
 /// told in the Created Event's message (same instant, one Event fewer).
 pub fn transitions(old: Option<&DGLJobStatus>, new: &DGLJobStatus) -> Vec<Transition> {
     let mut all = new_true_conditions(old, new);
-    let at = |all: &[Transition], p| all.iter().position(|t| t.type_ == p);
-    if let (Some(c), Some(p)) = (
-        at(&all, JobPhase::Created),
-        at(&all, JobPhase::Partitioning),
-    ) {
+    let is_created = |t: &Transition| t.type_ == JobPhase::Created;
+    let partitioning = all.iter().position(|t| t.type_ == JobPhase::Partitioning);
+    if let Some(p) = partitioning.filter(|_| all.iter().any(is_created)) {
         let partitioning = all.remove(p);
-        let created = &mut all[if p < c { c - 1 } else { c }];
-        created.message = format!("{} {}", created.message, partitioning.message);
+        for created in all.iter_mut().filter(|t| is_created(t)) {
+            created.message = format!("{} {}", created.message, partitioning.message);
+        }
     }
     all
 }

@@ -61,7 +61,12 @@ fn render(cmd: &Command) -> String {
 /// Runs a short command to completion and returns its stdout. On failure the
 /// error carries the full command line and its stderr (or stdout).
 pub(crate) fn run(cmd: &mut Command) -> Result<String> {
-    cmd.env("PATH", path_env()).stdin(Stdio::null());
+    run_with_stdin(cmd, Stdio::null())
+}
+
+/// [`run`], reading `stdin` (a pipe from another process, say).
+pub(crate) fn run_with_stdin(cmd: &mut Command, stdin: Stdio) -> Result<String> {
+    cmd.env("PATH", path_env()).stdin(stdin);
     let rendered = render(cmd);
     let out = cmd.output().map_err(|source| Error::Spawn {
         program: cmd.get_program().to_string_lossy().into_owned(),

@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Endpoints, Node, Pod};
@@ -425,6 +425,31 @@ impl LocalCluster {
         }
         c.arg(archive);
         host::run(&mut c)
+    }
+
+    /// `ctr images import -`: imports an archive read from `archive`'s pipe
+    /// (e.g. `podman save`'s stdout), so no multi-GiB copy lands on disk.
+    pub fn import_image_stream(&self, archive: Stdio, base_name: Option<&str>) -> Result<String> {
+        let mut c = self.ctr();
+        c.args(["images", "import"]);
+        if let Some(b) = base_name {
+            c.args(["--base-name", b]);
+        }
+        c.arg("-");
+        host::run_with_stdin(&mut c, archive)
+    }
+
+    /// Removes the node's images that no tag names any more: the CRI plugin
+    /// keeps an image's `sha256:<id>` and `repo@sha256:` references after its
+    /// tag moves to a rebuilt image, and each such image keeps its layers
+    /// (GiB for a training image). Returns the references removed.
+    pub fn remove_untagged_node_images(&self) -> Result<Vec<String>> {
+        let out = host::run(self.ctr().args(["images", "ls"]))?;
+        let stale = untagged_image_refs(&out);
+        if !stale.is_empty() {
+            host::run(self.ctr().args(["images", "rm"]).args(&stale))?;
+        }
+        Ok(stale)
     }
 
     /// Sets a label on an image in the node's containerd (used as a cache key).
@@ -1475,6 +1500,10 @@ fn kubelet_config(
             "imagefs.available": "1%",
             "imagefs.inodesFree": "1%",
         },
+        // The node shares the developer's disk with cargo's builds: a moment
+        // under 1% free must not keep the disk-pressure taint (and every new
+        // pod Pending) for the default 5 minutes after space is back.
+        "evictionPressureTransitionPeriod": "10s",
         // Fewer host changes: kube-proxy does not need the hint chains.
         "makeIPTablesUtilChains": false,
         "serializeImagePulls": false,
@@ -1485,6 +1514,32 @@ fn kubelet_config(
         "maxPods": 110,
     });
     Ok(serde_yaml::to_string(&doc)?)
+}
+
+/// The references in `ctr images ls` output (columns REF TYPE DIGEST ...)
+/// that are not tags and whose target no tag shares: an image ID
+/// (`sha256:...`) or a repo digest (`repo@sha256:...`) left behind.
+fn untagged_image_refs(ls: &str) -> Vec<String> {
+    let rows: Vec<(&str, &str)> = ls
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let mut cols = l.split_whitespace();
+            let reference = cols.next()?;
+            let digest = cols.nth(1)?;
+            Some((reference, digest))
+        })
+        .collect();
+    let untagged = |r: &str| r.starts_with("sha256:") || r.contains("@sha256:");
+    let tagged: BTreeSet<&str> = rows
+        .iter()
+        .filter(|(r, _)| !untagged(r))
+        .map(|(_, d)| *d)
+        .collect();
+    rows.iter()
+        .filter(|(r, d)| untagged(r) && !tagged.contains(d))
+        .map(|(r, _)| (*r).to_owned())
+        .collect()
 }
 
 fn proxy_config(paths: &NodePaths, node: &NodeConfig, np: &NodePorts) -> Result<String> {
@@ -1591,6 +1646,26 @@ mod tests {
     }
 
     #[test]
+    fn only_references_no_tag_shares_are_untagged() {
+        let ls = "\
+REF                                    TYPE                                                 DIGEST         SIZE      PLATFORMS   LABELS
+docker.io/dgloperator/graphsage:v0.1.0 application/vnd.docker.distribution.manifest.v2+json sha256:new     5.5 GiB   linux/amd64 io.cri-containerd.image=managed
+sha256:53073033                        application/vnd.docker.distribution.manifest.v2+json sha256:new     5.5 GiB   linux/amd64 io.cri-containerd.image=managed
+sha256:498669bd                        application/vnd.docker.distribution.manifest.v2+json sha256:old     5.4 GiB   linux/amd64 io.cri-containerd.image=managed
+docker.io/dgloperator/graphsage@sha256:old application/vnd.docker.distribution.manifest.v2+json sha256:old 5.4 GiB linux/amd64 -
+localhost/localkube/pause:3.10-x       application/vnd.oci.image.manifest.v1+json           sha256:pause   300 KiB   linux/amd64 -
+";
+        assert_eq!(
+            untagged_image_refs(ls),
+            vec![
+                "sha256:498669bd",
+                "docker.io/dgloperator/graphsage@sha256:old"
+            ]
+        );
+        assert!(untagged_image_refs("REF TYPE DIGEST SIZE PLATFORMS LABELS\n").is_empty());
+    }
+
+    #[test]
     fn containerd_config_keeps_everything_under_the_state_dir() {
         let cfg = containerd_config(&paths(), "localhost/localkube/pause:3.10-x").unwrap();
         assert!(cfg.contains("SystemdCgroup = false"));
@@ -1634,6 +1709,7 @@ mod tests {
         assert_eq!(k["cgroupRoot"], "/localkube-unit");
         assert_eq!(k["address"], NODE_IP);
         assert_eq!(k["imageGCHighThresholdPercent"], 100);
+        assert_eq!(k["evictionPressureTransitionPeriod"], "10s");
         assert_eq!(k["authentication"]["anonymous"]["enabled"], false);
         assert!(k["containerRuntimeEndpoint"]
             .as_str()

@@ -56,7 +56,9 @@ use anyhow::{bail, ensure, Context, Result};
 use dgl_api::names::LABEL_JOB_NAME;
 use dgl_api::{DGLJob, JobPhase, ReplicaType};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, EnvVar, Event, Pod, Secret, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, EnvVar, Event, Node, Pod, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
@@ -280,8 +282,14 @@ pub fn prepare(
         .node_image_labels(&crate::images::reference(crate::images::Which::Operator))?
         .and_then(|l| l.get(crate::images::HASH_LABEL).cloned())
         .context("the operator image in the node's containerd has no content-hash label")?;
-    helm_install(&info.kubeconfig, &image_hash)?;
-    rt.block_on(wait_operator_ready(&client, Duration::from_secs(180)))?;
+    let installed = helm_install(&info.kubeconfig, &image_hash).and_then(|()| {
+        rt.block_on(wait_operator_ready(&client, Duration::from_secs(180)))
+            .map(drop)
+    });
+    if installed.is_err() {
+        rt.block_on(dump_install(&client));
+    }
+    installed?;
     done(t);
     Ok(Stack {
         cluster,
@@ -1204,6 +1212,63 @@ async fn dump_job(client: &Client, ns: &str, name: &str) {
             );
         }
     }
+}
+
+/// Prints why the operator's pod may not be Ready: the node's conditions
+/// and taints (disk pressure keeps pods Pending), the pods and the Events.
+async fn dump_install(client: &Client) {
+    println!("\n---- diagnostics for the operator's install");
+    let nodes: Api<Node> = Api::all(client.clone());
+    if let Ok(list) = nodes.list(&ListParams::default()).await {
+        for n in list.items {
+            let conditions: Vec<String> = n
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .map(|c| {
+                    format!(
+                        "{}={} ({})",
+                        c.type_,
+                        c.status,
+                        c.message.as_deref().unwrap_or("")
+                    )
+                })
+                .collect();
+            let taints: Vec<String> = n
+                .spec
+                .iter()
+                .flat_map(|s| s.taints.iter().flatten())
+                .map(|t| format!("{}:{}", t.key, t.effect))
+                .collect();
+            println!("node {}: {conditions:?} taints {taints:?}", n.name_any());
+        }
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    if let Ok(list) = pods.list(&ListParams::default()).await {
+        for p in list.items {
+            let status = p
+                .status
+                .as_ref()
+                .map(|s| serde_json::to_string(&(&s.phase, &s.conditions, &s.container_statuses)))
+                .transpose()
+                .unwrap_or_default()
+                .unwrap_or_default();
+            println!("pod {}: {status}", p.name_any());
+        }
+    }
+    let events: Api<Event> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
+    if let Ok(list) = events.list(&ListParams::default()).await {
+        for e in list.items {
+            println!(
+                "event {} {} {}: {}",
+                e.involved_object.name.as_deref().unwrap_or("-"),
+                e.type_.as_deref().unwrap_or("-"),
+                e.reason.as_deref().unwrap_or("-"),
+                e.message.as_deref().unwrap_or("")
+            );
+        }
+    }
+    dump_operator(client).await;
 }
 
 async fn dump_operator(client: &Client) {

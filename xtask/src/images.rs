@@ -13,11 +13,15 @@
 //! 4. `podman build` of `Dockerfile` (targets `operator`, `runtime`) with
 //!    `BINARIES=prebuilt` and of `examples/graphsage/Dockerfile` with the
 //!    wheel cache of `cargo xtask pyenv` as a build context.
-//! 5. `podman save` + `ctr -n k8s.io images import` into the node of
-//!    `--name` (if a node cluster of that name runs). The archive is podman's
-//!    docker-archive format: its layers are uncompressed, which makes save +
-//!    import of the 5 GB training image about twice as fast as an
-//!    `oci-archive` (gzip on save, gunzip on import; 174 s against 380 s here).
+//! 5. `podman save | ctr -n k8s.io images import -` into the node of
+//!    `--name` (if a node cluster of that name runs), piped so the archive
+//!    never lands on disk. The archive is podman's docker-archive format: its
+//!    layers are uncompressed, which makes save + import of the 5 GB training
+//!    image about twice as fast as an `oci-archive` (gzip on save, gunzip on
+//!    import; 174 s against 380 s here).
+//! 6. After a build or load: `podman image prune` and the removal of the
+//!    node's images no tag names (what earlier builds left), so old 5 GB
+//!    training images do not fill the disk the node shares with cargo.
 //!
 //! Each image carries the label `io.dgl-operator.content-hash`: a sha256 of
 //! everything that goes into it (Dockerfile, build args, base image ID,
@@ -622,52 +626,85 @@ fn load(
     cluster: &localkube::LocalCluster,
     podman: &Podman,
     img: &ImageDef,
-    cache: &Path,
+    log_dir: &Path,
 ) -> Result<Option<Duration>> {
     let labels = cluster.node_image_labels(&img.reference)?;
     if labels.and_then(|l| l.get(HASH_LABEL).cloned()).as_deref() == Some(img.hash.as_str()) {
         return Ok(None);
     }
     let t = Instant::now();
-    let dir = cache.join("images").join("archives");
-    fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let archive = dir.join(format!("{:?}.docker.tar", img.which).to_lowercase());
-    let _ = fs::remove_file(&archive);
     eprintln!(
         "images: loading {} into the node's containerd",
         img.reference
     );
-    output(
-        podman
-            .cmd()
-            .args(["save", "--format", "docker-archive", "-o"])
-            .arg(&archive)
-            .arg(&img.reference),
-    )?;
+    // `podman save | ctr import -`: the training image's archive is 5.5 GiB
+    // that would otherwise sit on the disk the node and cargo share.
+    let log = log_dir.join(format!("save-{:?}.log", img.which).to_lowercase());
+    let mut save = podman
+        .cmd()
+        .args(["save", "--quiet", "--format", "docker-archive"])
+        .arg(&img.reference)
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?)
+        .spawn()
+        .context("running podman save")?;
+    let archive = save.stdout.take().context("podman save has no stdout")?;
     // The archive's RepoTags carry the full name. --base-name only matters for
     // OCI archives that name images by tag alone, but keeps ctr from inventing
     // an "import-<date>" name if podman ever writes one.
-    let imported = cluster
-        .import_image_archive(&archive, Some(img.repository()))
-        .with_context(|| {
-            format!(
-                "importing {} into {}",
-                archive.display(),
-                cluster.containerd_socket().display()
-            )
-        })?;
+    let imported = cluster.import_image_stream(Stdio::from(archive), Some(img.repository()));
+    let saved = save.wait().context("waiting for podman save")?;
+    if !saved.success() {
+        bail!(
+            "podman save {} failed ({saved}); see {}",
+            img.reference,
+            log.display()
+        );
+    }
+    let imported = imported.with_context(|| {
+        format!(
+            "importing {} into {}",
+            img.reference,
+            cluster.containerd_socket().display()
+        )
+    })?;
     tracing::debug!(%imported, "ctr import");
     if !cluster.node_images()?.iter().any(|r| r == &img.reference) {
         bail!(
-            "ctr import of {} did not create {} (it printed: {})",
-            archive.display(),
+            "ctr import of {} did not create it (it printed: {})",
             img.reference,
             imported.trim()
         );
     }
     cluster.label_node_image(&img.reference, HASH_LABEL, &img.hash)?;
-    fs::remove_file(&archive).with_context(|| format!("removing {}", archive.display()))?;
     Ok(Some(t.elapsed()))
+}
+
+/// Drops what a rebuild leaves behind, best effort: podman's untagged
+/// images (old builds; the layer cache of the tagged ones stays) and, when
+/// `cluster` is given, the node's images no tag names. Each old training
+/// image keeps GiB the next CI run's build needs.
+fn prune(podman: &Podman, cluster: Option<&localkube::LocalCluster>) {
+    match output(podman.cmd().args(["image", "prune", "--force"])) {
+        Ok(out) if out.lines().count() > 0 => {
+            eprintln!(
+                "images: removed {} untagged podman image(s)",
+                out.lines().count()
+            )
+        }
+        Ok(_) => {}
+        Err(e) => eprintln!("images: warning: podman image prune: {e:#}"),
+    }
+    if let Some(cluster) = cluster {
+        match cluster.remove_untagged_node_images() {
+            Ok(gone) if !gone.is_empty() => eprintln!(
+                "images: removed {} untagged image reference(s) from the node's containerd",
+                gone.len()
+            ),
+            Ok(_) => {}
+            Err(e) => eprintln!("images: warning: removing the node's untagged images: {e:#}"),
+        }
+    }
 }
 
 /// The wheels `cargo xtask pyenv` downloads; filled through it when torch is missing.
@@ -910,8 +947,17 @@ pub fn run(args: Args) -> Result<()> {
         );
     } else {
         for img in built.values() {
-            loaded.push((img.reference.clone(), load(&cluster, &podman, img, &cache)?));
+            loaded.push((
+                img.reference.clone(),
+                load(&cluster, &podman, img, &log_dir)?,
+            ));
         }
+    }
+    if report.iter().any(|(_, _, took)| took.is_some())
+        || loaded.iter().any(|(_, took)| took.is_some())
+    {
+        let running = !args.no_load && cluster.node_running();
+        prune(&podman, running.then_some(&cluster));
     }
 
     println!("{:<48}{:>12}  {:<22}CONTAINERD", "IMAGE", "SIZE", "BUILD");

@@ -96,6 +96,47 @@ pub fn ensure_apt(packages: &[&str]) -> Result<()> {
     )
 }
 
+/// Below this much free space a run is likely to fail: a cold build's target
+/// dir, the training image (5.5 GiB in podman, again in containerd) and the
+/// kubelet's eviction at 1% free, which taints the node and keeps pods Pending.
+const LOW_DISK_GIB: f64 = 20.0;
+
+/// Prints the free space where the build and the caches live, and a warning
+/// naming what takes it when it is low (the test itself does not fail here).
+fn report_free_disk(with_e2e: bool) {
+    let Ok(cache) = localkube::cache_dir() else {
+        return;
+    };
+    let _ = std::fs::create_dir_all(&cache);
+    let Some(free) = free_gib(&cache) else {
+        return;
+    };
+    println!(
+        "    {free:.1} GiB free on the filesystem of {}",
+        cache.display()
+    );
+    if with_e2e && free < LOW_DISK_GIB {
+        println!(
+            "    warning: under {LOW_DISK_GIB} GiB free; the node cluster evicts at 1% free and the \
+             training image needs ~11 GiB (podman + containerd). `cargo clean` of other \
+             checkouts or removing {}/podman frees space",
+            cache.display()
+        );
+    }
+}
+
+fn free_gib(path: &std::path::Path) -> Option<f64> {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a plain C struct
+    // that statvfs fills.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    Some(st.f_bavail as f64 * st.f_frsize as f64 / (1u64 << 30) as f64)
+}
+
 pub fn run(args: Args) -> Result<()> {
     let all = Instant::now();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -105,6 +146,7 @@ pub fn run(args: Args) -> Result<()> {
     let t = step("Debian packages");
     ensure_apt(APT_PACKAGES)?;
     done(t);
+    report_free_disk(with_e2e);
 
     if !args.no_lint {
         let t = step("cargo fmt --check");

@@ -303,6 +303,8 @@ enum Fault {
     CutAfter(usize),
     /// Flip the byte at this position of the server→client stream.
     FlipAt(usize),
+    /// Forward the first this many bytes server→client 10 KiB per 100 ms.
+    Trickle(usize),
 }
 
 /// A TCP proxy in front of `upstream` that damages only its first connection.
@@ -330,6 +332,22 @@ async fn faulty_proxy(upstream: SocketAddr, fault: Fault) -> (SocketAddr, Arc<At
                         Ok(k) => k,
                     };
                     let chunk = &mut buf[..k];
+                    if let (0, Fault::Trickle(limit)) = (n, fault) {
+                        let mut rest: &[u8] = chunk;
+                        while !rest.is_empty() && seen < limit {
+                            let piece = rest.len().min(10 << 10);
+                            if cw.write_all(&rest[..piece]).await.is_err() {
+                                return;
+                            }
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                            (seen, rest) = (seen + piece, &rest[piece..]);
+                        }
+                        if cw.write_all(rest).await.is_err() {
+                            break;
+                        }
+                        seen += rest.len();
+                        continue;
+                    }
                     if n == 0 {
                         match fault {
                             Fault::CutAfter(limit) if seen + k >= limit => {
@@ -487,6 +505,41 @@ async fn a_listed_shard_is_fetched_chunk_by_chunk_and_reused_after_a_check() {
         .unwrap();
     assert_eq!((stats.reused, stats.transferred), (3, 9 << 20));
     same_file(&layout.dir.join("part1/graph.dgl"), &victim);
+}
+
+#[tokio::test]
+async fn a_slow_partitioner_is_not_a_silent_one() {
+    // The worker asks the kernel to wake it per MiB of a chunk; bytes that
+    // trickle in under that within the idle timeout must still count.
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let tok = token("t");
+    let layout = three_chunk_dataset(src.path());
+    let addr = serve_listed(&layout, &tok).await;
+    let graph = Fetcher::new(addr, tok.clone(), fast_policy())
+        .manifest()
+        .await
+        .unwrap()
+        .get("part1/graph.dgl")
+        .unwrap()
+        .clone();
+    // 100 KiB/s for the first 200 KiB: a second brings far less than 1 MiB.
+    let (proxy, conns) = faulty_proxy(addr, Fault::Trickle(200 << 10)).await;
+    let policy = RetryPolicy {
+        idle_timeout: Duration::from_secs(1),
+        ..fast_policy()
+    };
+    let dest = Layout::new(dst.path(), "g");
+    let stats = Fetcher::new(proxy, tok, policy)
+        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
+        .await
+        .unwrap();
+    assert_eq!(
+        (stats.retries, stats.transferred),
+        (0, 9 << 20),
+        "{stats:?}"
+    );
+    assert_eq!(conns.load(Ordering::SeqCst), 1);
+    same_file(&layout.dir.join(&graph.path), &dest.dir.join(&graph.path));
 }
 
 #[tokio::test]

@@ -474,6 +474,39 @@ fn three_chunk_dataset(ws: &Path) -> Layout {
     l
 }
 
+/// [`three_chunk_dataset`] served listed, with its graph's manifest entry
+/// and an empty destination folder.
+struct Served {
+    _src: tempfile::TempDir,
+    dst: tempfile::TempDir,
+    tok: Token,
+    layout: Layout,
+    addr: SocketAddr,
+    graph: FileEntry,
+}
+
+async fn served_graph() -> Served {
+    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let tok = token("t");
+    let layout = three_chunk_dataset(src.path());
+    let addr = serve_listed(&layout, &tok).await;
+    let graph = Fetcher::new(addr, tok.clone(), fast_policy())
+        .manifest()
+        .await
+        .unwrap()
+        .get("part1/graph.dgl")
+        .unwrap()
+        .clone();
+    Served {
+        _src: src,
+        dst,
+        tok,
+        layout,
+        addr,
+        graph,
+    }
+}
+
 #[tokio::test]
 async fn a_listed_shard_is_fetched_chunk_by_chunk_and_reused_after_a_check() {
     let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -511,17 +544,14 @@ async fn a_listed_shard_is_fetched_chunk_by_chunk_and_reused_after_a_check() {
 async fn a_slow_partitioner_is_not_a_silent_one() {
     // The worker asks the kernel to wake it per MiB of a chunk; bytes that
     // trickle in under that within the idle timeout must still count.
-    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let tok = token("t");
-    let layout = three_chunk_dataset(src.path());
-    let addr = serve_listed(&layout, &tok).await;
-    let graph = Fetcher::new(addr, tok.clone(), fast_policy())
-        .manifest()
-        .await
-        .unwrap()
-        .get("part1/graph.dgl")
-        .unwrap()
-        .clone();
+    let Served {
+        _src,
+        dst,
+        tok,
+        layout,
+        addr,
+        graph,
+    } = served_graph().await;
     // 100 KiB/s for the first 200 KiB: a second brings far less than 1 MiB.
     let (proxy, conns) = faulty_proxy(addr, Fault::Trickle(200 << 10)).await;
     let policy = RetryPolicy {
@@ -544,17 +574,14 @@ async fn a_slow_partitioner_is_not_a_silent_one() {
 
 #[tokio::test]
 async fn a_corrupted_chunk_is_fetched_again_alone() {
-    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let tok = token("t");
-    let layout = three_chunk_dataset(src.path());
-    let addr = serve_listed(&layout, &tok).await;
-    let graph = Fetcher::new(addr, tok.clone(), fast_policy())
-        .manifest()
-        .await
-        .unwrap()
-        .get("part1/graph.dgl")
-        .unwrap()
-        .clone();
+    let Served {
+        _src,
+        dst,
+        tok,
+        layout,
+        addr,
+        graph,
+    } = served_graph().await;
     // A byte of the second chunk (bytes 4..8 MiB of the file).
     let (proxy, _) = faulty_proxy(addr, Fault::FlipAt(6 << 20)).await;
     let dest = Layout::new(dst.path(), "g");
@@ -572,18 +599,15 @@ async fn a_corrupted_chunk_is_fetched_again_alone() {
 
 #[tokio::test]
 async fn a_partial_file_of_an_earlier_run_is_checked_before_it_is_resumed() {
-    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let tok = token("t");
-    let layout = three_chunk_dataset(src.path());
-    let addr = serve_listed(&layout, &tok).await;
+    let Served {
+        _src,
+        dst,
+        tok,
+        layout,
+        addr,
+        graph,
+    } = served_graph().await;
     let mut f = Fetcher::new(addr, tok, fast_policy());
-    let graph = f
-        .manifest()
-        .await
-        .unwrap()
-        .get("part1/graph.dgl")
-        .unwrap()
-        .clone();
     // 8.5 MiB left by an earlier process: chunk 0 right, chunk 1 wrong,
     // half of chunk 2.
     let dest = Layout::new(dst.path(), "g");
@@ -777,17 +801,14 @@ async fn forging_proxy(upstream: SocketAddr, k: usize, len: usize) -> SocketAddr
 
 #[tokio::test]
 async fn a_chunk_forged_in_flight_with_its_sum_is_refused() {
-    let (src, dst) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let tok = token("t");
-    let layout = three_chunk_dataset(src.path());
-    let addr = serve_listed(&layout, &tok).await;
-    let graph = Fetcher::new(addr, tok.clone(), fast_policy())
-        .manifest()
-        .await
-        .unwrap()
-        .get("part1/graph.dgl")
-        .unwrap()
-        .clone();
+    let Served {
+        _src,
+        dst,
+        tok,
+        layout,
+        addr,
+        graph,
+    } = served_graph().await;
     let proxy = forging_proxy(addr, 1, 4 << 20).await;
     let dest = Layout::new(dst.path(), "g");
     // One attempt: the forged chunk (whose sha256 matches its bytes) is

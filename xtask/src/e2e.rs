@@ -1200,6 +1200,11 @@ async fn dump_job(client: &Client, ns: &str, name: &str) {
             }
         }
     }
+    print_events(client, ns).await;
+}
+
+/// Prints the Events of namespace `ns`, one line each.
+async fn print_events(client: &Client, ns: &str) {
     let events: Api<Event> = Api::namespaced(client.clone(), ns);
     if let Ok(list) = events.list(&ListParams::default()).await {
         for e in list.items {
@@ -1256,18 +1261,7 @@ async fn dump_install(client: &Client) {
             println!("pod {}: {status}", p.name_any());
         }
     }
-    let events: Api<Event> = Api::namespaced(client.clone(), OPERATOR_NAMESPACE);
-    if let Ok(list) = events.list(&ListParams::default()).await {
-        for e in list.items {
-            println!(
-                "event {} {} {}: {}",
-                e.involved_object.name.as_deref().unwrap_or("-"),
-                e.type_.as_deref().unwrap_or("-"),
-                e.reason.as_deref().unwrap_or("-"),
-                e.message.as_deref().unwrap_or("")
-            );
-        }
-    }
+    print_events(client, OPERATOR_NAMESPACE).await;
     dump_operator(client).await;
 }
 

@@ -685,14 +685,9 @@ fn load(
 /// `cluster` is given, the node's images no tag names. Each old training
 /// image keeps GiB the next CI run's build needs.
 fn prune(podman: &Podman, cluster: Option<&localkube::LocalCluster>) {
-    match output(podman.cmd().args(["image", "prune", "--force"])) {
-        Ok(out) if out.lines().count() > 0 => {
-            eprintln!(
-                "images: removed {} untagged podman image(s)",
-                out.lines().count()
-            )
-        }
-        Ok(_) => {}
+    match output(podman.cmd().args(["image", "prune", "--force"])).map(|o| o.lines().count()) {
+        Ok(0) => {}
+        Ok(n) => eprintln!("images: removed {n} untagged podman image(s)"),
         Err(e) => eprintln!("images: warning: podman image prune: {e:#}"),
     }
     if let Some(cluster) = cluster {

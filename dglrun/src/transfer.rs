@@ -250,6 +250,7 @@ impl Fetcher {
             path: target.display().to_string(),
             source,
         };
+        let started = std::time::Instant::now();
         if self.already_there(entry, &target).await? {
             tracing::debug!(path = %entry.path, "already present and verified");
             stats.reused += 1;
@@ -275,6 +276,8 @@ impl Fetcher {
             let last = match self.try_fetch(entry, &partial, offset, stats).await {
                 Ok(()) => {
                     tokio::fs::rename(&partial, &target).await.map_err(local)?;
+                    // Per file, for finding stalls between files.
+                    tracing::debug!(path = %entry.path, size = entry.size, took = ?started.elapsed(), "file fetched");
                     return Ok(());
                 }
                 Err(Attempt::Fatal(e)) => return Err(e),
@@ -536,7 +539,14 @@ impl Sink {
                 .read(true)
                 .write(true)
                 .open(&path)?;
-            file.set_len(offset)?;
+            // Only a longer partial file is cut. Truncating a file to 0
+            // bytes, even one already empty, makes ext4 (auto_da_alloc)
+            // write the whole file back when it is closed, on the
+            // receiving task: 170 ms per 300 MB here, with nothing
+            // received meanwhile.
+            if file.metadata()?.len() != offset {
+                file.set_len(offset)?;
+            }
             file.seek(std::io::SeekFrom::Start(offset))?;
             let chunk_start = offset - offset % CHUNK_SIZE;
             let mut sink = Sink {
@@ -1168,5 +1178,42 @@ mod tests {
         };
         let got: Vec<u128> = (1..=5).map(|a| p.backoff(a).as_millis()).collect();
         assert_eq!(got, [100, 200, 400, 500, 500]);
+    }
+
+    /// ftruncate(2), even to the length a file has, marks it for ext4's
+    /// auto_da_alloc: its close then writes the whole file back, on the
+    /// task that receives the next file. A partial file is cut only when
+    /// it is longer than what is kept (ftruncate also sets the mtime,
+    /// which is what this test sees).
+    #[tokio::test]
+    async fn a_partial_file_is_cut_only_when_longer_than_what_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let long_ago = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        let partial = |name: &str, len: usize| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, vec![7u8; len]).unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(long_ago).unwrap();
+            path
+        };
+        let entry = FileEntry {
+            path: "f".into(),
+            size: 3 * CHUNK_SIZE,
+            sha256: String::new(),
+        };
+        let meta = |p: &Path| std::fs::metadata(p).unwrap();
+        for (name, have, offset) in [("empty", 0, 0), ("resumed", 1000, 1000)] {
+            let path = partial(name, have);
+            drop(Sink::open(&path, &entry, offset).await.unwrap());
+            assert_eq!(
+                meta(&path).modified().unwrap(),
+                long_ago,
+                "{name}: truncated"
+            );
+            assert_eq!(meta(&path).len(), offset);
+        }
+        let longer = partial("longer", 1000);
+        drop(Sink::open(&longer, &entry, 600).await.unwrap());
+        assert_eq!(meta(&longer).len(), 600);
     }
 }

@@ -331,6 +331,10 @@ struct Run {
     sender_cpu: f64,
     /// CPU seconds of the receiving side (dglrun: the worker processes).
     receiver_cpu: f64,
+    /// Busy CPU seconds of the whole machine over the transfer (every
+    /// process, kernel threads and softirqs too): shows how close to all
+    /// CPUs a path ran, which the per-process figures miss.
+    machine_cpu: f64,
 }
 
 impl Run {
@@ -340,11 +344,13 @@ impl Run {
 
     fn describe(&self, what: &str, bytes: u64) -> String {
         format!(
-            "{what}: {:.2}s, {:.0} MB/s, CPU s sender {:.2} + receivers {:.2}",
+            "{what}: {:.2}s, {:.0} MB/s, CPU s sender {:.2} + receivers {:.2}, machine {:.2} ({:.2} CPUs busy)",
             self.secs,
             self.mbps(bytes),
             self.sender_cpu,
-            self.receiver_cpu
+            self.receiver_cpu,
+            self.machine_cpu,
+            self.machine_cpu / self.secs
         )
     }
 }
@@ -466,6 +472,7 @@ fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -
             .chain(worker_pids.iter().copied())
             .collect();
         let cpu_before: Vec<f64> = pids.iter().map(|p| proc_cpu(*p)).collect::<Result<_>>()?;
+        let machine_before = machine_busy()?;
         let tok = token.clone();
         let w = workers.clone();
         let timeout = Duration::from_secs(args.timeout);
@@ -473,6 +480,7 @@ fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -
             prepare_shards(&w, partitioner, n, &tok, timeout)
         })
         .with_context(|| format!("logs in {}", work.join("logs").display()))?;
+        let machine_cpu = machine_busy()? - machine_before;
         let cpu: Vec<f64> = pids
             .iter()
             .zip(&cpu_before)
@@ -492,6 +500,7 @@ fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -
             secs,
             sender_cpu: cpu[0],
             receiver_cpu: cpu[1..].iter().sum(),
+            machine_cpu,
         };
         for ws in &worker_ws {
             remove_dir(&ws.join(dgl_api::names::DATASET_DIR))?;
@@ -502,7 +511,9 @@ fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -
         for (k, mode) in Plain::ALL.into_iter().enumerate() {
             remove_dir(&plain_root)?;
             sync();
-            let p = plain_copy(&bed, &src_ws, &plain_root, &shards, mode, args.timeout)?;
+            let machine_before = machine_busy()?;
+            let mut p = plain_copy(&bed, &src_ws, &plain_root, &shards, mode, args.timeout)?;
+            p.machine_cpu = machine_busy()? - machine_before;
             for (i, files) in shards.iter().enumerate() {
                 check_sizes(&plain_dest(&plain_root, i as u32), files)?;
             }
@@ -1180,6 +1191,34 @@ fn proc_cpu(pid: u32) -> Result<f64> {
     Ok((ticks(11)? + ticks(12)?) / hz)
 }
 
+/// Busy CPU seconds of the whole machine since boot: user, nice, system,
+/// irq and softirq of the `cpu` line of /proc/stat (guest time is already
+/// in user; steal is the hypervisor's, not ours).
+fn machine_busy() -> Result<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").context("cannot read /proc/stat")?;
+    let line = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .ok_or_else(|| anyhow!("/proc/stat has no cpu line"))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|t| t.parse::<u64>())
+        .collect::<Result<_, _>>()
+        .context("/proc/stat: cpu line")?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice]
+    let busy: u64 = ticks
+        .iter()
+        .take(7)
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| t)
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Ok(busy as f64 / hz)
+}
+
 // ---------------------------------------------------------------------------
 // The plain TCP copy
 
@@ -1299,6 +1338,7 @@ fn plain_copy(
         secs: (finished - started).as_secs_f64(),
         sender_cpu,
         receiver_cpu,
+        machine_cpu: 0.0,
     })
 }
 

@@ -43,6 +43,31 @@ pub fn read_range(file: &File, start: u64, end: u64) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// Bytes read per call when hashing from a file: small enough that what
+/// was just copied is still in the core's cache when it is hashed.
+const HASH_READ: usize = 256 * 1024;
+
+thread_local! {
+    /// Reused, so that hashing does not fault in a fresh buffer per chunk.
+    static HASH_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The sha256 of bytes `[start, end)` of `file`. Blocking.
+pub fn hash_range(file: &File, start: u64, end: u64) -> io::Result<Sum> {
+    HASH_BUF.with_borrow_mut(|buf| {
+        buf.resize(HASH_READ, 0);
+        let mut h = Sha256::new();
+        let mut pos = start;
+        while pos < end {
+            let n = usize::try_from(end - pos).map_or(HASH_READ, |n| n.min(HASH_READ));
+            file.read_exact_at(&mut buf[..n], pos)?;
+            h.update(&buf[..n]);
+            pos += n as u64;
+        }
+        Ok(h.finalize().into())
+    })
+}
+
 /// Size and modification time: what must not change while a file is served
 /// from a manifest without sums.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,22 +142,18 @@ impl FileSums {
         }
     }
 
-    /// Reads chunk `k` from `file` and hashes it (caching the sum); gives
-    /// the bytes and the sum. Blocking.
-    pub fn read_chunk(&self, file: &File, k: usize) -> Result<(Vec<u8>, Sum), String> {
+    /// The sum of chunk `k` of `file`, hashed and cached unless it is
+    /// already. Blocking.
+    pub fn sum_chunk(&self, file: &File, k: usize) -> Result<Sum, String> {
+        if let Some(s) = self.cached(k) {
+            return Ok(s);
+        }
         let (start, end) = range(k, self.size, CHUNK_SIZE);
-        let bytes = read_range(file, start, end)
+        let s = hash_range(file, start, end)
             .map_err(|e| format!("cannot read {}: {e}", self.abs.display()))?;
-        let s = match self.cached(k) {
-            Some(s) => s,
-            None => {
-                let s = sum(&bytes);
-                // Checked after the read: a file changed meanwhile is not summed.
-                self.check_unchanged(file)?;
-                *self.sums[k].get_or_init(|| s)
-            }
-        };
-        Ok((bytes, s))
+        // Checked after the read: a file changed meanwhile is not summed.
+        self.check_unchanged(file)?;
+        Ok(*self.sums[k].get_or_init(|| s))
     }
 
     /// Every sum, computing the missing ones on all cores. Blocking.
@@ -144,7 +165,7 @@ impl FileSums {
             .filter(|&k| self.cached(k).is_none())
             .collect();
         parallel(missing.len(), |i| {
-            self.read_chunk(&file, missing[i]).map(|_| ())
+            self.sum_chunk(&file, missing[i]).map(|_| ())
         })?;
         Ok((0..self.chunks())
             .map(|k| self.cached(k).expect("every chunk was just summed"))
@@ -179,11 +200,14 @@ pub fn parallel<E: Send>(n: usize, job: impl Fn(usize) -> Result<(), E> + Sync) 
 /// Hashes every chunk not summed yet, on threads that run only when a core
 /// would otherwise idle (SCHED_IDLE), so a transfer never waits for them.
 pub fn hash_in_background(files: Arc<Vec<FileSums>>) {
+    // From the last chunk back: transfers start at the front of each file,
+    // so the two meet late and a chunk is seldom hashed by both at once.
     let jobs: Arc<Vec<(usize, usize)>> = Arc::new(
         files
             .iter()
             .enumerate()
             .flat_map(|(f, s)| (0..s.chunks()).map(move |k| (f, k)))
+            .rev()
             .collect(),
     );
     let next = Arc::new(AtomicUsize::new(0));
@@ -201,7 +225,7 @@ pub fn hash_in_background(files: Arc<Vec<FileSums>>) {
                     }
                     let r = File::open(&s.abs)
                         .map_err(|e| e.to_string())
-                        .and_then(|file| s.read_chunk(&file, k));
+                        .and_then(|file| s.sum_chunk(&file, k));
                     if let Err(e) = r {
                         // Serving will report it to the worker that asks.
                         tracing::debug!(error = %e, "background hashing skipped a chunk");
@@ -241,7 +265,7 @@ pub fn verify_local(
     let good: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
     parallel(n, |k| {
         let (start, end) = range(k, total, chunk_size);
-        if sum(&read_range(&file, start, end)?) == sums[k] {
+        if hash_range(&file, start, end)? == sums[k] {
             good[k].store(1, Ordering::Relaxed);
         }
         Ok::<(), io::Error>(())
@@ -296,17 +320,37 @@ mod tests {
     }
 
     #[test]
+    fn a_range_is_hashed_in_pieces_as_a_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let data: Vec<u8> = (0..(2 * HASH_READ + 1234))
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        std::fs::write(&p, &data).unwrap();
+        let f = File::open(&p).unwrap();
+        for (start, end) in [
+            (0, data.len()),
+            (5, HASH_READ),
+            (HASH_READ - 1, 2 * HASH_READ + 7),
+            (9, 9),
+        ] {
+            let got = hash_range(&f, start as u64, end as u64).unwrap();
+            assert_eq!(got, sum(&data[start..end]), "{start}..{end}");
+        }
+        assert!(
+            hash_range(&f, 0, data.len() as u64 + 1).is_err(),
+            "past the end"
+        );
+    }
+
+    #[test]
     fn a_listed_file_that_changed_is_not_summed() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, b"abcdefgh").unwrap();
         let s = FileSums::new(p.clone(), 8, true);
         let f = File::open(&p).unwrap();
-        let (bytes, got) = s.read_chunk(&f, 0).unwrap();
-        assert_eq!(
-            (bytes.as_slice(), got),
-            (&b"abcdefgh"[..], sum(b"abcdefgh"))
-        );
+        assert_eq!(s.sum_chunk(&f, 0).unwrap(), sum(b"abcdefgh"));
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(&p, b"ABCDEFGHI").unwrap();
         let f = File::open(&p).unwrap();

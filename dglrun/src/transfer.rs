@@ -17,7 +17,7 @@ use dgl_api::wire::{
     is_safe_relative_path, ChunkSums, FileEntry, FileHeader, Manifest, Request, Response,
 };
 use sha2::{Digest, Sha256};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 use crate::channel::{Channel, ChannelError, FrameReader, Timeouts, Token};
 use crate::chunks::{self, FileSums, Sum, CHUNK_SIZE, SUM_LEN};
@@ -1056,56 +1056,40 @@ impl Sender {
         &self.sums[self.i]
     }
 
-    /// Chunks already summed go out by sendfile(2) from the page cache;
-    /// the others are read and summed on a blocking thread, one chunk
-    /// ahead of the socket.
+    /// Every chunk goes out by sendfile(2), straight from the page cache.
+    /// A chunk not summed yet is hashed on a blocking thread meanwhile (and
+    /// the next one too, a chunk ahead), and its sum follows its bytes. On
+    /// a first serving this saves copying every byte into the socket: the
+    /// hash reads the page cache, sendfile hands the same pages on.
     async fn send_from(&self, ch: &mut Channel, offset: u64) -> Result<(), ChannelError> {
         let s = self.file_sums();
         let first = usize::try_from(offset / CHUNK_SIZE).unwrap_or(usize::MAX);
         let mut ahead = None;
         for k in first..s.chunks() {
             let (start, end) = chunks::range(k, s.size, CHUNK_SIZE);
-            let from = start.max(offset);
-            let read = match ahead.take() {
+            let hashing = match ahead.take() {
                 Some(job) => Some(job),
-                None => s.cached(k).is_none().then(|| self.read_chunk(k)),
+                None => s.cached(k).is_none().then(|| self.hash_chunk(k)),
             };
-            if let Some(next) = (k + 1 < s.chunks()).then_some(k + 1) {
-                if s.cached(next).is_none() && read.is_some() {
-                    ahead = Some(self.read_chunk(next));
-                }
+            if k + 1 < s.chunks() && s.cached(k + 1).is_none() {
+                ahead = Some(self.hash_chunk(k + 1));
             }
-            let sum = match read {
-                None => {
-                    self.sendfile(ch, from, end).await?;
-                    s.cached(k).expect("checked above")
-                }
-                Some(job) => {
-                    let (bytes, sum) = job
-                        .await
-                        .map_err(std::io::Error::other)?
-                        .map_err(std::io::Error::other)?;
-                    let skip = (from - start) as usize;
-                    self.write(ch, &bytes[skip..]).await?;
-                    sum
-                }
+            self.sendfile(ch, start.max(offset), end).await?;
+            let sum = match hashing {
+                None => s.cached(k).expect("checked above"),
+                Some(job) => job
+                    .await
+                    .map_err(std::io::Error::other)?
+                    .map_err(std::io::Error::other)?,
             };
             self.write_sum(ch, &sum).await?;
         }
         Ok(())
     }
 
-    fn read_chunk(&self, k: usize) -> tokio::task::JoinHandle<Result<(Vec<u8>, Sum), String>> {
+    fn hash_chunk(&self, k: usize) -> tokio::task::JoinHandle<Result<Sum, String>> {
         let (sums, i, file) = (self.sums.clone(), self.i, self.file.clone());
-        tokio::task::spawn_blocking(move || sums[i].read_chunk(&file, k))
-    }
-
-    async fn write(&self, ch: &mut Channel, bytes: &[u8]) -> Result<(), ChannelError> {
-        let peer = ch.peer;
-        tokio::time::timeout(self.within, ch.writer.get_mut().write_all(bytes))
-            .await
-            .map_err(|_| self.silent(peer))??;
-        Ok(())
+        tokio::task::spawn_blocking(move || sums[i].sum_chunk(&file, k))
     }
 
     /// A chunk's sum with its tag, which authenticates the chunk's bytes.

@@ -15,7 +15,7 @@ use dglrun::channel::{
     client_handshake, read_frame, server_handshake, AuthError, Channel, ChannelError, Token,
 };
 use dglrun::dataset::{sha256_file, Layout};
-use dglrun::transfer::{Fetcher, FileServer, RetryPolicy, TransferError};
+use dglrun::transfer::{FetchStats, Fetcher, FileServer, RetryPolicy, TransferError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -477,12 +477,34 @@ fn three_chunk_dataset(ws: &Path) -> Layout {
 /// [`three_chunk_dataset`] served listed, with its graph's manifest entry
 /// and an empty destination folder.
 struct Served {
-    _src: tempfile::TempDir,
-    dst: tempfile::TempDir,
+    _dirs: (tempfile::TempDir, tempfile::TempDir),
     tok: Token,
     layout: Layout,
+    /// Where the worker puts it.
+    dest: Layout,
     addr: SocketAddr,
     graph: FileEntry,
+}
+
+impl Served {
+    /// Fetches the graph file through `via` (the partitioner or a proxy).
+    async fn fetch(
+        &self,
+        via: SocketAddr,
+        policy: RetryPolicy,
+    ) -> Result<FetchStats, TransferError> {
+        Fetcher::new(via, self.tok.clone(), policy)
+            .fetch_all(std::slice::from_ref(&self.graph), &self.dest.dir)
+            .await
+    }
+
+    /// The worker's copy is the partitioner's file.
+    fn same_copy(&self) {
+        same_file(
+            &self.layout.dir.join(&self.graph.path),
+            &self.dest.dir.join(&self.graph.path),
+        );
+    }
 }
 
 async fn served_graph() -> Served {
@@ -497,11 +519,12 @@ async fn served_graph() -> Served {
         .get("part1/graph.dgl")
         .unwrap()
         .clone();
+    let dest = Layout::new(dst.path(), "g");
     Served {
-        _src: src,
-        dst,
+        _dirs: (src, dst),
         tok,
         layout,
+        dest,
         addr,
         graph,
     }
@@ -544,85 +567,51 @@ async fn a_listed_shard_is_fetched_chunk_by_chunk_and_reused_after_a_check() {
 async fn a_slow_partitioner_is_not_a_silent_one() {
     // The worker asks the kernel to wake it per MiB of a chunk; bytes that
     // trickle in under that within the idle timeout must still count.
-    let Served {
-        _src,
-        dst,
-        tok,
-        layout,
-        addr,
-        graph,
-    } = served_graph().await;
+    let g = served_graph().await;
     // 100 KiB/s for the first 200 KiB: a second brings far less than 1 MiB.
-    let (proxy, conns) = faulty_proxy(addr, Fault::Trickle(200 << 10)).await;
+    let (proxy, conns) = faulty_proxy(g.addr, Fault::Trickle(200 << 10)).await;
     let policy = RetryPolicy {
         idle_timeout: Duration::from_secs(1),
         ..fast_policy()
     };
-    let dest = Layout::new(dst.path(), "g");
-    let stats = Fetcher::new(proxy, tok, policy)
-        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
-        .await
-        .unwrap();
+    let stats = g.fetch(proxy, policy).await.unwrap();
     assert_eq!(
         (stats.retries, stats.transferred),
         (0, 9 << 20),
         "{stats:?}"
     );
     assert_eq!(conns.load(Ordering::SeqCst), 1);
-    same_file(&layout.dir.join(&graph.path), &dest.dir.join(&graph.path));
+    g.same_copy();
 }
 
 #[tokio::test]
 async fn a_corrupted_chunk_is_fetched_again_alone() {
-    let Served {
-        _src,
-        dst,
-        tok,
-        layout,
-        addr,
-        graph,
-    } = served_graph().await;
+    let g = served_graph().await;
     // A byte of the second chunk (bytes 4..8 MiB of the file).
-    let (proxy, _) = faulty_proxy(addr, Fault::FlipAt(6 << 20)).await;
-    let dest = Layout::new(dst.path(), "g");
-    let stats = Fetcher::new(proxy, tok, fast_policy())
-        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
-        .await
-        .unwrap();
+    let (proxy, _) = faulty_proxy(g.addr, Fault::FlipAt(6 << 20)).await;
+    let stats = g.fetch(proxy, fast_policy()).await.unwrap();
     assert_eq!((stats.restarted, stats.retries), (1, 1), "{stats:?}");
     // Chunks 0, 1 and 2 (the last arrives while chunk 1 is checked), then
     // 1 and 2 again: the first chunk was kept.
     assert_eq!(stats.transferred, 14 << 20, "{stats:?}");
     assert_eq!(stats.resumed_bytes, 4 << 20, "{stats:?}");
-    same_file(&layout.dir.join(&graph.path), &dest.dir.join(&graph.path));
+    g.same_copy();
 }
 
 #[tokio::test]
 async fn a_partial_file_of_an_earlier_run_is_checked_before_it_is_resumed() {
-    let Served {
-        _src,
-        dst,
-        tok,
-        layout,
-        addr,
-        graph,
-    } = served_graph().await;
-    let mut f = Fetcher::new(addr, tok, fast_policy());
+    let g = served_graph().await;
     // 8.5 MiB left by an earlier process: chunk 0 right, chunk 1 wrong,
     // half of chunk 2.
-    let dest = Layout::new(dst.path(), "g");
-    std::fs::create_dir_all(dest.part_dir(1)).unwrap();
-    let mut partial = std::fs::read(layout.dir.join(&graph.path)).unwrap();
+    std::fs::create_dir_all(g.dest.part_dir(1)).unwrap();
+    let mut partial = std::fs::read(g.layout.dir.join(&g.graph.path)).unwrap();
     partial.truncate(17 << 19);
     partial[5 << 20] ^= 1;
-    std::fs::write(dest.dir.join("part1/graph.dgl.dglrun-partial"), &partial).unwrap();
-    let stats = f
-        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
-        .await
-        .unwrap();
+    std::fs::write(g.dest.dir.join("part1/graph.dgl.dglrun-partial"), &partial).unwrap();
+    let stats = g.fetch(g.addr, fast_policy()).await.unwrap();
     assert_eq!(stats.resumed_bytes, 4 << 20, "cut after chunk 0: {stats:?}");
     assert_eq!(stats.transferred, 5 << 20, "{stats:?}");
-    same_file(&layout.dir.join(&graph.path), &dest.dir.join(&graph.path));
+    g.same_copy();
 }
 
 #[tokio::test]
@@ -801,37 +790,22 @@ async fn forging_proxy(upstream: SocketAddr, k: usize, len: usize) -> SocketAddr
 
 #[tokio::test]
 async fn a_chunk_forged_in_flight_with_its_sum_is_refused() {
-    let Served {
-        _src,
-        dst,
-        tok,
-        layout,
-        addr,
-        graph,
-    } = served_graph().await;
-    let proxy = forging_proxy(addr, 1, 4 << 20).await;
-    let dest = Layout::new(dst.path(), "g");
+    let g = served_graph().await;
+    let proxy = forging_proxy(g.addr, 1, 4 << 20).await;
     // One attempt: the forged chunk (whose sha256 matches its bytes) is
     // refused by its sum's tag, and its bytes are not kept.
     let once = RetryPolicy {
         max_attempts: 1,
         ..fast_policy()
     };
-    let e = Fetcher::new(proxy, tok.clone(), once)
-        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
-        .await
-        .unwrap_err()
-        .to_string();
+    let e = g.fetch(proxy, once).await.unwrap_err().to_string();
     assert!(e.contains("part1/graph.dgl: chunk 1"), "{e}");
     assert!(e.contains("failed authentication"), "{e}");
-    let partial = dest.dir.join("part1/graph.dgl.dglrun-partial");
+    let partial = g.dest.dir.join("part1/graph.dgl.dglrun-partial");
     assert_eq!(std::fs::metadata(&partial).unwrap().len(), 4 << 20);
-    assert!(!dest.dir.join("part1/graph.dgl").exists());
+    assert!(!g.dest.dir.join("part1/graph.dgl").exists());
     // The next connection is not forged: the transfer resumes after chunk 0.
-    let stats = Fetcher::new(proxy, tok, fast_policy())
-        .fetch_all(std::slice::from_ref(&graph), &dest.dir)
-        .await
-        .unwrap();
+    let stats = g.fetch(proxy, fast_policy()).await.unwrap();
     assert_eq!(stats.resumed_bytes, 4 << 20, "{stats:?}");
-    same_file(&layout.dir.join(&graph.path), &dest.dir.join(&graph.path));
+    g.same_copy();
 }

@@ -512,9 +512,7 @@ fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -
         for (k, mode) in Plain::ALL.into_iter().enumerate() {
             remove_dir(&plain_root)?;
             sync();
-            let machine_before = machine_busy()?;
-            let mut p = plain_copy(&bed, &src_ws, &plain_root, &shards, mode, args.timeout)?;
-            p.machine_cpu = machine_busy()? - machine_before;
+            let p = plain_copy(&bed, &src_ws, &plain_root, &shards, mode, args.timeout)?;
             for (i, files) in shards.iter().enumerate() {
                 check_sizes(&plain_dest(&plain_root, i as u32), files)?;
             }
@@ -1314,6 +1312,7 @@ fn plain_copy(
     }
     gate.wait();
     let started = Instant::now();
+    let machine_before = machine_busy()?;
     let mut finished = started;
     let (mut sender_cpu, mut receiver_cpu) = (0.0, 0.0);
     let mut errors = Vec::new();
@@ -1339,7 +1338,7 @@ fn plain_copy(
         secs: (finished - started).as_secs_f64(),
         sender_cpu,
         receiver_cpu,
-        machine_cpu: 0.0,
+        machine_cpu: machine_busy()? - machine_before,
     })
 }
 

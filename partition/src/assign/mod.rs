@@ -4,6 +4,7 @@
 //! can use theirs.
 
 mod coarsen;
+pub mod distributed;
 pub mod file;
 pub mod metis;
 pub mod quality;

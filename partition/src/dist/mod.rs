@@ -3,6 +3,7 @@
 //! [`Exchange`] trait.
 //!
 //! - [`Single`]: a world of one process, so the pipeline runs without MPI;
+//! - [`Threads`]: N ranks as threads of one process (tests, measurements);
 //! - `MpiExchange` (feature `mpi`): MPI through rsmpi, started by `mpirun`
 //!   (on a cluster through `dglrun rsh`, never ssh).
 //!
@@ -16,6 +17,7 @@ pub mod driver;
 pub mod plan;
 pub mod selftest;
 mod single;
+mod threads;
 
 #[cfg(feature = "mpi")]
 mod mpi;
@@ -23,6 +25,7 @@ mod mpi;
 #[cfg(feature = "mpi")]
 pub use self::mpi::MpiExchange;
 pub use single::Single;
+pub use threads::Threads;
 
 use crate::{Error, Result};
 
@@ -73,6 +76,11 @@ pub trait Exchange {
     /// Data-moving calls issued so far into the transport (MPI calls; 0 for
     /// [`Single`]), for logs and for tests of the chunking.
     fn transfers(&self) -> u64 {
+        0
+    }
+    /// Bytes this rank has handed to other ranks so far (0 for [`Single`]),
+    /// for the benchmark's per-rank figures.
+    fn bytes_sent(&self) -> u64 {
         0
     }
 

@@ -1,0 +1,431 @@
+//! Coarsening across ranks: size-constrained label propagation (as
+//! `assign::coarsen`, dKaMinPar-style) and contraction.
+//!
+//! A cluster is named by a vertex (its global id), and that vertex's owner
+//! keeps the cluster's weight and size and decides who joins: each batch,
+//! every rank picks for its vertices the best linked cluster from its view
+//! (ghost labels of the last batch), sends the joins to the clusters'
+//! owners, which admit them in order while the cluster has room, and the
+//! admitted vertices tell their old clusters' owners that they left. A
+//! refused cluster is not asked again by that rank this level.
+//!
+//! Contraction numbers the clusters by prefix sums over the ranks (the
+//! owner of a cluster owns its coarse vertex), then every rank sends each
+//! coarse edge to the owner of its coarse source, in bounded rounds.
+
+use std::collections::HashSet;
+
+use rayon::prelude::*;
+
+use super::graph::{self, Compacting, LocalGraph, Owners};
+use super::stage;
+use crate::dist::{Buckets, Exchange};
+use crate::rmat::mix;
+use crate::Result;
+
+/// Label-propagation rounds per level (as the single-process coarsening).
+const ROUNDS: usize = 2;
+/// Batches per round: later vertices see earlier ones' moves.
+const BATCHES: usize = 8;
+
+/// One level coarser: the coarse graph and each owned vertex's coarse
+/// vertex (global id).
+pub fn coarsen<E: Exchange>(
+    ex: &E,
+    g: &LocalGraph,
+    max_w: &[i64],
+    seed: u64,
+    round_edges: u64,
+) -> Result<(LocalGraph, Vec<u64>)> {
+    let labels = cluster(ex, g, max_w, seed)?;
+    let (cmap, owners) = number(ex, g, &labels)?;
+    drop(labels);
+    let coarse = contract(ex, g, &cmap, owners, round_edges)?;
+    Ok((coarse, cmap))
+}
+
+/// Cluster state kept by the owner of each cluster's naming vertex.
+struct Clusters {
+    /// Label of every local vertex (owned, then ghosts): a global id.
+    label: Vec<u64>,
+    /// Weight of the cluster named by each owned vertex.
+    cw: Vec<i64>,
+    size: Vec<u64>,
+    /// Remote clusters that refused a join.
+    full: HashSet<u64>,
+}
+
+/// The labels of the owned vertices.
+fn cluster<E: Exchange>(ex: &E, g: &LocalGraph, max_w: &[i64], seed: u64) -> Result<Vec<u64>> {
+    let n = g.n_own;
+    let mut c = Clusters {
+        label: g.global_ids(),
+        cw: g.vwgt.clone(),
+        size: vec![1; n],
+        full: HashSet::new(),
+    };
+    for round in 0..ROUNDS {
+        let mut moved = 0u64;
+        for b in 0..BATCHES {
+            let range = n * b / BATCHES..n * (b + 1) / BATCHES;
+            let wanted = best_clusters(g, &c, max_w, range, seed ^ round as u64);
+            moved += joins(ex, g, &mut c, &wanted, max_w)?;
+            let ghosts = g.halo_values(ex, &c.label[..n])?;
+            c.label[n..].copy_from_slice(&ghosts);
+        }
+        let moved = ex.all_sum(moved)?;
+        tracing::debug!(round, moved, "distributed label propagation");
+        if moved < g.n_global() / 100 {
+            break;
+        }
+    }
+    merge_singletons(g, &mut c, max_w);
+    c.label.truncate(n);
+    Ok(c.label)
+}
+
+fn fits(cluster: &[i64], add: &[i64], max_w: &[i64]) -> bool {
+    cluster
+        .iter()
+        .zip(add)
+        .zip(max_w)
+        .all(|((c, a), m)| *a == 0 || c + a <= *m)
+}
+
+/// Whether owned `v` may ask to join cluster `l` as far as this rank knows.
+fn room(g: &LocalGraph, c: &Clusters, v: usize, l: u64, max_w: &[i64]) -> bool {
+    match g.owners.find(l) {
+        Some((r, i)) if r == g.rank => {
+            let i = i as usize;
+            c.size[i] > 0 && fits(&c.cw[i * g.ncon..(i + 1) * g.ncon], g.w(v), max_w)
+        }
+        _ => !c.full.contains(&l),
+    }
+}
+
+/// The linked clusters of owned `v` with their connection, by label.
+fn links(g: &LocalGraph, label: &[u64], v: usize) -> Vec<(u64, u64)> {
+    let mut l: Vec<(u64, u64)> = g.edges(v).map(|(u, w)| (label[u], w)).collect();
+    l.sort_unstable_by_key(|x| x.0);
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(l.len());
+    for (k, w) in l {
+        match out.last_mut() {
+            Some(last) if last.0 == k => last.1 += w,
+            _ => out.push((k, w)),
+        }
+    }
+    out
+}
+
+/// The heaviest linked cluster `allowed` accepts (ties: the lower label)
+/// and the connection to `own`.
+fn rate(
+    links: &[(u64, u64)],
+    own: u64,
+    allowed: impl Fn(u64) -> bool,
+) -> (Option<(u64, u64)>, u64) {
+    let mut best: Option<(u64, u64)> = None;
+    let mut own_r = 0;
+    for &(l, r) in links {
+        if l == own {
+            own_r = r;
+        }
+        if best.is_none_or(|(_, br)| r > br) && allowed(l) {
+            best = Some((l, r));
+        }
+    }
+    (best, own_r)
+}
+
+/// For owned vertices in `range`: the cluster each would rather join.
+fn best_clusters(
+    g: &LocalGraph,
+    c: &Clusters,
+    max_w: &[i64],
+    range: std::ops::Range<usize>,
+    seed: u64,
+) -> Vec<(usize, u64)> {
+    range
+        .into_par_iter()
+        .filter_map(|v| {
+            let own = c.label[v];
+            let l = links(g, &c.label, v);
+            let (best, own_r) = rate(&l, own, |x| x != own && room(g, c, v, x, max_w));
+            let (to, r) = best?;
+            // Ties go to a seeded coin so that equally linked neighbours
+            // still merge, one way only.
+            let tie = r == own_r && r > 0 && mix(seed ^ own) < mix(seed ^ to);
+            (r > own_r || tie).then_some((v, to))
+        })
+        .collect()
+}
+
+/// Sends the joins to the clusters' owners, which admit them in order;
+/// the admitted leave their old clusters. Returns the joins admitted.
+fn joins<E: Exchange>(
+    ex: &E,
+    g: &LocalGraph,
+    c: &mut Clusters,
+    wanted: &[(usize, u64)],
+    max_w: &[i64],
+) -> Result<u64> {
+    let ncon = g.ncon;
+    let rows = |pairs: &mut dyn Iterator<Item = (usize, u64)>| -> Result<(Vec<u64>, Vec<u32>)> {
+        let (mut rows, mut dest) = (Vec::new(), Vec::new());
+        for (v, l) in pairs {
+            let (r, i) = g
+                .owners
+                .find(l)
+                .ok_or_else(|| stage(format!("cluster {l} has no owner")))?;
+            rows.push(i);
+            rows.extend(g.w(v).iter().map(|&x| x as u64));
+            dest.push(r);
+        }
+        Ok((rows, dest))
+    };
+    let (req, dest) = rows(&mut wanted.iter().copied())?;
+    let send = Buckets::by_destination(&req, 1 + ncon, &dest, ex.size())?;
+    let asked = ex.alltoallv(&send)?;
+    let mut answer = Vec::new();
+    for row in asked.data().chunks_exact(1 + ncon) {
+        let i = row[0] as usize;
+        let w: Vec<i64> = row[1..].iter().map(|&x| x as i64).collect();
+        let ok = i < g.n_own && c.size[i] > 0 && fits(&c.cw[i * ncon..(i + 1) * ncon], &w, max_w);
+        if ok {
+            c.cw[i * ncon..(i + 1) * ncon]
+                .iter_mut()
+                .zip(&w)
+                .for_each(|(s, x)| *s += x);
+            c.size[i] += 1;
+        }
+        answer.push(u64::from(ok));
+    }
+    let counts: Vec<u64> = asked
+        .counts()
+        .iter()
+        .map(|&n| n / (1 + ncon) as u64)
+        .collect();
+    let got = ex.alltoallv(&Buckets::new(answer, counts)?)?;
+    let mut next = crate::dist::plan::offsets(got.counts());
+    let mut left = Vec::new();
+    for (&(v, to), &r) in wanted.iter().zip(&dest) {
+        let at = next[r as usize] as usize;
+        next[r as usize] += 1;
+        if got.data()[at] == 1 {
+            left.push((v, c.label[v]));
+            c.label[v] = to;
+        } else {
+            c.full.insert(to);
+        }
+    }
+    let (rows_left, dest_left) = rows(&mut left.iter().copied())?;
+    let send = Buckets::by_destination(&rows_left, 1 + ncon, &dest_left, ex.size())?;
+    for row in ex.alltoallv(&send)?.data().chunks_exact(1 + ncon) {
+        let i = row[0] as usize;
+        if i >= g.n_own {
+            return Err(stage(format!(
+                "a vertex left cluster {i}, which rank {} does not own",
+                g.rank
+            )));
+        }
+        for (s, &x) in c.cw[i * ncon..(i + 1) * ncon].iter_mut().zip(&row[1..]) {
+            *s -= x as i64;
+        }
+        c.size[i] = c.size[i].saturating_sub(1);
+    }
+    Ok(left.len() as u64)
+}
+
+/// Owned vertices left alone are grouped, on their rank, by the cluster
+/// they like best, up to the limit (two leaves of one hub belong together).
+fn merge_singletons(g: &LocalGraph, c: &mut Clusters, max_w: &[i64]) {
+    let n = g.n_own;
+    let globals = &c.label;
+    let own_id: Vec<u64> = g.owners.globals(g.rank);
+    let mut alone: Vec<(u64, usize)> = (0..n)
+        .into_par_iter()
+        .filter(|&v| globals[v] == own_id[v] && c.size[v] == 1)
+        .map(|v| {
+            let l = links(g, &c.label, v);
+            let (best, _) = rate(&l, own_id[v], |x| x != own_id[v]);
+            (best.map_or(u64::MAX, |b| b.0), v)
+        })
+        .collect();
+    alone.par_sort_unstable();
+    let mut group_w = vec![0i64; g.ncon];
+    let mut leader: Option<(u64, u64)> = None;
+    for &(fav, v) in &alone {
+        let w = g.w(v);
+        match leader {
+            Some((f, l)) if f == fav && fits(&group_w, w, max_w) => {
+                c.label[v] = l;
+                group_w.iter_mut().zip(w).for_each(|(s, x)| *s += x);
+            }
+            _ => {
+                leader = Some((fav, own_id[v]));
+                group_w.copy_from_slice(w);
+            }
+        }
+    }
+}
+
+/// Numbers the clusters by prefix sums over the ranks: each owned vertex's
+/// coarse vertex, and who owns the coarse vertices.
+fn number<E: Exchange>(ex: &E, g: &LocalGraph, labels: &[u64]) -> Result<(Vec<u64>, Owners)> {
+    let mut distinct = labels.to_vec();
+    distinct.par_sort_unstable();
+    distinct.dedup();
+    // Mark the used clusters at their owners.
+    let used = mark_used(ex, &g.owners, &distinct)?;
+    let count: u64 = used.iter().sum();
+    let counts = ex.allgather(&[count])?;
+    let base: u64 = counts[..g.rank as usize].iter().sum();
+    let mut next = base;
+    let ids: Vec<u64> = used
+        .iter()
+        .map(|&u| {
+            let id = next;
+            next += u;
+            id
+        })
+        .collect();
+    let coarse_of = graph::lookup(ex, &g.owners, &distinct, &ids)?;
+    let cmap = labels
+        .par_iter()
+        .map(|l| coarse_of[distinct.partition_point(|d| d < l)])
+        .collect();
+    Ok((cmap, Owners::contiguous(&counts)))
+}
+
+/// At each owner, 1 for every owned vertex some rank named in `keys`.
+fn mark_used<E: Exchange>(ex: &E, owners: &Owners, keys: &[u64]) -> Result<Vec<u64>> {
+    let mut dest = Vec::with_capacity(keys.len());
+    let mut locals = Vec::with_capacity(keys.len());
+    for &k in keys {
+        let (r, l) = owners
+            .find(k)
+            .ok_or_else(|| stage(format!("cluster {k} has no owner")))?;
+        dest.push(r);
+        locals.push(l);
+    }
+    let got = ex.alltoallv(&Buckets::by_destination(&locals, 1, &dest, ex.size())?)?;
+    let mut used = vec![0u64; owners.counts[ex.rank() as usize] as usize];
+    for &l in got.data() {
+        *used
+            .get_mut(l as usize)
+            .ok_or_else(|| stage(format!("cluster {l} is not rank {}'s", ex.rank())))? = 1;
+    }
+    Ok(used)
+}
+
+/// The coarse graph: weights summed at the coarse vertices' owners, coarse
+/// edges sent to the owner of their source in rounds of about
+/// `round_edges` entries, parallel edges merged, inner edges dropped.
+fn contract<E: Exchange>(
+    ex: &E,
+    g: &LocalGraph,
+    cmap: &[u64],
+    owners: Owners,
+    round_edges: u64,
+) -> Result<LocalGraph> {
+    let (rank, world, ncon) = (ex.rank(), ex.size(), g.ncon);
+    let n_coarse = owners.counts[rank as usize] as usize;
+    let all_owned = g.with_ghosts(ex, cmap.to_vec())?;
+    let all = &all_owned[..];
+    let vwgt = coarse_weights(ex, g, cmap, &owners, n_coarse)?;
+    let chunks = chunk_bounds(&g.xadj, round_edges.max(1));
+    let rounds = ex.all_max(chunks.len() as u64)?;
+    let mut acc = Compacting::default();
+    for r in 0..rounds as usize {
+        let range = chunks.get(r).cloned().unwrap_or(0..0);
+        let mut pairs: Vec<(u64, u64, u64)> = range
+            .into_par_iter()
+            .flat_map_iter(|v| {
+                let c = all[v];
+                g.edges(v)
+                    .filter(move |&(u, _)| all[u] != c)
+                    .map(move |(u, w)| (c, all[u], w))
+            })
+            .collect();
+        pairs.par_sort_unstable_by_key(|p| (p.0, p.1));
+        let (mut rows, mut dest) = (Vec::new(), Vec::new());
+        for (i, &(c, d, w)) in pairs.iter().enumerate() {
+            if i > 0 && (pairs[i - 1].0, pairs[i - 1].1) == (c, d) {
+                // Summed below, with the previous row.
+                let last = rows.len() - 1;
+                rows[last] += w;
+                continue;
+            }
+            let (o, l) = owners
+                .find(c)
+                .ok_or_else(|| stage(format!("coarse vertex {c} has no owner")))?;
+            rows.extend([l, d, w]);
+            dest.push(o);
+        }
+        drop(pairs);
+        let send = Buckets::by_destination(&rows, 3, &dest, world)?;
+        drop(rows);
+        for row in ex.alltoallv(&send)?.data().chunks_exact(3) {
+            if row[0] >= n_coarse as u64 {
+                return Err(stage(format!(
+                    "rank {rank} got an edge of a coarse vertex it does not own"
+                )));
+            }
+            acc.push((row[0] as u32, row[1], row[2]));
+        }
+        acc.maybe_compact(true);
+    }
+    let mut coarse = graph::assemble(ex, owners, n_coarse, acc.finish(true), true)?;
+    coarse.vwgt = vwgt;
+    coarse.ncon = ncon;
+    Ok(coarse)
+}
+
+/// Ranges of owned vertices with about `limit` edges each (at least one
+/// vertex).
+fn chunk_bounds(xadj: &[u64], limit: u64) -> Vec<std::ops::Range<usize>> {
+    let n = xadj.len().saturating_sub(1);
+    let mut out = Vec::new();
+    let mut start = 0usize;
+    while start < n {
+        let mut end = start + 1;
+        while end < n && xadj[end + 1] - xadj[start] <= limit {
+            end += 1;
+        }
+        out.push(start..end);
+        start = end;
+    }
+    out
+}
+
+/// Each coarse vertex's weights, summed at its owner.
+fn coarse_weights<E: Exchange>(
+    ex: &E,
+    g: &LocalGraph,
+    cmap: &[u64],
+    owners: &Owners,
+    n_coarse: usize,
+) -> Result<Vec<i64>> {
+    let ncon = g.ncon;
+    let (mut rows, mut dest) = (Vec::new(), Vec::new());
+    for (v, &c) in cmap.iter().enumerate() {
+        let (o, l) = owners
+            .find(c)
+            .ok_or_else(|| stage(format!("coarse vertex {c} has no owner")))?;
+        rows.push(l);
+        rows.extend(g.w(v).iter().map(|&x| x as u64));
+        dest.push(o);
+    }
+    let send = Buckets::by_destination(&rows, 1 + ncon, &dest, ex.size())?;
+    let mut vwgt = vec![0i64; n_coarse * ncon];
+    for row in ex.alltoallv(&send)?.data().chunks_exact(1 + ncon) {
+        let i = row[0] as usize;
+        let slot = vwgt
+            .get_mut(i * ncon..(i + 1) * ncon)
+            .ok_or_else(|| stage(format!("coarse vertex {i} is not rank {}'s", ex.rank())))?;
+        slot.iter_mut()
+            .zip(&row[1..])
+            .for_each(|(s, &x)| *s += x as i64);
+    }
+    Ok(vwgt)
+}

@@ -1,0 +1,276 @@
+//! k-way refinement across ranks under multi-constraint balance (as
+//! `assign::refine`, in rounds): every rank moves only its own vertices,
+//! judging gains with its ghosts' parts from the last round; part weights
+//! are all-reduced (one component per constraint) after every round.
+//!
+//! Budgets: each rank sees every part as if it had 1/P of the part's room
+//! below the limit (or 1/P of its excess above it), so the ranks' moves
+//! together never push a constraint of a part past the limit, and together
+//! remove an overweight part's excess. Two boundary vertices on different
+//! ranks could swap parts at once and gain nothing: a vertex with ghost
+//! neighbours moves only to a higher part in even rounds, to a lower one in
+//! odd rounds (ParMETIS's rule).
+
+use rayon::prelude::*;
+
+use super::graph::{all_sum_vec, LocalGraph};
+use crate::dist::Exchange;
+use crate::Result;
+
+/// Refinement rounds per level at most (two directions per round).
+const ROUNDS: usize = 10;
+/// Rebalancing rounds per level at most.
+const REBALANCE_ROUNDS: usize = 40;
+
+/// The global limits and this rank's view of the part weights.
+pub struct Balance {
+    pub k: usize,
+    pub ncon: usize,
+    pub pw: Vec<i64>,
+    pub max: Vec<i64>,
+}
+
+impl Balance {
+    /// Limits `ub` times the average part per constraint (never below the
+    /// average rounded up), from the all-reduced part weights.
+    pub fn global<E: Exchange>(
+        ex: &E,
+        g: &LocalGraph,
+        parts: &[u32],
+        k: usize,
+        ub: f64,
+    ) -> Result<Self> {
+        let pw = part_weights(ex, g, parts, k)?;
+        let ncon = g.ncon;
+        let max = (0..ncon)
+            .map(|c| {
+                let total: i64 = (0..k).map(|p| pw[p * ncon + c]).sum();
+                let avg = total as f64 / k as f64;
+                ((avg * ub).floor() as i64).max(avg.ceil() as i64)
+            })
+            .collect();
+        Ok(Balance { k, ncon, pw, max })
+    }
+
+    /// This rank's share of the room (or the excess) of every part.
+    fn local(&self, ranks: i64) -> Balance {
+        let pw = self
+            .pw
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| {
+                let m = self.max[i % self.ncon];
+                if w <= m {
+                    m - (m - w) / ranks
+                } else {
+                    m + (w - m + ranks - 1) / ranks
+                }
+            })
+            .collect();
+        Balance {
+            k: self.k,
+            ncon: self.ncon,
+            pw,
+            max: self.max.clone(),
+        }
+    }
+
+    fn has_room(&self, p: usize, w: &[i64]) -> bool {
+        w.iter()
+            .enumerate()
+            .all(|(c, &x)| x == 0 || self.pw[p * self.ncon + c] + x <= self.max[c])
+    }
+
+    fn over_in(&self, p: usize, w: &[i64]) -> bool {
+        w.iter()
+            .enumerate()
+            .any(|(c, &x)| x > 0 && self.pw[p * self.ncon + c] > self.max[c])
+    }
+
+    fn excess(&self, pw: impl Iterator<Item = i64>) -> f64 {
+        pw.zip(&self.max)
+            .map(|(w, &m)| (w - m).max(0) as f64 / m.max(1) as f64)
+            .sum()
+    }
+
+    fn excess_delta(&self, p: usize, q: usize, w: &[i64]) -> f64 {
+        let row = |x: usize| &self.pw[x * self.ncon..(x + 1) * self.ncon];
+        let before = self.excess(row(p).iter().copied()) + self.excess(row(q).iter().copied());
+        let after_p = self.excess(row(p).iter().zip(w).map(|(a, b)| a - b));
+        let after_q = self.excess(row(q).iter().zip(w).map(|(a, b)| a + b));
+        after_p + after_q - before
+    }
+
+    pub fn overweight(&self) -> bool {
+        (0..self.k).any(|p| (0..self.ncon).any(|c| self.pw[p * self.ncon + c] > self.max[c]))
+    }
+
+    fn shift(&mut self, from: usize, to: usize, w: &[i64]) {
+        for (c, x) in w.iter().enumerate() {
+            self.pw[from * self.ncon + c] -= x;
+            self.pw[to * self.ncon + c] += x;
+        }
+    }
+}
+
+/// `pw[p * ncon + c]` over all ranks.
+pub fn part_weights<E: Exchange>(
+    ex: &E,
+    g: &LocalGraph,
+    parts: &[u32],
+    k: usize,
+) -> Result<Vec<i64>> {
+    let ncon = g.ncon;
+    let mut pw = vec![0i64; k * ncon];
+    for v in 0..g.n_own {
+        let p = parts[v] as usize;
+        for (c, &w) in g.w(v).iter().enumerate() {
+            pw[p * ncon + c] += w;
+        }
+    }
+    all_sum_vec(ex, &pw)
+}
+
+/// Rebalances, then refines; `parts` holds the owned vertices' parts and
+/// gets the ghosts' appended while it works (truncated again at the end).
+pub fn refine<E: Exchange>(
+    ex: &E,
+    g: &LocalGraph,
+    parts: &mut Vec<u32>,
+    k: usize,
+    ub: f64,
+) -> Result<()> {
+    let ranks = i64::from(ex.size());
+    let n_global = g.n_global();
+    for _ in 0..REBALANCE_ROUNDS {
+        let bal = Balance::global(ex, g, &parts[..g.n_own], k, ub)?;
+        if !bal.overweight() {
+            break;
+        }
+        sync_ghosts(ex, g, parts)?;
+        let moved = rebalance_round(g, parts, &mut bal.local(ranks));
+        if ex.all_sum(moved as u64)? == 0 {
+            break;
+        }
+    }
+    for round in 0..2 * ROUNDS {
+        let mut bal = Balance::global(ex, g, &parts[..g.n_own], k, ub)?.local(ranks);
+        sync_ghosts(ex, g, parts)?;
+        let moved = ex.all_sum(refine_round(g, parts, &mut bal, round % 2 == 0) as u64)?;
+        if round % 2 == 1 && moved <= n_global / 1000 {
+            break;
+        }
+    }
+    parts.truncate(g.n_own);
+    Ok(())
+}
+
+/// Makes `parts` the owned parts followed by the ghosts' current parts.
+fn sync_ghosts<E: Exchange>(ex: &E, g: &LocalGraph, parts: &mut Vec<u32>) -> Result<()> {
+    parts.truncate(g.n_own);
+    let ghosts = g.halo_values(ex, parts)?;
+    parts.extend_from_slice(&ghosts);
+    Ok(())
+}
+
+fn connect(g: &LocalGraph, v: usize, parts: &[u32], conn: &mut [i64]) -> bool {
+    conn.fill(0);
+    let mut ghost = false;
+    for (u, w) in g.edges(v) {
+        conn[parts[u] as usize] += w as i64;
+        ghost |= u >= g.n_own;
+    }
+    ghost
+}
+
+/// The part other than `p` with the most connection that `ok` accepts
+/// (ties: the lower part id).
+fn best_other(conn: &[i64], p: usize, ok: impl Fn(usize) -> bool) -> Option<(usize, i64)> {
+    let mut best: Option<(usize, i64)> = None;
+    for (q, &c) in conn.iter().enumerate() {
+        if q != p && best.is_none_or(|b| c > b.1) && ok(q) {
+            best = Some((q, c));
+        }
+    }
+    best
+}
+
+/// One round of positive-gain moves of owned vertices; returns how many.
+fn refine_round(g: &LocalGraph, parts: &mut [u32], bal: &mut Balance, up: bool) -> usize {
+    let k = bal.k;
+    let snapshot: &[u32] = parts;
+    let shared: &Balance = bal;
+    let mut cands: Vec<(i64, u64, u32)> = (0..g.n_own)
+        .into_par_iter()
+        .map_init(
+            || vec![0i64; k],
+            |conn, v| {
+                let p = snapshot[v] as usize;
+                let ghost = connect(g, v, snapshot, conn);
+                let dir_ok = |q: usize| !ghost || (q > p) == up;
+                let (q, cq) = best_other(conn, p, |q| dir_ok(q) && shared.has_room(q, g.w(v)))?;
+                let gain = cq - conn[p];
+                (gain > 0).then_some((-gain, v as u64, q as u32))
+            },
+        )
+        .flatten_iter()
+        .collect();
+    cands.par_sort_unstable();
+    let mut conn = vec![0i64; k];
+    let mut moved = 0;
+    for &(_, v, q) in &cands {
+        let (v, q) = (v as usize, q as usize);
+        let p = parts[v] as usize;
+        let w = g.w(v);
+        if !bal.has_room(q, w) {
+            continue;
+        }
+        connect(g, v, parts, &mut conn);
+        if conn[q] - conn[p] <= 0 {
+            continue;
+        }
+        bal.shift(p, q, w);
+        parts[v] = q as u32;
+        moved += 1;
+    }
+    moved
+}
+
+/// Moves owned vertices out of overweight parts, cheapest first, each move
+/// lowering this rank's share of the excess.
+fn rebalance_round(g: &LocalGraph, parts: &mut [u32], bal: &mut Balance) -> usize {
+    let k = bal.k;
+    let snapshot: &[u32] = parts;
+    let shared: &Balance = bal;
+    let mut cands: Vec<(i64, u64, u32)> = (0..g.n_own)
+        .into_par_iter()
+        .map_init(
+            || vec![0i64; k],
+            |conn, v| {
+                let p = snapshot[v] as usize;
+                let w = g.w(v);
+                if !shared.over_in(p, w) {
+                    return None;
+                }
+                connect(g, v, snapshot, conn);
+                let (q, cq) = best_other(conn, p, |q| shared.has_room(q, w))
+                    .or_else(|| best_other(conn, p, |q| shared.excess_delta(p, q, w) < 0.0))?;
+                Some((conn[p] - cq, v as u64, q as u32))
+            },
+        )
+        .flatten_iter()
+        .collect();
+    cands.par_sort_unstable();
+    let mut moved = 0;
+    for &(_, v, q) in &cands {
+        let (v, q) = (v as usize, q as usize);
+        let p = parts[v] as usize;
+        let w = g.w(v);
+        if bal.over_in(p, w) && (bal.has_room(q, w) || bal.excess_delta(p, q, w) < 0.0) {
+            bal.shift(p, q, w);
+            parts[v] = q as u32;
+            moved += 1;
+        }
+    }
+    moved
+}

@@ -47,6 +47,10 @@ struct RankArgs {
     /// [default: <workspace>/chunked/metadata.json].
     #[arg(long, value_name = "PATH")]
     input: Option<PathBuf>,
+    /// Let metadata.json list files outside its folder (absolute paths
+    /// elsewhere, `..`, symlinks leading out); only for trusted input.
+    #[arg(long)]
+    allow_input_outside: bool,
     /// Where this rank writes <graph>.json and part<rank>/
     /// [default: <workspace>/dataset].
     #[arg(long, value_name = "DIR")]
@@ -119,7 +123,10 @@ impl RankArgs {
             None => self.workspace.join("chunked").join("metadata.json"),
         };
         RankConfig {
-            source: Source::Chunked { metadata },
+            source: match self.allow_input_outside {
+                true => Source::ChunkedAnywhere { metadata },
+                false => Source::Chunked { metadata },
+            },
             out_dir: self
                 .out
                 .clone()
@@ -195,7 +202,9 @@ fn run_rank<E: Exchange>(ex: &E, args: &RankArgs) -> Result<(), String> {
     println!(
         "rank {rank} of {world}: partitioning {} into {} ({}, {})",
         match &cfg.source {
-            Source::Chunked { metadata } => metadata.display().to_string(),
+            Source::Chunked { metadata } | Source::ChunkedAnywhere { metadata } => {
+                metadata.display().to_string()
+            }
             Source::Text(t) => t.nodes.display().to_string(),
         },
         cfg.out_dir.display(),

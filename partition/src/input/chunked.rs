@@ -12,13 +12,20 @@ use std::path::Path;
 use rayon::prelude::*;
 
 use super::csv::{self, Ends, Pairs};
+use super::limits::{self, quoted};
 use super::metadata::{self, DataMeta, EdgeMeta, FileFormat, Metadata};
 use super::{npy, parquet, split_even, Share};
 use crate::model::{EdgeType, InputGraph, NodeType, Tensor};
 use crate::{Error, Result};
 
-pub(crate) fn read_share(path: &Path, rank: u32, world: u32) -> Result<Share> {
-    let meta = metadata::load(path)?;
+/// Bytes the pipeline needs per node at the least (its adjacency's offset),
+/// to refuse node counts no machine here could hold before anything is
+/// sized by them: nodes without features have no file to check them by.
+const MIN_BYTES_PER_NODE: u64 = 8;
+
+pub(crate) fn read_share(path: &Path, rank: u32, world: u32, anywhere: bool) -> Result<Share> {
+    let meta = metadata::load(path, anywhere)?;
+    check_node_counts(&meta, limits::memory_limit())?;
     let mut share = Share {
         graph: InputGraph {
             name: meta.graph_name.clone(),
@@ -70,6 +77,33 @@ pub(crate) fn read_share(path: &Path, rank: u32, world: u32) -> Result<Share> {
     Ok(share)
 }
 
+/// The node counts must fit in 64 bits and, at
+/// [`MIN_BYTES_PER_NODE`] each, in `memory` bytes.
+fn check_node_counts(meta: &Metadata, memory: u64) -> Result<()> {
+    let mut total = 0u64;
+    for (t, &count) in meta.node_counts.iter().enumerate() {
+        let key = match meta.node_chunks[t] {
+            Some(_) => format!("num_nodes_per_chunk[{t}]"),
+            None => format!("num_nodes_per_type[{t}]"),
+        };
+        let sum = total.checked_add(count);
+        let bytes = sum.and_then(|n| n.checked_mul(MIN_BYTES_PER_NODE));
+        match bytes {
+            Some(b) if b <= memory => total = sum.unwrap_or(total),
+            _ => {
+                let m = format!(
+                    "node type {} has {count} nodes: the graph would need at least \
+                     {MIN_BYTES_PER_NODE} bytes per node, more than the {memory} bytes this \
+                     process may use; expected the graph's real node count",
+                    quoted(&meta.ntypes[t])
+                );
+                return Err(Error::input(&meta.path, key, m));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The per-type node rows of rank's share.
 fn node_rows(meta: &Metadata, t: usize, rank: u32, world: u32) -> Range<u64> {
     match &meta.node_chunks[t] {
@@ -89,11 +123,12 @@ fn read_edges(meta: &Metadata, e: usize, rank: u32, world: u32) -> Result<(u64, 
     let r = split_even(et.files.len() as u64, rank, world);
     let (lo, hi) = (r.start as usize, r.end as usize);
     let first = match &et.chunks {
+        // The whole list's sum was checked to fit.
         Some(chunks) => chunks[..lo].iter().sum(),
         None => {
             let counts: Result<Vec<u64>> =
                 (0..lo).into_par_iter().map(|k| rows_of(et, k)).collect();
-            counts?.iter().sum()
+            limits::sum(&counts?).unwrap_or(u64::MAX)
         }
     };
     let ends = Ends {
@@ -119,7 +154,7 @@ fn read_edges(meta: &Metadata, e: usize, rank: u32, world: u32) -> Result<(u64, 
         }
         (src, dst)
     };
-    let end = first + src.len() as u64;
+    let end = first.saturating_add(src.len() as u64);
     let last = rank + 1 == world;
     if end > et.count || (last && end != et.count) {
         let key = format!("num_edges_per_type[{e}]");
@@ -129,8 +164,9 @@ fn read_edges(meta: &Metadata, e: usize, rank: u32, world: u32) -> Result<(u64, 
             format!("at least {end}")
         };
         let m = format!(
-            "{:?} has {} edges by metadata.json, but its files hold {found}",
-            et.name, et.count
+            "{} has {} edges by metadata.json, but its files hold {found}",
+            quoted(&et.name),
+            et.count
         );
         return Err(Error::input(&meta.path, key, m));
     }
@@ -151,7 +187,7 @@ fn missing(path: &Path, what: String) -> impl Fn(std::io::Error) -> Error + '_ {
 /// Rows of chunk `k` without parsing it (npy header, parquet footer, lines).
 fn rows_of(et: &EdgeMeta, k: usize) -> Result<u64> {
     let path = &et.files[k];
-    let what = format!("chunk {k} of edges.{}", et.name);
+    let what = format!("chunk {k} of edges.{}", limits::safe(&et.name));
     std::fs::metadata(path).map_err(missing(path, what))?;
     match et.format {
         FileFormat::Csv { .. } => Ok(csv::count_rows(
@@ -165,7 +201,7 @@ fn rows_of(et: &EdgeMeta, k: usize) -> Result<u64> {
 /// Reads and checks chunk `k` of edge type `e`.
 fn read_chunk(et: &EdgeMeta, e: usize, k: usize, ends: &Ends) -> Result<Pairs> {
     let path = &et.files[k];
-    let what = format!("chunk {k} of edges.{}", et.name);
+    let what = format!("chunk {k} of edges.{}", limits::safe(&et.name));
     let pairs = match et.format {
         FileFormat::Csv { delimiter } => {
             let bytes = std::fs::read(path).map_err(missing(path, what))?;
@@ -198,8 +234,8 @@ fn read_npy_edges(path: &Path, k: usize, ends: &Ends) -> Result<Pairs> {
     let code = h.descr.get(1..).unwrap_or("");
     if !matches!(code, "i4" | "i8" | "u4" | "u8") || h.descr.starts_with('>') {
         let m = format!(
-            "unknown dtype {:?} for edges; expected int32/int64/uint32/uint64, little-endian",
-            h.descr
+            "unknown dtype {} for edges; expected int32/int64/uint32/uint64, little-endian",
+            quoted(&h.descr)
         );
         return Err(Error::input(path, format!("header of chunk {k}"), m));
     }
@@ -210,8 +246,9 @@ fn read_npy_edges(path: &Path, k: usize, ends: &Ends) -> Result<Pairs> {
         );
         return Err(Error::input(path, format!("header of chunk {k}"), m));
     }
+    // The header's shape was checked against the file's size.
     let m = h.shape[0] as usize;
-    let mut bytes = vec![0u8; m * 2 * npy::elem_size(&h.descr).unwrap_or(8)];
+    let mut bytes = vec![0u8; m.saturating_mul(h.row_bytes() as usize)];
     npy::read_rows(path, &h, 0, &mut bytes)?;
     let (mut src, mut dst) = (vec![0u64; m], vec![0u64; m]);
     let f = (h.fortran_order, ends);
@@ -305,7 +342,7 @@ fn read_feature(
         {
             let m = format!(
                 "holds {} {:?}, but chunk 0 ({}) holds {} {:?}; expected the same dtype and row shape",
-                h.descr, h.shape, d.files[0].display(), first.descr, first.shape
+                quoted(&h.descr), h.shape, d.files[0].display(), quoted(&first.descr), first.shape
             );
             return Err(Error::input(path, at, m));
         }
@@ -317,16 +354,20 @@ fn read_feature(
             ));
         }
     }
-    let total: u64 = headers.iter().map(npy::Header::rows).sum();
-    if total != count {
+    let rows_each: Vec<u64> = headers.iter().map(npy::Header::rows).collect();
+    let total = limits::sum(&rows_each);
+    if total != Some(count) {
+        let total = total.map_or("more than 2^64".into(), |t| t.to_string());
         let m = format!(
             "its {} files hold {total} rows, but {what} has {count}; expected one row each",
             d.files.len()
         );
         return Err(Error::input(&meta.path, d.key.clone(), m));
     }
-    let row_bytes = (first.row_elems() as usize) * dtype.size();
-    let mut data = vec![0u8; (rows.end - rows.start) as usize * row_bytes];
+    // Every header was checked against its file, and the files hold
+    // `count` rows in all: this is at most their size.
+    let row_bytes = first.row_bytes() as usize;
+    let mut data = vec![0u8; ((rows.end - rows.start) as usize).saturating_mul(row_bytes)];
     let mut jobs = Vec::new();
     let (mut rest, mut file_first) = (data.as_mut_slice(), 0u64);
     for (k, h) in headers.iter().enumerate() {

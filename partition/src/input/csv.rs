@@ -7,6 +7,7 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
+use super::limits::{quoted, token_kind};
 use crate::{Error, Result};
 
 /// The node types an edge type joins, for range checks and messages.
@@ -38,8 +39,9 @@ impl Ends<'_> {
 
 fn out_of_range(end: &str, id: u64, ntype: &str, count: u64) -> String {
     format!(
-        "{end} id {id} is out of range for node type {ntype:?}: expected an id below {count} \
-         (ids are per-type ids of the {end} type)"
+        "{end} id {id} is out of range for node type {}: expected an id below {count} \
+         (ids are per-type ids of the {end} type)",
+        quoted(ntype)
     )
 }
 
@@ -148,8 +150,8 @@ fn number(b: &[u8], start: usize, delim: u8) -> Result<(u64, usize), String> {
             Some(v) => v,
             None => {
                 return Err(format!(
-                    "{:?} does not fit in 64 bits",
-                    token(b, start, delim)
+                    "found {}, which does not fit in 64 bits",
+                    token_kind(token(b, start, delim))
                 ))
             }
         };
@@ -158,20 +160,21 @@ fn number(b: &[u8], start: usize, delim: u8) -> Result<(u64, usize), String> {
     let ends_well = i > start && (b.get(i) == Some(&delim) || line_end(b, i).is_some());
     if !ends_well {
         return Err(format!(
-            "expected a non-negative integer id, found {:?}",
-            token(b, start, delim)
+            "expected a non-negative integer id, found {}",
+            token_kind(token(b, start, delim))
         ));
     }
     Ok((v, i))
 }
 
-fn token(b: &[u8], start: usize, delim: u8) -> String {
+/// The field at `start` (described in messages, never quoted).
+fn token(b: &[u8], start: usize, delim: u8) -> &[u8] {
     let rest = &b[start.min(b.len())..];
     let end = rest
         .iter()
         .position(|&c| c == delim || c == b'\n' || c == b'\r')
         .unwrap_or(rest.len());
-    String::from_utf8_lossy(&rest[..end.min(40)]).into_owned()
+    &rest[..end]
 }
 
 fn columns(b: &[u8], line_start: usize, delim: u8) -> String {
@@ -212,9 +215,10 @@ mod tests {
         let cases = [
             ("1 2\n3 4 5\n", "line 2", "found 3"),
             ("1 2\n\n7\n", "line 3", "found 1"),
-            ("1 x\n", "line 1", "\"x\""),
-            ("1 2.0\n", "line 1", "\"2.0\""),
-            ("-1 2\n", "line 1", "\"-1\""),
+            ("1 x\n", "line 1", "1 bytes that are not a number"),
+            ("1 2.0\n", "line 1", "a number with a fraction"),
+            ("-1 2\n", "line 1", "a negative integer"),
+            ("1 hunter2\n", "line 1", "7 bytes that are not a number"),
             ("1 2\n100 3\n", "line 2", "source id 100"),
             ("1 10\n", "line 1", "destination id 10"),
             ("99999999999999999999999 1\n", "line 1", "64 bits"),

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::limits::{self, kind, quoted, safe};
 use crate::{Error, Result};
 
 /// How a data file is stored.
@@ -53,19 +54,24 @@ pub(crate) struct Metadata {
     pub edge_data: Vec<Vec<DataMeta>>,
 }
 
-/// Reads and checks `path`.
-pub(crate) fn load(path: &Path) -> Result<Metadata> {
+/// Reads and checks `path`; unless `anywhere`, every file it lists must
+/// be in its folder.
+pub(crate) fn load(path: &Path, anywhere: bool) -> Result<Metadata> {
     let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-    let root: Value = serde_json::from_slice(&text).map_err(|e| {
-        Error::input(
-            path,
-            format!("line {}", e.line()),
-            format!("not valid JSON: {e}"),
-        )
-    })?;
+    let root: Value = serde_json::from_slice(&text).map_err(|e| json_error(path, &e))?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let confined = if anywhere {
+        None
+    } else {
+        Some(dir.canonicalize().map_err(|e| Error::io(dir, e))?)
+    };
     let j = Json {
         path,
-        dir: path.parent().unwrap_or(Path::new(".")),
+        dir,
+        confined,
     };
     let root = j.object(&root, "the top level")?;
     let ntypes = j.strings(j.key(root, "node_type")?, "node_type")?;
@@ -79,7 +85,7 @@ pub(crate) fn load(path: &Path) -> Result<Metadata> {
     }
     if let Some(extra) = edges.keys().find(|k| !enames.contains(k)) {
         return Err(j.err(
-            format!("edges.{extra}"),
+            format!("edges.{}", safe(extra)),
             "an edge type that edge_type does not list",
         ));
     }
@@ -103,6 +109,19 @@ pub(crate) fn load(path: &Path) -> Result<Metadata> {
     })
 }
 
+/// A JSON syntax error by line and column, without the text around it.
+pub(crate) fn json_error(path: &Path, e: &serde_json::Error) -> Error {
+    Error::input(
+        path,
+        format!("line {}", e.line()),
+        format!(
+            "not valid JSON ({:?} error at column {}); expected one JSON object",
+            e.classify(),
+            e.column()
+        ),
+    )
+}
+
 /// An edge type by its canonical name, or by relation name when unique (as
 /// DGL accepts non-canonical keys in `edge_data`).
 fn edge_index(etypes: &[EdgeMeta], key: &str) -> Option<usize> {
@@ -120,6 +139,9 @@ fn edge_index(etypes: &[EdgeMeta], key: &str) -> Option<usize> {
 struct Json<'a> {
     path: &'a Path,
     dir: &'a Path,
+    /// The folder every listed file must be in (canonical), unless the
+    /// input may be anywhere.
+    confined: Option<PathBuf>,
 }
 
 impl<'a> Json<'a> {
@@ -134,22 +156,26 @@ impl<'a> Json<'a> {
 
     fn object<'v>(&self, v: &'v Value, key: &str) -> Result<&'v Map<String, Value>> {
         v.as_object()
-            .ok_or_else(|| self.err(key, format!("expected a JSON object, found {v}")))
+            .ok_or_else(|| self.err(key, format!("expected a JSON object, found {}", kind(v))))
     }
 
     fn array<'v>(&self, v: &'v Value, key: &str) -> Result<&'v Vec<Value>> {
         v.as_array()
-            .ok_or_else(|| self.err(key, format!("expected a JSON array, found {v}")))
+            .ok_or_else(|| self.err(key, format!("expected a JSON array, found {}", kind(v))))
     }
 
     fn string<'v>(&self, v: &'v Value, key: &str) -> Result<&'v str> {
         v.as_str()
-            .ok_or_else(|| self.err(key, format!("expected a string, found {v}")))
+            .ok_or_else(|| self.err(key, format!("expected a string, found {}", kind(v))))
     }
 
     fn count(&self, v: &Value, key: &str) -> Result<u64> {
-        v.as_u64()
-            .ok_or_else(|| self.err(key, format!("expected a non-negative integer, found {v}")))
+        v.as_u64().ok_or_else(|| {
+            self.err(
+                key,
+                format!("expected a non-negative integer, found {}", kind(v)),
+            )
+        })
     }
 
     fn strings(&self, v: &Value, key: &str) -> Result<Vec<String>> {
@@ -187,23 +213,25 @@ impl<'a> Json<'a> {
                 per_chunk,
                 format!("missing: expected {per_chunk} or {per_type} (one entry per type)"),
             )),
-            (Some(c), None) => Ok(c
+            (Some(c), None) => c
                 .into_iter()
-                .map(|c: Vec<u64>| {
-                    let sum = c.iter().sum();
-                    (Some(c), sum)
+                .enumerate()
+                .map(|(i, c): (usize, Vec<u64>)| {
+                    let sum = self.chunk_sum(&c, per_chunk, i)?;
+                    Ok((Some(c), sum))
                 })
-                .collect()),
+                .collect(),
             (None, Some(t)) => Ok(t.into_iter().map(|t| (None, t)).collect()),
             (Some(c), Some(t)) => (0..n)
                 .map(|i| {
-                    let sum: u64 = c[i].iter().sum();
+                    let sum = self.chunk_sum(&c[i], per_chunk, i)?;
                     if sum != t[i] {
                         return Err(self.err(
                             format!("{per_type}[{i}]"),
                             format!(
-                                "{:?} has {} by {per_type} but {sum} by {per_chunk}; they must agree",
-                                types[i], t[i]
+                                "{} has {} by {per_type} but {sum} by {per_chunk}; they must agree",
+                                quoted(&types[i]),
+                                t[i]
                             ),
                         ));
                     }
@@ -211,6 +239,16 @@ impl<'a> Json<'a> {
                 })
                 .collect(),
         }
+    }
+
+    /// The sum of type `i`'s chunk sizes; more than 64 bits is an error.
+    fn chunk_sum(&self, chunks: &[u64], key: &str, i: usize) -> Result<u64> {
+        limits::sum(chunks).ok_or_else(|| {
+            self.err(
+                format!("{key}[{i}]"),
+                "the chunk sizes add up to more than 2^64; expected a count that fits 64 bits",
+            )
+        })
     }
 
     fn per_type_list<T>(
@@ -249,18 +287,23 @@ impl<'a> Json<'a> {
         let parts: Vec<&str> = name.split(':').collect();
         let key = format!("edge_type[{e}]");
         let [src, rel, dst] = parts[..] else {
-            return Err(self.err(key, format!("{name:?} is not of the form src:rel:dst")));
+            let m = format!("{} is not of the form src:rel:dst", quoted(name));
+            return Err(self.err(key, m));
         };
         let ntype = |t: &str| {
             ntypes.iter().position(|n| n == t).ok_or_else(|| {
                 self.err(
                     &key,
-                    format!("{name:?} names node type {t:?}, which node_type does not list"),
+                    format!(
+                        "{} names node type {}, which node_type does not list",
+                        quoted(name),
+                        quoted(t)
+                    ),
                 )
             })
         };
         let (src, dst) = (ntype(src)?, ntype(dst)?);
-        let entry_key = format!("edges.{name}");
+        let entry_key = format!("edges.{}", safe(name));
         let entry = edges
             .get(name)
             .ok_or_else(|| self.err(&entry_key, "missing: every edge_type needs its files"))?;
@@ -318,7 +361,7 @@ impl<'a> Json<'a> {
                 };
                 return Err(self.err(
                     &fkey,
-                    format!("unknown format {other:?}; expected {expected}"),
+                    format!("unknown format {}; expected {expected}", quoted(other)),
                 ));
             }
         };
@@ -327,10 +370,46 @@ impl<'a> Json<'a> {
             .get("data")
             .ok_or_else(|| self.err(&dkey, "missing list of files"))?;
         let files = self.strings(data, &dkey)?;
-        Ok((
-            format,
-            files.into_iter().map(|f| self.dir.join(f)).collect(),
-        ))
+        let files = files.iter().enumerate();
+        let files = files.map(|(i, f)| self.place(f, &format!("{dkey}[{i}]")));
+        Ok((format, files.collect::<Result<_>>()?))
+    }
+
+    /// Where listed file `f` is; unless the input may be anywhere, a path
+    /// with `..`, an absolute path out of the folder or a symlink leading
+    /// out of it is refused (the message does not repeat the path).
+    fn place(&self, f: &str, key: &str) -> Result<PathBuf> {
+        let path = self.dir.join(f);
+        let Some(root) = &self.confined else {
+            return Ok(path);
+        };
+        let refuse = |why: &str| {
+            let m = format!(
+                "{why}; expected a file in metadata.json's folder (or allow input outside \
+                 it: --allow-input-outside)"
+            );
+            Err(self.err(key, m))
+        };
+        let rel = Path::new(f);
+        if rel
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        {
+            return refuse("the path contains \"..\"");
+        }
+        // DGL's chunk_graph.py writes absolute paths: fine when inside.
+        let inside_lexically =
+            !rel.is_absolute() || rel.starts_with(self.dir) || rel.starts_with(root);
+        match path.canonicalize() {
+            Ok(real) if real.starts_with(root) => Ok(path),
+            Ok(_) if inside_lexically => {
+                refuse("the path leads through a symlink out of the folder")
+            }
+            Ok(_) => refuse("an absolute path out of the folder"),
+            // Missing: the reader names it when it needs it.
+            Err(_) if inside_lexically => Ok(path),
+            Err(_) => refuse("an absolute path out of the folder"),
+        }
     }
 
     fn delimiter(&self, fmt: &Map<String, Value>, key: &str) -> Result<u8> {
@@ -341,7 +420,7 @@ impl<'a> Json<'a> {
             [d] if !matches!(d, b'\n' | b'\r' | b'0'..=b'9') => Ok(*d),
             _ => Err(self.err(
                 format!("{key}.delimiter"),
-                format!("expected one character, found {v}"),
+                format!("expected one character, found {}", kind(v)),
             )),
         }
     }
@@ -362,11 +441,11 @@ impl<'a> Json<'a> {
             return Ok(out);
         }
         for (tname, feats) in self.object(v, key)? {
-            let tkey = format!("{key}.{tname}");
-            let t =
-                index(tname).ok_or_else(|| self.err(&tkey, format!("unknown type {tname:?}")))?;
+            let tkey = format!("{key}.{}", safe(tname));
+            let t = index(tname)
+                .ok_or_else(|| self.err(&tkey, format!("unknown type {}", quoted(tname))))?;
             for (fname, entry) in self.object(feats, &tkey)? {
-                let fkey = format!("{tkey}.{fname}");
+                let fkey = format!("{tkey}.{}", safe(fname));
                 let (format, files) = self.files(entry, &fkey, true)?;
                 out[t].push(DataMeta {
                     name: fname.clone(),

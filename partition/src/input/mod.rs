@@ -10,9 +10,11 @@
 
 mod chunked;
 mod csv;
+mod limits;
 mod metadata;
 mod npy;
 mod parquet;
+mod parquet_check;
 mod text;
 mod write;
 
@@ -27,8 +29,14 @@ pub use write::write_chunked;
 /// Where the input graph is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Source {
-    /// DGL's chunked graph format: the path of its `metadata.json`.
+    /// DGL's chunked graph format: the path of its `metadata.json`. Every
+    /// file it lists must lie in metadata.json's folder (or below): a path
+    /// with `..`, an absolute path elsewhere, or a symlink leading out of
+    /// the folder is refused.
     Chunked { metadata: PathBuf },
+    /// As `Chunked`, but the files it lists may be anywhere this process
+    /// can read (`--allow-input-outside`: the input is trusted).
+    ChunkedAnywhere { metadata: PathBuf },
     /// The seed's text format (see [`TextSource`]).
     Text(TextSource),
 }
@@ -110,7 +118,8 @@ pub fn read_share(source: &Source, rank: u32, world: u32, threads: usize) -> Res
             message: format!("cannot start {threads} threads: {e}"),
         })?;
     pool.install(|| match source {
-        Source::Chunked { metadata } => chunked::read_share(metadata, rank, world),
+        Source::Chunked { metadata } => chunked::read_share(metadata, rank, world, false),
+        Source::ChunkedAnywhere { metadata } => chunked::read_share(metadata, rank, world, true),
         Source::Text(text) => text::read_share(text, rank, world),
     })
 }

@@ -5,6 +5,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
+use super::limits::{self, quoted};
 use crate::model::DType;
 use crate::{Error, Result};
 
@@ -28,7 +29,14 @@ impl Header {
 
     /// Elements of one row (1 for a 1-D array).
     pub fn row_elems(&self) -> u64 {
-        self.shape.iter().skip(1).product()
+        // Checked against the file when the header was read.
+        limits::product(self.shape.iter().skip(1)).unwrap_or(u64::MAX)
+    }
+
+    /// Bytes of one row; the header was checked, so it fits.
+    pub fn row_bytes(&self) -> u64 {
+        let elem = elem_size(&self.descr).unwrap_or(1) as u64;
+        self.row_elems().saturating_mul(elem)
     }
 
     /// The model's element type, or an error naming the file.
@@ -38,9 +46,9 @@ impl Header {
                 path,
                 "header",
                 format!(
-                    "unknown dtype {:?}; expected one of float16/32/64, int8/16/32/64, uint8, bool \
+                    "unknown dtype {}; expected one of float16/32/64, int8/16/32/64, uint8, bool \
                      (little-endian)",
-                    self.descr
+                    quoted(&self.descr)
                 ),
             )
         })
@@ -70,8 +78,11 @@ pub(crate) fn read_header(path: &Path) -> Result<Header> {
     header_from(&mut file, path)
 }
 
+/// Reads the header and checks it against the file: its length, and its
+/// shape times its element size against the bytes after it.
 fn header_from(file: &mut File, path: &Path) -> Result<Header> {
     let bad = |m: &str| Error::input(path, "header", m.to_string());
+    let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut pre = [0u8; 12];
     read_up_to(file, &mut pre, path)?;
     if &pre[..6] != MAGIC {
@@ -89,6 +100,10 @@ fn header_from(file: &mut File, path: &Path) -> Result<Header> {
             )))
         }
     };
+    if (start + len) as u64 > file_len {
+        let m = format!("the header claims {len} bytes, but the file has {file_len} bytes in all");
+        return Err(bad(&m));
+    }
     let mut text = vec![0u8; len];
     file.seek(SeekFrom::Start(start as u64))
         .and_then(|_| file.read_exact(&mut text))
@@ -101,12 +116,41 @@ fn header_from(file: &mut File, path: &Path) -> Result<Header> {
     let shape = dict_value(&text, "shape")
         .and_then(parse_shape)
         .ok_or_else(|| bad("no 'shape' tuple of integers"))?;
-    Ok(Header {
+    let h = Header {
         descr: descr.to_string(),
         fortran_order: fortran.starts_with("True"),
         shape,
         data_offset: (start + len) as u64,
-    })
+    };
+    check_size(&h, file_len, path)?;
+    Ok(h)
+}
+
+/// The shape times the element size must be exactly the bytes after the
+/// header, so nothing is ever sized by an unchecked shape.
+fn check_size(h: &Header, file_len: u64, path: &Path) -> Result<()> {
+    let bad = |m: String| Error::input(path, "header", m);
+    let numeric = h.descr.get(1..2).is_some_and(|k| "biufc".contains(k));
+    let elem = elem_size(&h.descr).filter(|&e| numeric && (1..=16).contains(&e));
+    let Some(elem) = elem else {
+        return Err(bad(format!(
+            "unknown dtype {}; expected a numeric dtype such as <f4 or <i8",
+            quoted(&h.descr)
+        )));
+    };
+    let data = file_len - h.data_offset;
+    let need = limits::product(&h.shape).and_then(|n| n.checked_mul(elem as u64));
+    match need {
+        Some(n) if n == data => Ok(()),
+        Some(n) => Err(bad(format!(
+            "shape {:?} of {}-byte elements needs {n} bytes after the header, the file has {data}",
+            h.shape, elem
+        ))),
+        None => Err(bad(format!(
+            "shape {:?} of {}-byte elements is more than 2^64 bytes; the file has {data}",
+            h.shape, elem
+        ))),
+    }
 }
 
 fn read_up_to(file: &mut File, buf: &mut [u8], path: &Path) -> Result<()> {
@@ -146,22 +190,34 @@ pub(crate) fn elem_size(descr: &str) -> Option<usize> {
 /// Reads rows from `first_row` on of `path` (whose header is `h`) into
 /// `out`; `out.len()` decides how many.
 pub(crate) fn read_rows(path: &Path, h: &Header, first_row: u64, out: &mut [u8]) -> Result<()> {
-    let elem = elem_size(&h.descr).unwrap_or(1) as u64;
-    let row_bytes = h.row_elems() * elem;
+    let row_bytes = h.row_bytes();
     let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
     let total = file.metadata().map_err(|e| Error::io(path, e))?.len();
-    let need = h.data_offset + h.rows() * row_bytes;
-    if total < need {
+    let from = first_row
+        .checked_mul(row_bytes)
+        .and_then(|b| b.checked_add(h.data_offset));
+    let end = from.and_then(|f| f.checked_add(out.len() as u64));
+    let (Some(from), Some(end)) = (from, end) else {
         return Err(Error::input(
             path,
-            format!("row {}", (total.saturating_sub(h.data_offset)) / row_bytes.max(1)),
+            format!("row {first_row}"),
+            "rows beyond 2^64 bytes",
+        ));
+    };
+    if end > total {
+        return Err(Error::input(
+            path,
             format!(
-                "the file ends early: its header promises {} rows ({need} bytes), it has {total} bytes",
-                h.rows()
+                "row {}",
+                total.saturating_sub(h.data_offset) / row_bytes.max(1)
+            ),
+            format!(
+                "the file ends early (it changed while read?): rows up to byte {end} were \
+                 expected, it has {total} bytes"
             ),
         ));
     }
-    file.seek(SeekFrom::Start(h.data_offset + first_row * row_bytes))
+    file.seek(SeekFrom::Start(from))
         .and_then(|_| file.read_exact(out))
         .map_err(|e| Error::io(path, e))
 }

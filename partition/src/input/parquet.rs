@@ -21,16 +21,27 @@ use std::ops::Range;
 use parquet::file::metadata::KeyValue;
 
 use super::csv::{Ends, Pairs};
+use super::limits::{self, quoted};
 use super::metadata::{DataMeta, Metadata};
+use super::parquet_check::{self, Bounded};
 use crate::model::{DType, Tensor};
 use crate::{Error, Result};
 
 const BATCH: usize = 64 * 1024;
 
-fn open(path: &Path) -> Result<SerializedFileReader<File>> {
-    let file = File::open(path).map_err(|e| Error::io(path, e))?;
-    SerializedFileReader::new(file)
-        .map_err(|e| Error::input(path, "footer", format!("not a readable parquet file: {e}")))
+/// Opens `path` with its footer and page headers checked against it.
+fn open(path: &Path) -> Result<SerializedFileReader<Bounded>> {
+    let reader = SerializedFileReader::new(Bounded::open(path)?)
+        .map_err(|e| Error::input(path, "footer", format!("not a readable parquet file: {e}")))?;
+    parquet_check::check(path, &Bounded::open(path)?, reader.metadata())?;
+    Ok(reader)
+}
+
+/// The file's length, to bound what is reserved before decoding.
+fn file_len(path: &Path) -> Result<u64> {
+    Ok(std::fs::metadata(path)
+        .map_err(|e| Error::io(path, e))?
+        .len())
 }
 
 /// Rows of the file, from its footer.
@@ -67,16 +78,16 @@ pub(crate) fn read_edges(path: &Path, chunk: usize, ends: &Ends) -> Result<Pairs
     let mut total = 0u64;
     for g in groups {
         first.push(total);
+        // Non-negative, summing to the footer's rows: checked at open.
         total += g.num_rows().max(0) as u64;
     }
+    // Reserve no more than the file could plainly hold; decoding grows it.
+    let cap = total.min(file_len(path)?) as usize;
     let parts: Vec<Result<Pairs>> = (0..groups.len())
         .into_par_iter()
         .map(|g| read_group(&reader, g, first[g], path, chunk, ends))
         .collect();
-    let (mut src, mut dst) = (
-        Vec::with_capacity(total as usize),
-        Vec::with_capacity(total as usize),
-    );
+    let (mut src, mut dst) = (Vec::with_capacity(cap), Vec::with_capacity(cap));
     for part in parts {
         let (s, d) = part?;
         src.extend_from_slice(&s);
@@ -86,7 +97,7 @@ pub(crate) fn read_edges(path: &Path, chunk: usize, ends: &Ends) -> Result<Pairs
 }
 
 fn read_group(
-    reader: &SerializedFileReader<File>,
+    reader: &SerializedFileReader<Bounded>,
     g: usize,
     first_row: u64,
     path: &Path,
@@ -102,6 +113,7 @@ fn read_group(
         )
     };
     let group = reader.get_row_group(g).map_err(fail)?;
+    let rows = group.metadata().num_rows().max(0) as u64;
     let def = |c: usize| {
         reader
             .metadata()
@@ -110,17 +122,18 @@ fn read_group(
             .column(c)
             .max_def_level()
     };
+    let span = (first_row, rows);
     let src = read_column(
         group.get_column_reader(0).map_err(fail)?,
         def(0),
-        first_row,
+        span,
         path,
         &at,
     )?;
     let dst = read_column(
         group.get_column_reader(1).map_err(fail)?,
         def(1),
-        first_row,
+        span,
         path,
         &at,
     )?;
@@ -143,11 +156,12 @@ fn read_group(
     Ok((src, dst))
 }
 
-/// One column as non-negative ids; nulls and negatives are errors.
+/// One column of a group of `rows` rows from `first_row` as non-negative
+/// ids; nulls, negatives and more values than rows are errors.
 fn read_column(
     col: ColumnReader,
     max_def: i16,
-    first_row: u64,
+    (first_row, rows): (u64, u64),
     path: &Path,
     at: &dyn Fn(u64) -> String,
 ) -> Result<Vec<u64>> {
@@ -168,6 +182,10 @@ fn read_column(
                     .map_err(|e| fail(row, e))?;
                 if records == 0 {
                     break;
+                }
+                if (out.len() + records) as u64 > rows {
+                    let m = format!("more values than the row group's {rows} rows");
+                    return Err(Error::input(path, at(row), m));
                 }
                 if values < records {
                     let null = defs.iter().position(|&d| d < max_def).unwrap_or(0);
@@ -263,8 +281,9 @@ pub(crate) fn read_feature(
         .par_iter()
         .map(|p| count_rows(p))
         .collect::<Result<_>>()?;
-    let total: u64 = counts.iter().sum();
-    if total != count {
+    let total = limits::sum(&counts);
+    if total != Some(count) {
+        let total = total.map_or("more than 2^64".into(), |t| t.to_string());
         let m = format!(
             "its {} files hold {total} rows, but {what} has {count}; expected one row each",
             d.files.len()
@@ -312,6 +331,7 @@ fn slice_rows(mut t: Tensor, lo: u64, hi: u64) -> Tensor {
 /// A whole parquet feature file as a row-major tensor.
 fn read_table(path: &Path, k: usize) -> Result<Tensor> {
     let reader = open(path)?;
+    let len = file_len(path)?;
     let file_meta = reader.metadata().file_metadata();
     let schema = file_meta.schema_descr_ptr();
     let cols = schema.num_columns();
@@ -337,7 +357,9 @@ fn read_table(path: &Path, k: usize) -> Result<Tensor> {
     }
     let rows = file_meta.num_rows().max(0) as u64;
     let size = dtype.size();
-    let mut data = vec![0u8; rows as usize * cols * size];
+    let row_bytes = cols.saturating_mul(size);
+    // Sized per row group by what was decoded, never by the footer alone.
+    let mut data = Vec::with_capacity((rows.saturating_mul(row_bytes as u64)).min(len) as usize);
     let mut first = 0usize;
     for g in 0..reader.num_row_groups() {
         let fail = |e: parquet::errors::ParquetError| {
@@ -349,18 +371,24 @@ fn read_table(path: &Path, k: usize) -> Result<Tensor> {
         };
         let group = reader.get_row_group(g).map_err(fail)?;
         let n = group.metadata().num_rows().max(0) as usize;
+        let mut columns = Vec::with_capacity(cols);
         for c in 0..cols {
             let col = group.get_column_reader(c).map_err(fail)?;
             let values = read_values(col, n, size).map_err(fail)?;
-            if values.len() != n * size {
+            if values.len() != n.saturating_mul(size) {
                 return Err(Error::input(
                     path,
                     format!("row {first} of chunk {k}"),
                     format!("column {c} has nulls or missing values; expected {n}"),
                 ));
             }
+            columns.push(values);
+        }
+        let base = data.len();
+        data.resize(base + n * row_bytes, 0);
+        for (c, values) in columns.iter().enumerate() {
             for (r, v) in values.chunks_exact(size).enumerate() {
-                let at = ((first + r) * cols + c) * size;
+                let at = base + r * row_bytes + c * size;
                 data[at..at + size].copy_from_slice(v);
             }
         }
@@ -373,7 +401,8 @@ fn read_table(path: &Path, k: usize) -> Result<Tensor> {
 
 /// Reads `n` values of a column as little-endian bytes of `size` each.
 fn read_values(col: ColumnReader, n: usize, size: usize) -> parquet::errors::Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(n * size);
+    let limit = n.saturating_mul(size);
+    let mut out = Vec::with_capacity(limit.min(BATCH * size));
     macro_rules! drain {
         ($r:expr, $conv:expr) => {{
             let mut vals = Vec::new();
@@ -383,6 +412,11 @@ fn read_values(col: ColumnReader, n: usize, size: usize) -> parquet::errors::Res
                 let (records, _, _) = $r.read_records(BATCH, Some(&mut defs), None, &mut vals)?;
                 if records == 0 {
                     break;
+                }
+                if out.len() + vals.len() * size > limit {
+                    return Err(parquet::errors::ParquetError::General(format!(
+                        "more values than the row group's {n} rows"
+                    )));
                 }
                 for v in &vals {
                     out.extend_from_slice(&$conv(v));
@@ -424,9 +458,10 @@ fn shape_of(
         .map(|s| s.parse().ok())
         .collect();
     match dims {
-        Some(d) if d.first() == Some(&rows) && d.iter().skip(1).product::<u64>() == cols => Ok(d),
+        Some(d) if d.first() == Some(&rows) && limits::product(&d[1..]) == Some(cols) => Ok(d),
         _ => Err(format!(
-            "{text:?} does not fit {rows} rows of {cols} columns"
+            "the shape {} does not fit {rows} rows of {cols} columns",
+            quoted(&text)
         )),
     }
 }

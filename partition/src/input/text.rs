@@ -31,6 +31,8 @@ use rayon::prelude::*;
 use serde_json::Value;
 
 use super::csv::block_starts;
+use super::limits::{kind, quoted, safe, token_kind};
+use super::metadata::json_error;
 use super::{split_even, Share, TextSource};
 use crate::model::{DType, EdgeType, InputGraph, NodeType, Tensor};
 use crate::{Error, Result};
@@ -78,13 +80,7 @@ struct Schema {
 impl Schema {
     fn load(path: &Path) -> Result<Schema> {
         let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
-        let v: Value = serde_json::from_slice(&text).map_err(|e| {
-            Error::input(
-                path,
-                format!("line {}", e.line()),
-                format!("not valid JSON: {e}"),
-            )
-        })?;
+        let v: Value = serde_json::from_slice(&text).map_err(|e| json_error(path, &e))?;
         Ok(Schema {
             ntypes: ranges(path, &v, "nid")?,
             etypes: ranges(path, &v, "eid")?,
@@ -109,8 +105,8 @@ fn ranges(path: &Path, v: &Value, key: &str) -> Result<Vec<(String, u64, u64)>> 
             Some([Some(a), Some(b)]) if a <= b => out.push((name.clone(), *a, *b)),
             _ => {
                 return Err(bad(
-                    format!("{key}.{name}"),
-                    format!("expected [start, end], found {r}"),
+                    format!("{key}.{}", safe(name)),
+                    format!("expected [start, end], found {}", kind(r)),
                 ))
             }
         }
@@ -120,7 +116,7 @@ fn ranges(path: &Path, v: &Value, key: &str) -> Result<Vec<(String, u64, u64)>> 
     for (name, a, b) in &out {
         if *a != next {
             let m = format!("starts at {a}; expected {next} (ranges must tile 0..total in order)");
-            return Err(bad(format!("{key}.{name}"), m));
+            return Err(bad(format!("{key}.{}", safe(name)), m));
         }
         next = *b;
     }
@@ -193,9 +189,9 @@ impl Table {
                         path,
                         format!("line {line_no}"),
                         format!(
-                            "column {}: expected an integer, found {:?}",
+                            "column {}: expected an integer, found {}",
                             n + 1,
-                            lossy(f)
+                            token_kind(f)
                         ),
                     )
                 })?;
@@ -214,9 +210,9 @@ impl Table {
             for f in fields {
                 push_attr(&mut t.attrs, f, dtype).ok_or_else(|| {
                     let m = format!(
-                        "column {}: expected a {dtype:?} attribute, found {:?}",
+                        "column {}: expected a {dtype:?} attribute, found {}",
                         prefix + attrs as usize + 1,
-                        lossy(f)
+                        token_kind(f)
                     );
                     Error::input(path, format!("line {line_no}"), m)
                 })?;
@@ -250,10 +246,6 @@ impl Table {
             )
         })
     }
-}
-
-fn lossy(f: &[u8]) -> String {
-    String::from_utf8_lossy(&f[..f.len().min(40)]).into_owned()
 }
 
 fn parse_int(f: &[u8]) -> Option<i64> {
@@ -329,7 +321,16 @@ fn build_nodes(table: &Table, src: &TextSource, schema: Option<&Schema>) -> Resu
     let mut attrs = Attrs::new(counts.len());
     let mut attr_at = 0usize;
     for row in 0..table.rows() {
-        let (hid, t) = (row as u64, table.id(row, 0, "node type")? as usize);
+        let (hid, t) = (row as u64, table.id(row, 0, "node type")?);
+        // Types are numbered densely: more types than lines is no graph.
+        if t >= table.rows() as u64 {
+            let m = format!(
+                "node type {t}; expected a type id below the file's {} node lines",
+                table.rows()
+            );
+            return Err(table.err(row, m));
+        }
+        let t = t as usize;
         if known.is_none() {
             if t + 1 < starts.len() {
                 return Err(table.err(
@@ -451,27 +452,43 @@ fn build_edges(
             let ends = *slot.ends.get_or_insert((st, dt));
             if ends != (st, dt) {
                 let m = format!(
-                    "edge type {:?} joins {} -> {}, but this edge joins {} -> {}",
-                    slot.name,
-                    g.ntypes[ends.0].name,
-                    g.ntypes[ends.1].name,
-                    g.ntypes[st].name,
-                    g.ntypes[dt].name
+                    "edge type {} joins {} -> {}, but this edge joins {} -> {}",
+                    quoted(&slot.name),
+                    safe(&g.ntypes[ends.0].name),
+                    safe(&g.ntypes[ends.1].name),
+                    safe(&g.ntypes[st].name),
+                    safe(&g.ntypes[dt].name)
                 );
                 return Err(table.err(row, m));
             }
-            if eid >= slot.count || slot.seen[eid as usize] {
+            let held = slot.seen.len() as u64;
+            if eid >= slot.count.min(held) || slot.seen[eid as usize] {
                 let m = if eid >= slot.count {
                     format!("expected below {}", slot.count)
+                } else if eid >= held {
+                    format!(
+                        "expected below {held}: the edges files hold {held} edges of this type, \
+                         the schema says {}",
+                        slot.count
+                    )
                 } else {
                     "it appears twice".into()
                 };
-                return Err(table.err(row, format!("type edge id {eid} of {:?}: {m}", slot.name)));
+                return Err(table.err(
+                    row,
+                    format!("type edge id {eid} of {}: {m}", quoted(&slot.name)),
+                ));
             }
             slot.seen[eid as usize] = true;
             (slot.src[eid as usize], slot.dst[eid as usize]) = (sid, did);
             let len = table.attr_len[row];
-            attrs.check(e, len, table, row, &format!("edge type {:?}", slot.name))?;
+            attrs.check(
+                e,
+                len,
+                table,
+                row,
+                &format!("edge type {}", quoted(&slot.name)),
+            )?;
             slot.attr_rows[eid as usize] = (ti, attr_at);
             attr_at += len as usize * src.edge_attr_dtype.size();
         }
@@ -491,9 +508,15 @@ fn edge_slots(
     schema: Option<&Schema>,
 ) -> Result<Vec<Slot>> {
     let mut counted: Vec<u64> = Vec::new();
+    let lines: usize = tables.iter().map(Table::rows).sum();
     for table in tables {
         for row in 0..table.rows() {
-            let e = table.id(row, 3, "edge type")? as usize;
+            let e = table.id(row, 3, "edge type")?;
+            if e >= lines as u64 {
+                let m = format!("edge type {e}; expected a type id below the {lines} edge lines");
+                return Err(table.err(row, m));
+            }
+            let e = e as usize;
             if let Some(s) = schema.filter(|s| e >= s.etypes.len()) {
                 return Err(table.err(
                     row,
@@ -513,9 +536,11 @@ fn edge_slots(
     let names = names(schema.map(|s| &s.etypes), n, "_E");
     let mut slots = Vec::with_capacity(n);
     for (e, name) in names.into_iter().enumerate() {
-        let count = schema.map_or(counted[e], |s| s.etypes[e].2 - s.etypes[e].1);
+        let found = counted.get(e).copied().unwrap_or(0);
+        let count = schema.map_or(found, |s| s.etypes[e].2 - s.etypes[e].1);
         let ends = canonical_ends(g, &name, src, e)?;
-        let c = count as usize;
+        // Sized by what the files hold, never by the schema alone.
+        let c = count.min(found) as usize;
         slots.push(Slot {
             name,
             ends,
@@ -538,7 +563,7 @@ fn canonical_ends(
 ) -> Result<Option<(usize, usize)>> {
     let parts: Vec<&str> = name.split(':').collect();
     let schema = src.schema.as_deref().unwrap_or(Path::new("schema"));
-    let key = format!("eid.{name}");
+    let key = format!("eid.{}", safe(name));
     match parts[..] {
         [_] => Ok(None),
         [s, _, d] => {
@@ -548,14 +573,17 @@ fn canonical_ends(
                 _ => Err(Error::input(
                     schema,
                     key,
-                    format!("edge type {e} {name:?} names a node type the nid ranges do not list"),
+                    format!(
+                        "edge type {e} {} names a node type the nid ranges do not list",
+                        quoted(name)
+                    ),
                 )),
             }
         }
         _ => Err(Error::input(
             schema,
             key,
-            format!("{name:?}: expected a relation name or src:rel:dst"),
+            format!("{}: expected a relation name or src:rel:dst", quoted(name)),
         )),
     }
 }
@@ -567,19 +595,22 @@ fn finish_edge(
     tables: &[Table],
     src: &TextSource,
 ) -> Result<EdgeType> {
-    if let Some(missing) = slot.seen.iter().position(|s| !s) {
+    let unseen = slot.seen.iter().position(|s| !s);
+    let beyond = (slot.count > slot.seen.len() as u64).then_some(slot.seen.len());
+    if let Some(missing) = unseen.or(beyond) {
         let path = src.schema.as_deref().unwrap_or(&src.edges);
         let m = format!(
-            "edge type {:?} has {} edges, but type edge id {missing} is in no edges file",
-            slot.name, slot.count
+            "edge type {} has {} edges, but type edge id {missing} is in no edges file",
+            quoted(&slot.name),
+            slot.count
         );
-        return Err(Error::input(path, format!("eid.{}", slot.name), m));
+        return Err(Error::input(path, format!("eid.{}", safe(&slot.name)), m));
     }
     let Some((src_type, dst_type)) = slot.ends else {
-        let m = format!("edge type {e} {:?} has no edges to tell its end types; name it src:rel:dst in the schema", slot.name);
+        let m = format!("edge type {e} {} has no edges to tell its end types; name it src:rel:dst in the schema", quoted(&slot.name));
         return Err(Error::input(
             src.schema.as_deref().unwrap_or(&src.edges),
-            format!("eid.{}", slot.name),
+            format!("eid.{}", safe(&slot.name)),
             m,
         ));
     };

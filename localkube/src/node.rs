@@ -651,35 +651,59 @@ impl LocalCluster {
         let started = Instant::now();
         let paths = self.node_paths();
         let np = NodePorts::for_ports(&self.config().ports);
+        self.prepare_node_dirs(&paths, node, &np)?;
+        self.write_node_kubeconfigs(&paths, node, pki, server)?;
+        let pause = self.write_runtime_configs(&paths, node).await?;
+        let env = vec![("PATH".to_owned(), host::path_env())];
+        self.start_containerd(&paths, env.clone()).await?;
+        self.ensure_pause_image(&pause).await?;
+        let client = self
+            .start_kubelet(&paths, node, &np, pki, bins, &pause, env.clone())
+            .await?;
+        self.start_kube_proxy(&paths, node, &np, bins, env).await?;
+        self.wait_kubernetes_endpoint(&client, &node.node_ip)
+            .await?;
+        progress!(
+            "node {} Ready in {} (containerd, kubelet, kube-proxy; pods on {}, node IP {})",
+            node.node_name,
+            util::human(started.elapsed()),
+            node.pod_cidr,
+            node.node_ip
+        );
+        Ok(())
+    }
+
+    /// The node's state folders, and none of its ports taken by another process.
+    fn prepare_node_dirs(
+        &self,
+        paths: &NodePaths,
+        node: &NodeConfig,
+        np: &NodePorts,
+    ) -> Result<()> {
         for p in paths.per_run_dirs() {
             util::create_dir_all(&p)?;
         }
         util::create_dir_all(&paths.containerd_root())?;
         util::create_dir_all(&paths.cni_conf_dir())?;
         util::create_dir_all(&paths.cni_ipam_dir())?;
-        check_port(&node.node_ip, np.kubelet, KUBELET, &self.config().name)?;
-        check_port(
-            "127.0.0.1",
-            np.kubelet_healthz,
-            KUBELET,
-            &self.config().name,
-        )?;
-        check_port(
-            "127.0.0.1",
-            np.proxy_healthz,
-            KUBE_PROXY,
-            &self.config().name,
-        )?;
-        check_port(
-            "127.0.0.1",
-            np.proxy_metrics,
-            KUBE_PROXY,
-            &self.config().name,
-        )?;
+        let name = &self.config().name;
+        check_port(&node.node_ip, np.kubelet, KUBELET, name)?;
+        check_port("127.0.0.1", np.kubelet_healthz, KUBELET, name)?;
+        check_port("127.0.0.1", np.proxy_healthz, KUBE_PROXY, name)?;
+        check_port("127.0.0.1", np.proxy_metrics, KUBE_PROXY, name)?;
+        Ok(())
+    }
 
-        // Credentials: the kubelet as system:node:<name> (Node authorizer +
-        // NodeRestriction), kube-proxy as system:kube-proxy (bound to
-        // system:node-proxier by the default RBAC policy).
+    /// Credentials: the kubelet as system:node:<name> (Node authorizer +
+    /// NodeRestriction), kube-proxy as system:kube-proxy (bound to
+    /// system:node-proxier by the default RBAC policy).
+    fn write_node_kubeconfigs(
+        &self,
+        paths: &NodePaths,
+        node: &NodeConfig,
+        pki: &PkiFiles,
+        server: &str,
+    ) -> Result<()> {
         let ca = util::read_to_string(&pki.ca_cert())?;
         for (stem, cn, org, file) in [
             (
@@ -705,7 +729,12 @@ impl LocalCluster {
             )?;
             util::write_atomic(&file, kc.as_bytes(), 0o600)?;
         }
+        Ok(())
+    }
 
+    /// The CNI and containerd configurations; returns the sandbox image's
+    /// reference (named for the Go version that builds it).
+    async fn write_runtime_configs(&self, paths: &NodePaths, node: &NodeConfig) -> Result<String> {
         let cache = self.config().cache_dir.clone();
         let go_ver = blocking(move || go_version(&cache)).await?;
         let pause = pause_reference(&go_ver);
@@ -717,12 +746,14 @@ impl LocalCluster {
         )?;
         util::write_atomic(
             &paths.containerd_config(),
-            containerd_config(&paths, &pause)?.as_bytes(),
+            containerd_config(paths, &pause)?.as_bytes(),
             0o644,
         )?;
+        Ok(pause)
+    }
 
-        // containerd
-        let env = vec![("PATH".to_owned(), host::path_env())];
+    /// containerd, waited for until `ctr version` answers.
+    async fn start_containerd(&self, paths: &NodePaths, env: Vec<(String, String)>) -> Result<()> {
         let ctrd = process::spawn(
             &self.run_dir(),
             &self.log_dir(),
@@ -733,7 +764,7 @@ impl LocalCluster {
                     "--config".into(),
                     paths.containerd_config().display().to_string(),
                 ],
-                env: env.clone(),
+                env,
             },
         )?;
         let this = self.clone();
@@ -745,12 +776,14 @@ impl LocalCluster {
                     .unwrap_or(false)
             }
         })
-        .await?;
+        .await
+    }
 
-        // The sandbox image, built once per Go version and loaded once per containerd root.
+    /// The sandbox image, built once per Go version and loaded once per containerd root.
+    async fn ensure_pause_image(&self, pause: &str) -> Result<()> {
         let this = self.clone();
         let cache = self.config().cache_dir.clone();
-        let pause_ref = pause.clone();
+        let pause_ref = pause.to_owned();
         blocking(move || {
             if !this.node_images()?.contains(&pause_ref) {
                 let tag = pause_ref.rsplit(':').next().unwrap_or("x").to_owned();
@@ -764,12 +797,25 @@ impl LocalCluster {
             }
             Ok(())
         })
-        .await?;
+        .await
+    }
 
-        // kubelet
+    /// The kubelet, waited for until its Node is Ready; returns the admin
+    /// client the later steps use.
+    #[allow(clippy::too_many_arguments)]
+    async fn start_kubelet(
+        &self,
+        paths: &NodePaths,
+        node: &NodeConfig,
+        np: &NodePorts,
+        pki: &PkiFiles,
+        bins: &Binaries,
+        pause: &str,
+        env: Vec<(String, String)>,
+    ) -> Result<Client> {
         util::write_atomic(
             &paths.kubelet_config(),
-            kubelet_config(&paths, node, &np, pki, &self.config().name)?.as_bytes(),
+            kubelet_config(paths, node, np, pki, &self.config().name)?.as_bytes(),
             0o644,
         )?;
         let kubelet = process::spawn(
@@ -793,7 +839,7 @@ impl LocalCluster {
                     format!("--pod-infra-container-image={pause}"),
                     "--v=1".into(),
                 ],
-                env: env.clone(),
+                env,
             },
         )?;
         let client = kubeconfig::client_from_file(&self.kubeconfig_path()).await?;
@@ -802,11 +848,21 @@ impl LocalCluster {
             node_ready(&client, &node_name)
         })
         .await?;
+        Ok(client)
+    }
 
-        // kube-proxy
+    /// kube-proxy, waited for until its /healthz answers.
+    async fn start_kube_proxy(
+        &self,
+        paths: &NodePaths,
+        node: &NodeConfig,
+        np: &NodePorts,
+        bins: &Binaries,
+        env: Vec<(String, String)>,
+    ) -> Result<()> {
         util::write_atomic(
             &paths.proxy_config(),
-            proxy_config(&paths, node, &np)?.as_bytes(),
+            proxy_config(paths, node, np)?.as_bytes(),
             0o644,
         )?;
         let proxy = process::spawn(
@@ -822,31 +878,25 @@ impl LocalCluster {
                 env,
             },
         )?;
+        let port = np.proxy_healthz;
         self.wait_for(KUBE_PROXY, &proxy, Duration::from_secs(60), || {
-            http_ok(np.proxy_healthz, "/healthz")
+            http_ok(port, "/healthz")
         })
-        .await?;
+        .await
+    }
 
-        // The lease endpoint reconciler publishes the node IP for the
-        // `kubernetes` Service; pods depend on it.
-        let node_ip = node.node_ip.clone();
+    /// The lease endpoint reconciler publishes the node IP for the
+    /// `kubernetes` Service; pods depend on it.
+    async fn wait_kubernetes_endpoint(&self, client: &Client, node_ip: &str) -> Result<()> {
         let apiserver = process::read_pid(&self.run_dir(), crate::cluster::APISERVER)
             .ok_or_else(|| Error::Invalid("kube-apiserver pid file vanished".into()))?;
         self.wait_for(
             crate::cluster::APISERVER,
             &apiserver,
             Duration::from_secs(30),
-            || kubernetes_endpoint_is(&client, &node_ip),
+            || kubernetes_endpoint_is(client, node_ip),
         )
-        .await?;
-        progress!(
-            "node {} Ready in {} (containerd, kubelet, kube-proxy; pods on {}, node IP {})",
-            node.node_name,
-            util::human(started.elapsed()),
-            node.pod_cidr,
-            node.node_ip
-        );
-        Ok(())
+        .await
     }
 
     /// Whether a running node cluster can be reused: its node components run
@@ -1045,165 +1095,43 @@ impl LocalCluster {
     /// Reverts the host changes after every node process has been stopped.
     fn sweep_host(&self, rec: Option<&HostRecord>, report: &mut NodeTeardown) {
         let paths = self.node_paths();
-        if self.host_owned_by_other() {
+        let global = !self.host_owned_by_other();
+        if !global {
             // Only our own processes, mounts and state; the host-global
             // links, iptables rules and sysctls are the owner's.
             report.warnings.push(format!(
                 "{HOST_MARKER} names another cluster; left links, iptables and sysctls alone"
             ));
         }
-        let global = !self.host_owned_by_other();
-        let warn = |r: &mut NodeTeardown, what: &str, e: Error| {
-            r.warnings.push(format!("{what}: {e}"));
-        };
-
-        // Shims of our containerd outlive it by design; they name its socket.
-        let socket = paths.containerd_socket().display().to_string();
-        let shims: Vec<i32> = host::pids_with_cmdline(&socket)
-            .into_iter()
-            .filter(|pid| {
-                fs::read_link(format!("/proc/{pid}/exe"))
-                    .map(|e| e.to_string_lossy().contains("containerd-shim"))
-                    .unwrap_or(false)
-            })
-            .collect();
-        if !shims.is_empty() {
-            host::kill_and_wait(&shims, Duration::from_secs(10));
-            report.stray_processes_killed.extend(&shims);
-        }
-        // Container processes, and the cgroup tree itself.
+        kill_shims(&paths, report);
         let cgroup_root = rec
             .map(|r| r.cgroup_root.clone())
             .unwrap_or_else(|| format!("localkube-{}", self.config().name));
-        match host::remove_cgroup_root(&cgroup_root) {
-            Ok(pids) => report.stray_processes_killed.extend(pids),
-            Err(e) => warn(report, "removing the cgroup root", e),
+        remove_cgroup_and_mounts(&cgroup_root, &paths, report);
+        if global {
+            remove_links(rec, report);
         }
-        // Mounts: volumes under the kubelet dir, container rootfs and netns
-        // mounts under the containerd state dir.
-        match host::unmount_all_under(&paths.dir) {
-            Ok(m) => report.mounts_removed = m,
-            Err(e) => warn(report, "unmounting", e),
-        }
-        // Links: pod veths first (normally gone with their netns), then bridges.
-        for port in host::bridge_ports(CNI_BRIDGE)
-            .into_iter()
-            .filter(|_| global)
-        {
-            match host::delete_link(&port) {
-                Ok(true) => report.links_removed.push(port),
-                Ok(false) => {}
-                Err(e) => warn(report, "deleting a pod veth", e),
-            }
-        }
-        let links: Vec<String> = match rec {
-            _ if !global => Vec::new(),
-            Some(r) => r.links.clone(),
-            None => vec![CNI_BRIDGE.into(), NODE_INTERFACE.into()],
-        };
-        for link in links {
-            match host::delete_link(&link) {
-                Ok(true) => report.links_removed.push(link),
-                Ok(false) => {}
-                Err(e) => warn(report, "deleting a link", e),
-            }
-        }
-        // iptables: only chains that did not exist before `up`.
         if let Some(rec) = rec.filter(|_| global) {
-            for bin in host::IPTABLES_BINARIES {
-                for table in host::IPTABLES_TABLES {
-                    let Some(before) = rec.chains_before.get(&format!("{bin} {table}")) else {
-                        continue;
-                    };
-                    match host::remove_rules_mentioning(
-                        bin,
-                        table,
-                        &format!("\\\"{}\\\"", rec.cni_network),
-                    ) {
-                        Ok(_) => {}
-                        Err(e) => warn(report, "deleting CNI rules", e),
-                    }
-                    match host::remove_new_chains(bin, table, before, &["KUBE-", "CNI-"]) {
-                        Ok(c) => report
-                            .chains_removed
-                            .extend(c.into_iter().map(|c| format!("{bin} {table} {c}"))),
-                        Err(e) => warn(report, "deleting iptables chains", e),
-                    }
-                }
-            }
-            // kube-proxy's accounting objects, unless a kube-proxy ran here before us.
-            let kube_before = rec
-                .chains_before
-                .values()
-                .flatten()
-                .any(|c| c.starts_with("KUBE-"));
-            if !kube_before {
-                for counter in KUBE_PROXY_NFACCT {
-                    match host::nfacct_delete(counter) {
-                        Ok(true) => report.nfacct_removed.push(counter.to_owned()),
-                        Ok(false) => {}
-                        Err(e) => warn(report, "deleting an nfacct counter", e),
-                    }
-                }
-            }
-            // Sysctls, where they still hold what our components set.
-            for (k, before) in &rec.sysctls {
-                if host::sysctl_read(k).as_deref() != Some(before.as_str()) {
-                    match host::sysctl_write(k, before) {
-                        Ok(()) => report.sysctls_restored.push((k.clone(), before.clone())),
-                        Err(e) => warn(report, "restoring a sysctl", e),
-                    }
-                }
-            }
-        }
-        // Files outside the state dir.
-        let pod_logs = paths.pod_logs();
-        if let Ok(rd) = fs::read_dir("/var/log/containers") {
-            for e in rd.flatten() {
-                let ours = fs::read_link(e.path())
-                    .map(|t| t.starts_with(&pod_logs))
-                    .unwrap_or(false);
-                if ours && fs::remove_file(e.path()).is_ok() {
-                    report.paths_removed.push(e.path());
-                }
-            }
+            remove_iptables(rec, report);
+            remove_nfacct(rec, report);
+            restore_sysctls(rec, report);
         }
         let network = rec
             .map(|r| r.cni_network.clone())
             .unwrap_or_else(|| format!("localkube-{}", self.config().name));
-        if let Ok(rd) = fs::read_dir("/var/lib/cni/results") {
-            for e in rd.flatten() {
-                if e.file_name()
-                    .to_string_lossy()
-                    .starts_with(&format!("{network}-"))
-                    && fs::remove_file(e.path()).is_ok()
-                {
-                    report.paths_removed.push(e.path());
-                }
-            }
-        }
-        if let Some(rec) = rec {
-            for dir in &rec.absent_dirs {
-                if dir.exists() {
-                    match remove_empty_tree(dir) {
-                        Ok(true) => report.paths_removed.push(dir.clone()),
-                        Ok(false) => report.warnings.push(format!(
-                            "{} did not exist before `up` and is not empty now; left in place",
-                            dir.display()
-                        )),
-                        Err(e) => warn(report, "removing a host directory", e),
-                    }
-                }
-            }
-        }
-        // Per-run state (the containerd root with the images stays).
+        remove_host_files(rec, &paths, &network, report);
+        self.remove_node_state(&paths, report);
+    }
+
+    /// Per-run state (the containerd root with the images stays), then the
+    /// host marker, then the record that justified it.
+    fn remove_node_state(&self, paths: &NodePaths, report: &mut NodeTeardown) {
         for d in paths.per_run_dirs() {
             if let Err(e) = util::remove_dir_all_if_exists(&d) {
                 warn(report, "removing node state", e);
             }
         }
         let _ = util::remove_file_if_exists(&paths.containerd_socket());
-        // Release the host: the marker, then the record that justified it.
         let owned = fs::read(HOST_MARKER)
             .ok()
             .and_then(|b| serde_json::from_slice::<HostMarker>(&b).ok())
@@ -1260,6 +1188,160 @@ impl LocalCluster {
             }
         }
         left
+    }
+}
+
+/// A teardown step that failed: noted, and the teardown goes on.
+fn warn(report: &mut NodeTeardown, what: &str, e: Error) {
+    report.warnings.push(format!("{what}: {e}"));
+}
+
+/// Shims of our containerd outlive it by design; they name its socket.
+fn kill_shims(paths: &NodePaths, report: &mut NodeTeardown) {
+    let socket = paths.containerd_socket().display().to_string();
+    let shims: Vec<i32> = host::pids_with_cmdline(&socket)
+        .into_iter()
+        .filter(|pid| {
+            fs::read_link(format!("/proc/{pid}/exe"))
+                .map(|e| e.to_string_lossy().contains("containerd-shim"))
+                .unwrap_or(false)
+        })
+        .collect();
+    if !shims.is_empty() {
+        host::kill_and_wait(&shims, Duration::from_secs(10));
+        report.stray_processes_killed.extend(&shims);
+    }
+}
+
+/// Container processes and the cgroup tree itself; then the mounts:
+/// volumes under the kubelet dir, container rootfs and netns mounts under
+/// the containerd state dir.
+fn remove_cgroup_and_mounts(cgroup_root: &str, paths: &NodePaths, report: &mut NodeTeardown) {
+    match host::remove_cgroup_root(cgroup_root) {
+        Ok(pids) => report.stray_processes_killed.extend(pids),
+        Err(e) => warn(report, "removing the cgroup root", e),
+    }
+    match host::unmount_all_under(&paths.dir) {
+        Ok(m) => report.mounts_removed = m,
+        Err(e) => warn(report, "unmounting", e),
+    }
+}
+
+/// Pod veths first (normally gone with their netns), then the bridges.
+fn remove_links(rec: Option<&HostRecord>, report: &mut NodeTeardown) {
+    for port in host::bridge_ports(CNI_BRIDGE) {
+        match host::delete_link(&port) {
+            Ok(true) => report.links_removed.push(port),
+            Ok(false) => {}
+            Err(e) => warn(report, "deleting a pod veth", e),
+        }
+    }
+    let links: Vec<String> = match rec {
+        Some(r) => r.links.clone(),
+        None => vec![CNI_BRIDGE.into(), NODE_INTERFACE.into()],
+    };
+    for link in links {
+        match host::delete_link(&link) {
+            Ok(true) => report.links_removed.push(link),
+            Ok(false) => {}
+            Err(e) => warn(report, "deleting a link", e),
+        }
+    }
+}
+
+/// iptables: the CNI's rules, and only chains that did not exist before `up`.
+fn remove_iptables(rec: &HostRecord, report: &mut NodeTeardown) {
+    for bin in host::IPTABLES_BINARIES {
+        for table in host::IPTABLES_TABLES {
+            let Some(before) = rec.chains_before.get(&format!("{bin} {table}")) else {
+                continue;
+            };
+            let network = format!("\\\"{}\\\"", rec.cni_network);
+            if let Err(e) = host::remove_rules_mentioning(bin, table, &network) {
+                warn(report, "deleting CNI rules", e);
+            }
+            match host::remove_new_chains(bin, table, before, &["KUBE-", "CNI-"]) {
+                Ok(c) => report
+                    .chains_removed
+                    .extend(c.into_iter().map(|c| format!("{bin} {table} {c}"))),
+                Err(e) => warn(report, "deleting iptables chains", e),
+            }
+        }
+    }
+}
+
+/// kube-proxy's accounting objects, unless a kube-proxy ran here before us.
+fn remove_nfacct(rec: &HostRecord, report: &mut NodeTeardown) {
+    let kube_before = rec
+        .chains_before
+        .values()
+        .flatten()
+        .any(|c| c.starts_with("KUBE-"));
+    if kube_before {
+        return;
+    }
+    for counter in KUBE_PROXY_NFACCT {
+        match host::nfacct_delete(counter) {
+            Ok(true) => report.nfacct_removed.push(counter.to_owned()),
+            Ok(false) => {}
+            Err(e) => warn(report, "deleting an nfacct counter", e),
+        }
+    }
+}
+
+/// Sysctls, where they still hold what our components set.
+fn restore_sysctls(rec: &HostRecord, report: &mut NodeTeardown) {
+    for (k, before) in &rec.sysctls {
+        if host::sysctl_read(k).as_deref() != Some(before.as_str()) {
+            match host::sysctl_write(k, before) {
+                Ok(()) => report.sysctls_restored.push((k.clone(), before.clone())),
+                Err(e) => warn(report, "restoring a sysctl", e),
+            }
+        }
+    }
+}
+
+/// Files outside the state dir: the pods' log links, the CNI's results,
+/// and the host directories `up` created.
+fn remove_host_files(
+    rec: Option<&HostRecord>,
+    paths: &NodePaths,
+    network: &str,
+    report: &mut NodeTeardown,
+) {
+    let pod_logs = paths.pod_logs();
+    if let Ok(rd) = fs::read_dir("/var/log/containers") {
+        for e in rd.flatten() {
+            let ours = fs::read_link(e.path())
+                .map(|t| t.starts_with(&pod_logs))
+                .unwrap_or(false);
+            if ours && fs::remove_file(e.path()).is_ok() {
+                report.paths_removed.push(e.path());
+            }
+        }
+    }
+    if let Ok(rd) = fs::read_dir("/var/lib/cni/results") {
+        for e in rd.flatten() {
+            if e.file_name()
+                .to_string_lossy()
+                .starts_with(&format!("{network}-"))
+                && fs::remove_file(e.path()).is_ok()
+            {
+                report.paths_removed.push(e.path());
+            }
+        }
+    }
+    for dir in rec.iter().flat_map(|r| &r.absent_dirs) {
+        if dir.exists() {
+            match remove_empty_tree(dir) {
+                Ok(true) => report.paths_removed.push(dir.clone()),
+                Ok(false) => report.warnings.push(format!(
+                    "{} did not exist before `up` and is not empty now; left in place",
+                    dir.display()
+                )),
+                Err(e) => warn(report, "removing a host directory", e),
+            }
+        }
     }
 }
 

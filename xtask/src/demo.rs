@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 use dgl_api::{DGLJob, JobPhase};
 use kube::api::Api;
 
-use crate::e2e;
+use crate::stack::{self, jobs};
 
 #[derive(clap::Args)]
 #[command(
@@ -36,8 +36,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
-    let rt = e2e::runtime()?;
-    let stack = e2e::prepare(&rt, &args.name, crate::images::Profile::Release)?;
+    let rt = stack::runtime()?;
+    let stack = stack::prepare(&rt, &args.name, crate::images::Profile::Release)?;
     let client = stack.client.clone();
     let ns = args.namespace.clone();
     let name = "graphsage";
@@ -58,11 +58,11 @@ pub fn run(args: Args) -> Result<()> {
         }
         println!(
             "\n==> applying {} as DGLJob {ns}/{name}; its phase and pods as they change:",
-            e2e::EXAMPLE
+            stack::EXAMPLE
         );
         let applied = Instant::now();
-        e2e::apply_job(&client, &ns, &e2e::example_job(name)?).await?;
-        let job = e2e::follow(
+        jobs::apply_job(&client, &ns, &jobs::example_job(name)?).await?;
+        let job = jobs::follow(
             &client,
             &ns,
             name,
@@ -73,7 +73,7 @@ pub fn run(args: Args) -> Result<()> {
         .await?;
         let took = applied.elapsed();
         let phase = job.status.as_ref().and_then(|s| s.phase);
-        let log = e2e::launcher_log(&client, &ns, name).await.unwrap_or_default();
+        let log = jobs::launcher_log(&client, &ns, name).await.unwrap_or_default();
         println!("\n==> the launcher's log ({name}-launcher), last lines:");
         let lines: Vec<&str> = log.lines().collect();
         for l in &lines[lines.len().saturating_sub(14)..] {
@@ -85,8 +85,8 @@ pub fn run(args: Args) -> Result<()> {
                 took.as_secs_f64()
             );
         }
-        let losses = e2e::losses_by_worker(&log);
-        e2e::check_losses_fall(&losses, losses.len().max(1))?;
+        let losses = jobs::losses_by_worker(&log);
+        jobs::check_losses_fall(&losses, losses.len().max(1))?;
         println!("\n==> DGLJob {ns}/{name} Succeeded {:.0}s after apply", took.as_secs_f64());
         for (w, l) in &losses {
             let shown: Vec<String> = l.iter().map(|(e, v)| format!("{e}:{v:.4}")).collect();

@@ -2,18 +2,15 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
-mod bench_graphbolt;
-mod bench_latency;
 mod bench_partition;
-mod bench_shards;
 mod chaos;
-mod chaos_infra;
 mod cluster;
 mod demo;
 mod e2e;
-mod e2e_namespaced;
+mod ensure;
 mod images;
 mod pyenv;
+mod stack;
 mod test;
 
 #[derive(Parser)]
@@ -40,7 +37,7 @@ enum Task {
     /// Benchmarks: `bench scale` runs N DGLJobs on kwok fake nodes and measures the operator.
     Bench(bench::Args),
     /// Ship >= 1 GiB of partition files to workers in network namespaces with dglrun; MB/s vs plain TCP.
-    BenchShards(bench_shards::Args),
+    BenchShards(bench::shards::Args),
     /// Fault injection on the real node: operator killed, worker deleted, churn; outcome table.
     Chaos(chaos::Args),
 }
@@ -55,7 +52,7 @@ fn main() -> anyhow::Result<()> {
         Task::Demo(args) => demo::run(args),
         Task::E2e(args) => e2e::run(args),
         Task::Bench(args) => bench::run(args),
-        Task::BenchShards(args) => bench_shards::run(args),
+        Task::BenchShards(args) => bench::shards::run(args),
         Task::Chaos(args) => chaos::run(args),
     }
 }

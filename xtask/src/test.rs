@@ -70,32 +70,6 @@ pub fn run_cmd(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// Installs the Debian packages that are missing (no-op when all are there).
-pub fn ensure_apt(packages: &[&str]) -> Result<()> {
-    let missing: Vec<&str> = packages
-        .iter()
-        .copied()
-        .filter(|p| {
-            !Command::new("dpkg-query")
-                .args(["-W", "-f=${Status}", p])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-                .unwrap_or(false)
-        })
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    println!("    installing Debian packages: {}", missing.join(" "));
-    run_cmd(Command::new("apt-get").args(["update", "-q"]))?;
-    run_cmd(
-        Command::new("apt-get")
-            .args(["install", "-y", "-q", "--no-install-recommends"])
-            .args(&missing)
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
-}
-
 /// Below this much free space a run is likely to fail: a cold build's target
 /// dir, the training image (5.5 GiB in podman, again in containerd) and the
 /// kubelet's eviction at 1% free, which taints the node and keeps pods Pending.
@@ -150,7 +124,7 @@ pub fn run(args: Args) -> Result<()> {
     // First: the lint already compiles against OpenMPI's headers.
     let with_e2e = !args.no_e2e;
     let t = step("Debian packages");
-    ensure_apt(APT_PACKAGES)?;
+    crate::ensure::apt(APT_PACKAGES)?;
     done(t);
     report_free_disk(with_e2e);
 
@@ -180,23 +154,26 @@ pub fn run(args: Args) -> Result<()> {
     );
     let venv = std::thread::spawn(move || {
         let python = crate::pyenv::ensure_venv(&repo_root())?;
+        // GraphStorm's thin layer on it (dglrun/tests/graphstorm.rs).
+        let graphstorm = crate::graphstorm_env::ensure(&repo_root(), &python)?;
         if with_e2e {
             // The training image's Python layers (5 GB of unpacking) from
             // the wheels just downloaded, also while Kubernetes compiles.
             crate::images::prebuild_python_env()
                 .context("building the training image's python-env stage")?;
         }
-        anyhow::Ok(python)
+        anyhow::Ok((python, graphstorm))
     });
     let rt = tokio::runtime::Runtime::new()?;
     let info = rt
         .block_on(localkube::ensure_cluster())
         .context("starting the test control plane");
-    let python = venv
+    let (python, graphstorm) = venv
         .join()
         .map_err(|_| anyhow::anyhow!("the venv thread panicked"))??;
     let info = info?;
     println!("    python: {}", python.display());
+    println!("    graphstorm python: {}", graphstorm.display());
     println!("    kubeconfig: {}", info.kubeconfig.display());
     done(t);
 
@@ -207,7 +184,8 @@ pub fn run(args: Args) -> Result<()> {
             .args(["test", "--workspace", "--no-fail-fast"])
             .args(["--features", WORKSPACE_FEATURES])
             .args(&args.cargo_test_args)
-            .env("DGLRUN_TEST_PYTHON", &python),
+            .env("DGLRUN_TEST_PYTHON", &python)
+            .env("DGLRUN_TEST_GRAPHSTORM_PYTHON", &graphstorm),
     );
     done(t);
 
@@ -236,7 +214,7 @@ pub fn run(args: Args) -> Result<()> {
     if !args.no_e2e {
         let t = step("end-to-end: cargo xtask e2e");
         crate::e2e::run(crate::e2e::Args {
-            name: crate::e2e::DEFAULT_CLUSTER.into(),
+            name: crate::stack::DEFAULT_CLUSTER.into(),
             keep_cluster: args.keep_cluster,
             only: Vec::new(),
             // The binaries `cargo test` just built: no second (release) compile.

@@ -34,7 +34,8 @@ use kube::api::{Api, DeleteParams, LogParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 
-use crate::e2e::{self, example_job, pod_ready};
+use crate::stack::jobs::example_job;
+use crate::stack::{self, pod_ready};
 use crate::test::{done, step};
 
 /// The lines of the example's training script the timeline ends on.
@@ -48,7 +49,7 @@ pub struct LatencyArgs {
     #[arg(long, default_value_t = 3)]
     runs: usize,
     /// Node cluster to run on (started when not running, like `e2e`).
-    #[arg(long, default_value = e2e::DEFAULT_CLUSTER)]
+    #[arg(long, default_value = stack::DEFAULT_CLUSTER)]
     name: String,
     /// Leave the cluster running afterwards.
     #[arg(long)]
@@ -95,8 +96,8 @@ struct Figures {
 }
 
 pub fn run(args: LatencyArgs) -> Result<()> {
-    let rt = e2e::runtime()?;
-    let stack = e2e::prepare(&rt, &args.name, crate::images::Profile::Release)?;
+    let rt = stack::runtime()?;
+    let stack = stack::prepare(&rt, &args.name, crate::images::Profile::Release)?;
     let result = rt.block_on(measure(&stack.client, &args));
     if !args.keep_cluster {
         let t = step(&format!("stopping node cluster {:?}", args.name));
@@ -386,9 +387,8 @@ fn print_table(all: &[Figures]) {
         if runs.is_empty() {
             continue;
         }
-        let m = |g: fn(&Figures) -> f64| {
-            crate::bench_shards::median(runs.iter().map(|f| g(f)).collect())
-        };
+        let m =
+            |g: fn(&Figures) -> f64| super::measure::median(runs.iter().map(|f| g(f)).collect());
         let f = Figures {
             policy,
             total: m(|f| f.total),

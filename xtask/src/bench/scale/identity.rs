@@ -21,7 +21,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::json;
 
-use super::Metrics;
+use super::metrics::Metrics;
 
 /// Namespace of the operators' ServiceAccounts and of mpi-operator's
 /// leader-election Lease.

@@ -15,8 +15,10 @@ use kube::api::{Api, DeleteParams};
 use kube::{Client, ResourceExt};
 use localkube::{Component, LocalCluster};
 
-use crate::chaos::{delete_and_count_left, expect_phase, follow_to_end, Outcome};
-use crate::e2e::{apply_job, example_job};
+use super::Outcome;
+use crate::stack::jobs::{
+    apply_job, delete_and_count_left, example_job, expect_phase, follow_to_end,
+};
 
 /// `follow`'s stop condition cannot see `on_poll`'s result, so this polls
 /// the job until `until` holds (or it ends) with the same tolerance.
@@ -30,7 +32,7 @@ async fn wait_until(
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let lp = kube::api::ListParams::default()
         .labels(&format!("{}={name}", dgl_api::names::LABEL_JOB_NAME));
-    let deadline = Instant::now() + crate::e2e::JOB_TIMEOUT;
+    let deadline = Instant::now() + crate::stack::JOB_TIMEOUT;
     loop {
         let job = jobs.get(name).await?;
         let list = pods.list(&lp).await?.items;

@@ -15,11 +15,11 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
 
-use crate::e2e::{
-    check_losses_fall, delete_and_check_children, example_succeeds, launcher_log, losses_by_worker,
-    pod_ready, EXAMPLE, MANAGER, OPERATOR_NAMESPACE, RELEASE,
-};
 use crate::images::render;
+use crate::stack::jobs::{
+    check_losses_fall, delete_and_check_children, example_succeeds, launcher_log, losses_by_worker,
+};
+use crate::stack::{pod_ready, EXAMPLE, MANAGER, OPERATOR_NAMESPACE, RELEASE};
 use crate::test::repo_root;
 
 const OVERLAY: &str = "deploy/namespaced";

@@ -29,6 +29,8 @@ const RUNS: [(&str, &str, &str); 2] = [
 ];
 
 pub fn run(args: GraphboltArgs) -> Result<()> {
+    // The tests join network namespaces with `ip netns`.
+    crate::ensure::apt(&["iproute2"])?;
     let python = crate::pyenv::ensure_venv(&repo_root())?;
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args([

@@ -72,10 +72,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use dgl_api::wire::{Request, Response, ShardReport, ShardRequest, ShardSource};
-use dglrun::channel::{Channel, Token};
+use dglrun::net::channel::{Channel, Token};
 use sha2::{Digest, Sha256};
 
-use crate::test::{repo_root, run_cmd};
+use super::measure::{loadavg, median, proc_cpu};
 
 const GRAPH: &str = "bench";
 /// Both dglrun agents listen on the default agent port in their own namespace.
@@ -100,7 +100,7 @@ const NOOP_PARTITION_SCRIPT: &str = "\
     long_about = "Ships a synthetic DGL partition dataset with the real dglrun binaries \
     (partitioner + worker agents in network namespaces joined by a bridge) and with a plain \
     TCP copy between the same namespaces, and prints MB/s of both and their ratio as a \
-    markdown table. Needs root (network namespaces) and `ip` (iproute2)."
+    markdown table. Needs root (network namespaces); installs iproute2 when it is missing."
 )]
 pub struct Args {
     /// Total size of the partition files in MiB, split evenly over the workers.
@@ -160,25 +160,12 @@ pub fn run(args: Args) -> Result<()> {
     if unsafe { libc::geteuid() } != 0 {
         bail!("bench-shards creates network namespaces and needs root");
     }
-    Command::new("ip")
-        .arg("-V")
-        .output()
-        .context("`ip` (iproute2) is needed for the network namespaces")?;
-    if args.link_gbit.iter().any(|g| *g > 0.0) {
-        Command::new("tc")
-            .arg("-V")
-            .output()
-            .context("`tc` (iproute2) is needed to shape the partitioner's link (--link-gbit)")?;
-    }
+    // Network namespaces (ip) and the shaped link (tc).
+    crate::ensure::apt(&["iproute2"])?;
     // Built before the signals are taken over, so that a Ctrl-C stops cargo as usual.
     let dglrun = match &args.dglrun {
         Some(p) => p.clone(),
-        None => {
-            eprintln!("==> building dglrun (release)");
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            run_cmd(Command::new(&cargo).args(["build", "--release", "-q", "-p", "dglrun"]))?;
-            repo_root().join("target/release/dglrun")
-        }
+        None => crate::ensure::release_binary("dglrun", "dglrun")?,
     };
     if !dglrun.is_file() {
         bail!("dglrun binary {} does not exist", dglrun.display());
@@ -1132,7 +1119,7 @@ fn prepare_shards(
                     loop {
                         match ch.expect::<Response>().await? {
                             Response::ShardProgress(_) => continue,
-                            other => break Ok::<_, dglrun::channel::ChannelError>(other),
+                            other => break Ok::<_, dglrun::net::channel::ChannelError>(other),
                         }
                     }
                 }
@@ -1165,29 +1152,6 @@ fn prepare_shards(
                 .collect(),
         ))
     })
-}
-
-/// CPU seconds (user + system) a process has used, threads included.
-fn proc_cpu(pid: u32) -> Result<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .with_context(|| format!("process {pid} is gone"))?;
-    // After "(comm)": field 3 (state) is index 0, utime (14) and stime (15)
-    // are indexes 11 and 12.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .unwrap_or("")
-        .split_whitespace()
-        .collect();
-    let ticks = |i: usize| -> Result<f64> {
-        Ok(fields
-            .get(i)
-            .ok_or_else(|| anyhow!("short /proc/{pid}/stat"))?
-            .parse::<u64>()? as f64)
-    };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    Ok((ticks(11)? + ticks(12)?) / hz)
 }
 
 /// Busy CPU seconds of the whole machine since boot: user, nice, system,
@@ -1480,12 +1444,6 @@ struct Machine {
     fs: String,
 }
 
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 impl Machine {
     fn read(work: &Path) -> Machine {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
@@ -1530,16 +1488,6 @@ impl Machine {
             "{} CPUs ({}), {:.1} GiB memory, Linux {}, load average {}, work folder on {}",
             self.cpus, self.cpu_model, self.mem_gib, self.kernel, self.load_before, self.fs
         )
-    }
-}
-
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
 
@@ -1838,12 +1786,6 @@ mod interrupts {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn median_of_odd_and_even() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
-    }
 
     #[test]
     fn rng_fills_every_byte() {

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use dgl_api::names::worker_name;
 use dgl_api::{DGLJob, JobPhase};
 use k8s_openapi::api::core::v1::Pod;
@@ -25,11 +25,12 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use localkube::{Component, LocalCluster};
 
-use crate::chaos_infra as infra;
+mod infra;
 
-use crate::e2e::{
-    apply_job, children, example_job, follow, pod_ready, OPERATOR_NAMESPACE, RELEASE,
+use crate::stack::jobs::{
+    apply_job, children, delete_and_count_left, example_job, expect_phase, follow, follow_to_end,
 };
+use crate::stack::{pod_ready, OPERATOR_NAMESPACE, RELEASE};
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Fault {
@@ -77,7 +78,7 @@ pub struct Args {
     #[arg(long, default_value_t = 10)]
     pub churn_jobs: u32,
     /// Node cluster to run on (started when not running).
-    #[arg(long, default_value = crate::e2e::DEFAULT_CLUSTER)]
+    #[arg(long, default_value = crate::stack::DEFAULT_CLUSTER)]
     pub name: String,
     /// Binaries in the operator and runtime images.
     #[arg(long, value_enum, default_value_t = crate::images::Profile::Release)]
@@ -85,8 +86,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let rt = crate::e2e::runtime()?;
-    let stack = crate::e2e::prepare(&rt, &args.name, args.profile)?;
+    let rt = crate::stack::runtime()?;
+    let stack = crate::stack::prepare(&rt, &args.name, args.profile)?;
     let faults = if args.only.is_empty() {
         Fault::ALL.to_vec()
     } else {
@@ -265,7 +266,7 @@ async fn worker_delete(client: &Client, ns: &str) -> Result<Outcome> {
         client,
         ns,
         name,
-        crate::e2e::JOB_TIMEOUT,
+        crate::stack::JOB_TIMEOUT,
         |p| p == Some(JobPhase::Running) || p.is_some_and(JobPhase::is_terminal),
         |_, _, _| {},
     )
@@ -339,44 +340,6 @@ async fn churn_run(client: &Client, ns: &str, jobs: u32) -> Result<Outcome> {
         left: left.len(),
         note: format!("{jobs} jobs, operator killed twice"),
     })
-}
-
-pub(crate) async fn follow_to_end<F>(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    on_poll: F,
-) -> Result<DGLJob>
-where
-    F: FnMut(&DGLJob, &[Pod], Duration),
-{
-    follow(
-        client,
-        ns,
-        name,
-        crate::e2e::JOB_TIMEOUT,
-        |p| p.is_some_and(JobPhase::is_terminal),
-        on_poll,
-    )
-    .await
-}
-
-pub(crate) fn expect_phase(job: &DGLJob, want: JobPhase) -> Result<()> {
-    let got = job.status.as_ref().and_then(|s| s.phase);
-    if got != Some(want) {
-        bail!(
-            "DGLJob {} ended {got:?}, expected {want:?}; conditions: {:?}",
-            job.name_any(),
-            job.status.as_ref().map(|s| &s.conditions)
-        );
-    }
-    Ok(())
-}
-
-/// Deletes the job; returns how many of its children remain after 120 s (0 expected).
-pub(crate) async fn delete_and_count_left(client: &Client, ns: &str, name: &str) -> Result<usize> {
-    crate::e2e::delete_and_check_children(client, ns, name).await?;
-    Ok(children(client, ns, name).await?.len())
 }
 
 /// Kills the operator's Ready pod with grace 0 (SIGKILL); returns its name.

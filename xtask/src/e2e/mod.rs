@@ -1,0 +1,197 @@
+//! `cargo xtask e2e`: real DGLJobs on a real node.
+//!
+//! 1. A node cluster (`localkube`, `with_node`): etcd, kube-apiserver,
+//!    kube-controller-manager, kube-scheduler, containerd + runc + CNI bridge,
+//!    kubelet and kube-proxy on this host.
+//! 2. The images (`cargo xtask images`): operator, runtime and the GraphSAGE
+//!    training image, built with podman and imported into the node's containerd.
+//! 3. The operator, installed from `charts/dgl-operator` with Helm (the CRD
+//!    is applied first with server-side apply, as docs say for upgrades).
+//! 4. Scenarios, each in a namespace of its own:
+//!    - `train`: `examples/graphsage/dgljob.yaml` as written. While the job
+//!      runs, the operator's pod is deleted; the Deployment's new pod takes
+//!      over and the job must still reach Succeeded with one run, the same
+//!      pods, and every worker's loss falling in the launcher's log. Then
+//!      the job is deleted and every child must go.
+//!    - `fail`: the same job with a trainer that exits 3 at epoch 1
+//!      (`DGL_EXAMPLE_CRASH_AT_EPOCH`, a switch of the example's train.py).
+//!      It must reach Failed with a message naming the pod and exit code, an
+//!      Event saying so, and cleanPodPolicy Running must leave no running
+//!      pod. Then the job is deleted and every child must go.
+//!    - `parmetis`: `examples/parmetis/dgljob.yaml` as written: the loader
+//!      writes DGL's chunked format, the partitioner pod runs the native
+//!      pipeline (METIS, balanced train nodes and edges) and ships the
+//!      shards; the job must reach Succeeded with every worker's loss
+//!      falling, and the partitioner's log must report the pipeline's stages
+//!      and edge cut. Then the job is deleted and every child must go.
+//!    - `distparmetis`: `examples/distparmetis/dgljob.yaml` as written: no
+//!      partitioner pod; the launcher runs one MPI rank per worker through
+//!      dglrun's agent; the job must pass through Partitioning, reach
+//!      Succeeded with falling losses, the launcher's log must show every
+//!      rank's report, and no shard may be shipped.
+//!    - `launchpy`: `examples/launchpy/dgljob.yaml` as written: DGL's own
+//!      convention (launch.py-style `--partition-command` and
+//!      `--train-command` with placeholders, nothing appended) and scripts
+//!      that parse their arguments strictly; the job must reach Succeeded
+//!      on two workers with every worker's loss falling.
+//!    - `standalone`: `examples/standalone/dgljob.yaml` as written: only a
+//!      Launcher (partitionMode Skip); no other pod may appear, the
+//!      launcher trains alone to Succeeded with its loss falling.
+//!    - `chaos`: every fault of `cargo xtask chaos` once (`crate::chaos`).
+//!    - `namespaced` (last): the Helm release is replaced by the
+//!      single-namespace install `deploy/namespaced` (kustomize), whose
+//!      namespace enforces Pod Security "restricted"; the example must train
+//!      to Succeeded there, so every container the operator injects passes
+//!      admission (`namespaced.rs`).
+//!
+//! On a failure, the job's status, its pods, Events and the operator's and
+//! pods' logs are printed before the cluster is stopped.
+
+mod namespaced;
+mod scenarios;
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::cluster::node_cluster;
+use crate::stack::{dump_operator, prepare, runtime, DEFAULT_CLUSTER};
+use crate::test::{done, step};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Scenario {
+    /// The example trains to Succeeded while the operator's pod is replaced; then delete it.
+    Train,
+    /// A trainer exits 3: Failed naming the pod, cleanPodPolicy applied; then delete it.
+    Fail,
+    /// The ParMETIS example (native pipeline in the partitioner pod) trains to Succeeded; then delete it.
+    Parmetis,
+    /// The DistParMETIS example (one MPI rank per worker, nothing shipped) trains to Succeeded; then delete it.
+    Distparmetis,
+    /// The launch.py-style example (the user's command lines, strict scripts) trains to Succeeded on two workers.
+    Launchpy,
+    /// The example without workers: the launcher trains alone to Succeeded.
+    Standalone,
+    /// The GraphBolt example (spec.useGraphbolt) trains to Succeeded on GraphBolt partitions.
+    Graphbolt,
+    /// Every `cargo xtask chaos` fault once.
+    Chaos,
+    /// Replaces the Helm release with deploy/namespaced (PSA restricted) and trains the example there. Runs last.
+    Namespaced,
+}
+
+#[derive(clap::Args)]
+#[command(
+    long_about = "End-to-end tests on a real node: builds and loads the images, \
+    installs the operator with Helm, and runs the GraphSAGE example as DGLJobs \
+    (a training run during which the operator's pod is replaced, and a run whose \
+    trainer fails).\n\n\
+    Needs root (containerd, network namespaces, iptables). Only one node cluster \
+    runs per host: stop another one first (`cargo xtask cluster down --name <it>`). \
+    Cold, this builds Kubernetes and the images (about 35 min on 2 cores); warm \
+    it takes a few minutes."
+)]
+pub struct Args {
+    /// Node cluster to run on (started when not running).
+    #[arg(long, default_value = DEFAULT_CLUSTER)]
+    pub name: String,
+    /// Leave the cluster, the operator and the jobs' namespaces running afterwards.
+    #[arg(long)]
+    pub keep_cluster: bool,
+    /// Run only these scenarios (repeatable); default: all.
+    #[arg(long, value_enum)]
+    pub only: Vec<Scenario>,
+    /// Binaries in the operator and runtime images (see `cargo xtask images --help`).
+    #[arg(long, value_enum, default_value_t = crate::images::Profile::Release)]
+    pub profile: crate::images::Profile,
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let started = Instant::now();
+    let rt = runtime()?;
+    let stack = match prepare(&rt, &args.name, args.profile) {
+        Ok(s) => s,
+        Err(e) => {
+            if !args.keep_cluster {
+                // Leave no node behind; the cluster's logs stay in its state dir.
+                if let Ok(c) = node_cluster(&args.name) {
+                    if let Err(down) = rt.block_on(c.down(false)) {
+                        eprintln!("e2e: stopping node cluster {:?}: {down:#}", args.name);
+                    }
+                }
+            }
+            return Err(e);
+        }
+    };
+    let scenarios = if args.only.is_empty() {
+        vec![
+            Scenario::Train,
+            Scenario::Fail,
+            Scenario::Parmetis,
+            Scenario::Distparmetis,
+            Scenario::Launchpy,
+            Scenario::Standalone,
+            Scenario::Graphbolt,
+            Scenario::Chaos,
+            Scenario::Namespaced,
+        ]
+    } else {
+        let mut s = args.only.clone();
+        s.sort();
+        s.dedup();
+        s
+    };
+    let mut result = Ok(());
+    let mut report = Vec::new();
+    for s in scenarios {
+        let t = step(&format!("scenario {s:?}"));
+        let r = rt.block_on(async {
+            match s {
+                Scenario::Train => scenarios::train(&stack.client).await,
+                Scenario::Fail => scenarios::fail(&stack.client).await,
+                Scenario::Parmetis => scenarios::parmetis(&stack.client).await,
+                Scenario::Distparmetis => scenarios::distparmetis(&stack.client).await,
+                Scenario::Launchpy => scenarios::launchpy(&stack.client).await,
+                Scenario::Standalone => scenarios::standalone(&stack.client).await,
+                Scenario::Graphbolt => scenarios::graphbolt(&stack.client).await,
+                Scenario::Chaos => {
+                    use crate::chaos::Fault;
+                    crate::chaos::run_all(&stack.client, &stack.cluster, &Fault::ALL, 1, 4).await
+                }
+                Scenario::Namespaced => {
+                    namespaced::namespaced(&stack.client, &stack.kubeconfig).await
+                }
+            }
+        });
+        done(t);
+        match r {
+            Ok(line) => report.push(format!("{s:?}: {line}")),
+            Err(e) => {
+                result = Err(e.context(format!("e2e scenario {s:?} failed")));
+                break;
+            }
+        }
+    }
+    if result.is_err() {
+        rt.block_on(dump_operator(&stack.client));
+    }
+    if !args.keep_cluster {
+        let t = step(&format!("stopping node cluster {:?}", args.name));
+        let down = rt
+            .block_on(stack.cluster.down(false))
+            .with_context(|| format!("stopping node cluster {:?}", args.name));
+        done(t);
+        match (&result, down) {
+            (_, Ok(_)) => {}
+            // The scenario's failure is the news; report the teardown's too.
+            (Err(_), Err(e)) => eprintln!("e2e: {e:#}"),
+            (Ok(()), Err(e)) => return Err(e),
+        }
+    }
+    result?;
+    println!("\ne2e passed in {:.0}s", started.elapsed().as_secs_f64());
+    for line in report {
+        println!("  {line}");
+    }
+    Ok(())
+}

@@ -8,6 +8,7 @@ mod cluster;
 mod demo;
 mod e2e;
 mod ensure;
+mod graphstorm_env;
 mod images;
 mod pyenv;
 mod stack;

@@ -30,6 +30,58 @@ enum Command {
     /// partition r of n (and the partition JSON) into --out. Started by
     /// mpirun, one rank per worker, in partition order.
     Rank(RankArgs),
+    /// Write the partition benchmark's R-MAT graph (undirected and simple,
+    /// as `dgl.to_bidirected` makes it; float32 `features`, int64 `labels`,
+    /// a 60 % `train_mask`) in DGL's chunked format, for sizes DGL's own
+    /// generator cannot hold. Holds the whole graph while it writes.
+    MakeRmat(MakeRmatArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct MakeRmatArgs {
+    /// Nodes.
+    #[arg(long)]
+    nodes: u64,
+    /// Raw R-MAT edges, before the graph is made undirected and simple.
+    #[arg(long)]
+    edges: u64,
+    /// float32 features per node.
+    #[arg(long, default_value_t = 16)]
+    feat: u32,
+    /// Chunks per node and edge type (files of each feature and of edges).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    chunks: u32,
+    /// Seed of the generator.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Output folder (metadata.json and the chunks).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+}
+
+fn make_rmat_main(args: &MakeRmatArgs) -> ExitCode {
+    let g = dgl_partition::rmat::bidirected_graph(args.nodes, args.edges, args.feat, args.seed);
+    let edges = g.etypes[0].count();
+    let written = dgl_partition::input::write_chunked(
+        &g,
+        &args.out,
+        args.chunks as usize,
+        dgl_partition::input::EdgeFormat::Npy,
+    );
+    match written {
+        Ok(path) => {
+            println!(
+                "{{\"nodes\": {}, \"edges\": {edges}, \"metadata\": {:?}}}",
+                args.nodes,
+                path.display().to_string()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("dgl-partition make-rmat: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -92,6 +144,11 @@ struct RankArgs {
     /// Memory budget of one staged round, in bytes [default: 256 MiB].
     #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
     round_bytes: Option<u64>,
+    /// Gather the whole structure on rank 0 and assign there, as ParMETIS
+    /// mode does (one rank must hold every edge), instead of the
+    /// distributed partitioner.
+    #[arg(long)]
+    gather_structure: bool,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -142,6 +199,7 @@ impl RankArgs {
             threads: self.threads(),
             seed: self.seed,
             python: self.python.clone(),
+            gather_structure: self.gather_structure,
         }
     }
 }
@@ -170,6 +228,20 @@ impl SelftestArgs {
     }
 }
 
+/// This process's resident high-water mark (VmHWM), in bytes.
+fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kb.checked_mul(1024)
+}
+
 /// The network namespace, so that a test can tell the ranks' machines apart.
 fn netns() -> String {
     std::fs::read_link("/proc/self/ns/net")
@@ -182,6 +254,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Selftest(args) => selftest_main(&args),
         Command::Rank(args) => rank_main(&args),
+        Command::MakeRmat(args) => make_rmat_main(&args),
     }
 }
 
@@ -215,6 +288,15 @@ fn run_rank<E: Exchange>(ex: &E, args: &RankArgs) -> Result<(), String> {
     for line in report.lines() {
         println!("rank {rank} of {world}: {line}");
     }
+    // For `cargo xtask bench partition`'s per-rank table.
+    if let Some(peak) = peak_rss() {
+        println!("rank {rank} of {world}: peak RSS: {peak} bytes");
+    }
+    println!(
+        "rank {rank} of {world}: bytes sent: {} in {} transport calls",
+        ex.bytes_sent(),
+        ex.transfers()
+    );
     Ok(())
 }
 

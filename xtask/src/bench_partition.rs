@@ -62,6 +62,22 @@ pub struct PartitionArgs {
     /// run: DGL's memory is the wall on a 24 GiB machine). Needs root.
     #[arg(long)]
     memory_limit_gib: Option<u64>,
+    /// Run every DistParMETIS rank in a memory cgroup (v1) of its own with
+    /// this many GiB, as a pod's memory limit would: the table then gives
+    /// each rank's peak RSS, bytes per edge, stages and bytes sent, and a
+    /// rank over its limit is killed alone and named. Needs root.
+    #[arg(long, value_name = "GIB")]
+    rank_memory_limit_gib: Option<f64>,
+    /// Generate the graph natively (`dgl-partition make-rmat`, in DGL's
+    /// chunked format only) instead of with DGL's Python, for sizes DGL's
+    /// generator cannot hold; DGL's partition_graph is then skipped (it
+    /// would need a graph.dgl). Same R-MAT model, made undirected and simple
+    /// as `dgl.to_bidirected` does, with other random features.
+    #[arg(long)]
+    native_graph: bool,
+    /// Skip the single-process pipeline (dglrun, partition mode ParMETIS).
+    #[arg(long)]
+    skip_native: bool,
     /// Where the graph and the outputs go [default: <cache>/bench-partition].
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -88,6 +104,9 @@ impl PartitionArgs {
             skip_dist: false,
             timeout: 600,
             memory_limit_gib: None,
+            rank_memory_limit_gib: None,
+            native_graph: false,
+            skip_native: false,
             work_dir: None,
             json: None,
             dev: true,
@@ -114,18 +133,32 @@ pub fn run(args: PartitionArgs) -> Result<()> {
         Some(w) => w.clone(),
         None => localkube::cache_dir()?.join("bench-partition"),
     };
-    let graph_dir = work.join(format!("rmat-{}-{}-{}", args.nodes, args.edges, args.feat));
+    let kind = if args.native_graph {
+        "rmat-native"
+    } else {
+        "rmat"
+    };
+    let graph_dir = work.join(format!(
+        "{kind}-{}-{}-{}",
+        args.nodes, args.edges, args.feat
+    ));
     let script = work.join("partition_bench.py");
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     std::fs::write(&script, SCRIPT).with_context(|| format!("writing {}", script.display()))?;
-    ensure_graph(&python, &script, &graph_dir, &args)?;
+    if args.native_graph {
+        ensure_native_graph(&dgl_partition, &graph_dir, &args)?;
+    } else {
+        ensure_graph(&python, &script, &graph_dir, &args)?;
+    }
     let mut rows = Vec::new();
-    if !args.skip_dgl {
+    if !args.skip_dgl && !args.native_graph {
         rows.push(run_dgl(&python, &script, &graph_dir, &work, &args)?);
     }
-    rows.push(run_native(
-        &dglrun, &python, &script, &graph_dir, &work, &args,
-    )?);
+    if !args.skip_native {
+        rows.push(run_native(
+            &dglrun, &python, &script, &graph_dir, &work, &args,
+        )?);
+    }
     if !args.skip_dist {
         rows.push(run_dist(
             &dgl_partition,
@@ -208,6 +241,31 @@ fn ensure_graph(python: &Path, script: &Path, dir: &Path, args: &PartitionArgs) 
     std::fs::write(&stamp, b"").with_context(|| format!("writing {}", stamp.display()))
 }
 
+/// Generates the graph natively once per size, in the chunked format only.
+fn ensure_native_graph(dgl_partition: &Path, dir: &Path, args: &PartitionArgs) -> Result<()> {
+    let stamp = dir.join("complete");
+    if stamp.is_file() {
+        eprintln!("==> reusing the graph in {}", dir.display());
+        return Ok(());
+    }
+    eprintln!(
+        "==> generating the R-MAT graph natively in {}",
+        dir.display()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+    run_cmd(
+        Command::new(dgl_partition)
+            .arg("make-rmat")
+            .args(["--nodes", &args.nodes.to_string()])
+            .args(["--edges", &args.edges.to_string()])
+            .args(["--feat", &args.feat.to_string()])
+            .args(["--chunks", &args.parts.to_string()])
+            .arg("--out")
+            .arg(dir.join("chunked")),
+    )?;
+    std::fs::write(&stamp, b"").with_context(|| format!("writing {}", stamp.display()))
+}
+
 fn run_dgl(
     python: &Path,
     script: &Path,
@@ -235,6 +293,7 @@ fn run_dgl(
         inner_seconds: call,
         quality,
         stages: Vec::new(),
+        ranks: Vec::new(),
     })
 }
 
@@ -286,6 +345,7 @@ fn run_native(
         inner_seconds: None,
         quality,
         stages,
+        ranks: Vec::new(),
     })
 }
 
@@ -307,6 +367,10 @@ fn run_dist(
     );
     let threads =
         (std::thread::available_parallelism().map_or(1, |p| p.get()) / args.parts as usize).max(1);
+    let groups = args
+        .rank_memory_limit_gib
+        .map(|gib| rank_cgroups(args.parts, gib))
+        .transpose()?;
     let mut cmd = Command::new("mpirun");
     cmd.args([
         "--allow-run-as-root",
@@ -315,20 +379,35 @@ fn run_dist(
         "none",
     ])
     .args(["-n", &args.parts.to_string()])
-    .args(["--mca", "btl", "self,vader", "--mca", "pml", "ob1"])
-    .arg(dgl_partition)
-    .args(["rank", "--graph-name", "rmat", "--part-method", "metis"])
-    .args(["--balance-train=train_mask", "--balance-edges"])
-    .args(["--threads", &threads.to_string()])
-    .arg("--input")
-    .arg(graph.join("chunked/metadata.json"))
-    .arg("--out")
-    .arg(&out)
-    .arg("--workspace")
-    .arg(work)
-    .arg("--python")
-    .arg(python);
+    .args(["--mca", "btl", "self,vader", "--mca", "pml", "ob1"]);
+    if let Some(g) = &groups {
+        // Each rank moves itself into its own group before it execs, as a
+        // pod's container starts inside its limit.
+        let prefix = g[0]
+            .dir
+            .to_string_lossy()
+            .trim_end_matches("-0")
+            .to_string();
+        let enter =
+            format!("echo $$ > {prefix}-$OMPI_COMM_WORLD_RANK/cgroup.procs && exec \"$0\" \"$@\"");
+        cmd.args(["sh", "-c", &enter]);
+    }
+    cmd.arg(dgl_partition)
+        .args(["rank", "--graph-name", "rmat", "--part-method", "metis"])
+        .args(["--balance-train=train_mask", "--balance-edges"])
+        .args(["--threads", &threads.to_string()])
+        .arg("--input")
+        .arg(graph.join("chunked/metadata.json"))
+        .arg("--out")
+        .arg(&out)
+        .arg("--workspace")
+        .arg(work)
+        .arg("--python")
+        .arg(python);
     let m = measure("DistParMETIS ranks (mpirun, 1 machine)", &mut cmd, args)?;
+    let ranks = (0..args.parts)
+        .map(|r| RankFigures::read(r, &m.stdout, groups.as_ref().map(|g| &g[r as usize])))
+        .collect();
     let quality =
         m.ok.then(|| evaluate(python, script, &out.join("rmat.json"), graph))
             .transpose()?;
@@ -343,7 +422,106 @@ fn run_dist(
         inner_seconds: None,
         quality,
         stages,
+        ranks,
     })
+}
+
+/// One memory group per rank, `dgl-bench-ranks-<pid>-<rank>`.
+fn rank_cgroups(ranks: u32, gib: f64) -> Result<Vec<MemoryCgroup>> {
+    let bytes = (gib * (1u64 << 30) as f64) as u64;
+    (0..ranks)
+        .map(|r| {
+            let name = format!("dgl-bench-ranks-{}-{r}", std::process::id());
+            MemoryCgroup::create(&name, bytes)
+        })
+        .collect()
+}
+
+/// What one rank reported, and what its memory group saw.
+struct RankFigures {
+    rank: u32,
+    /// The rank's own high-water mark (VmHWM), from its log.
+    peak_rss: Option<u64>,
+    /// The group's peak, page cache included (cgroup v1 charges it).
+    group_peak: Option<u64>,
+    limit: Option<u64>,
+    oom_killed: bool,
+    /// This rank's share of the edges (edges / ranks) and bytes it sent.
+    edges: Option<u64>,
+    bytes_sent: Option<u64>,
+    stages: Vec<String>,
+}
+
+impl RankFigures {
+    fn read(rank: u32, stdout: &str, group: Option<&MemoryCgroup>) -> Self {
+        let prefix = format!("rank {rank} of ");
+        let lines: Vec<&str> = stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&prefix))
+            .filter_map(|l| l.split_once(": ").map(|(_, rest)| rest))
+            .collect();
+        let number_after = |key: &str| {
+            lines.iter().find_map(|l| {
+                let rest = l.split_once(key)?.1.trim_start();
+                rest.split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+        };
+        let world: Option<u64> = stdout.lines().find_map(|l| {
+            l.strip_prefix(&prefix)?
+                .split(':')
+                .next()?
+                .trim()
+                .parse()
+                .ok()
+        });
+        let edges = lines
+            .iter()
+            .find_map(|l| {
+                let (_, rest) = l.split_once(" nodes, ")?;
+                rest.split(' ').next()?.parse::<u64>().ok()
+            })
+            .zip(world)
+            .and_then(|(e, w)| e.checked_div(w));
+        RankFigures {
+            rank,
+            peak_rss: number_after("peak RSS:"),
+            group_peak: group.and_then(|g| g.read_u64("memory.max_usage_in_bytes")),
+            limit: group.and_then(|g| g.read_u64("memory.limit_in_bytes")),
+            oom_killed: group.is_some_and(|g| g.oom_kills() > 0),
+            edges,
+            bytes_sent: number_after("bytes sent:"),
+            stages: lines
+                .iter()
+                .filter_map(|l| l.strip_prefix("stage "))
+                .map(str::to_string)
+                .collect(),
+        }
+    }
+
+    fn row(&self) -> String {
+        let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+        let peak = self.peak_rss.map_or("-".into(), gib);
+        let per_edge = self
+            .peak_rss
+            .zip(self.edges.filter(|&e| e > 0))
+            .map_or("-".into(), |(p, e)| format!("{:.1}", p as f64 / e as f64));
+        let group = match (self.oom_killed, self.group_peak, self.limit) {
+            (true, _, Some(l)) => format!("killed at the {} limit", gib(l)),
+            (_, Some(p), Some(l)) => format!("{} of {}", gib(p), gib(l)),
+            _ => "-".into(),
+        };
+        let sent = self.bytes_sent.map_or("-".into(), |b| {
+            format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+        });
+        format!(
+            "| {} | {peak} | {per_edge} | {group} | {sent} | {} |",
+            self.rank,
+            self.stages.join(", ")
+        )
+    }
 }
 
 struct Row {
@@ -352,6 +530,8 @@ struct Row {
     inner_seconds: Option<f64>,
     quality: Option<Value>,
     stages: Vec<String>,
+    /// DistParMETIS: one entry per rank.
+    ranks: Vec<RankFigures>,
 }
 
 fn evaluate(python: &Path, script: &Path, config: &Path, graph: &Path) -> Result<Value> {
@@ -361,7 +541,7 @@ fn evaluate(python: &Path, script: &Path, config: &Path, graph: &Path) -> Result
         .arg("--config")
         .arg(config)
         .arg("--graph")
-        .arg(graph.join("graph.dgl"))
+        .arg(whole_graph(graph))
         .stderr(Stdio::inherit())
         .output()
         .context("running the evaluation script")?;
@@ -370,6 +550,17 @@ fn evaluate(python: &Path, script: &Path, config: &Path, graph: &Path) -> Result
     }
     last_json(&String::from_utf8_lossy(&out.stdout))
         .with_context(|| format!("no JSON from the evaluation of {}", config.display()))
+}
+
+/// What the evaluation reads the whole graph from: graph.dgl where DGL
+/// generated it, else the chunked files.
+fn whole_graph(graph: &Path) -> PathBuf {
+    let dgl = graph.join("graph.dgl");
+    if dgl.is_file() {
+        dgl
+    } else {
+        graph.join("chunked/metadata.json")
+    }
 }
 
 fn last_json(text: &str) -> Option<Value> {
@@ -459,13 +650,27 @@ struct MemoryCgroup {
 
 impl MemoryCgroup {
     fn enter(pid: u32, gib: u64) -> Result<Self> {
-        let dir = PathBuf::from(format!("/sys/fs/cgroup/memory/dgl-bench-{pid}"));
+        let cg = Self::create(&format!("dgl-bench-{pid}"), gib << 30)?;
+        cg.write("cgroup.procs", &pid.to_string())?;
+        Ok(cg)
+    }
+
+    /// An empty group `name` limited to `bytes`.
+    fn create(name: &str, bytes: u64) -> Result<Self> {
+        let dir = PathBuf::from(format!("/sys/fs/cgroup/memory/{name}"));
         std::fs::create_dir(&dir)
             .with_context(|| format!("creating {} (root, cgroup v1)", dir.display()))?;
         let cg = MemoryCgroup { dir };
-        cg.write("memory.limit_in_bytes", &(gib << 30).to_string())?;
-        cg.write("cgroup.procs", &pid.to_string())?;
+        cg.write("memory.limit_in_bytes", &bytes.to_string())?;
         Ok(cg)
+    }
+
+    fn read_u64(&self, file: &str) -> Option<u64> {
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     fn write(&self, file: &str, value: &str) -> Result<()> {
@@ -593,6 +798,14 @@ fn print_table(args: &PartitionArgs, rows: &[Row]) {
             println!("|   stage {s} | | | | |");
         }
     }
+    for r in rows.iter().filter(|r| !r.ranks.is_empty()) {
+        println!("\n{} per rank:", r.m.tool);
+        println!("| rank | peak RSS | bytes per edge | memory group (peak, page cache included) | sent | stages |");
+        println!("|---|---|---|---|---|---|");
+        for f in &r.ranks {
+            println!("{}", f.row());
+        }
+    }
 }
 
 fn load_average() -> String {
@@ -611,6 +824,12 @@ fn append_json(path: &Path, args: &PartitionArgs, rows: &[Row]) -> Result<()> {
             "memory_limit_gib": args.memory_limit_gib, "wall_s": r.m.wall.as_secs_f64(),
             "call_s": r.inner_seconds, "peak_rss": r.m.peak_rss, "quality": r.quality,
             "stages": r.stages,
+            "rank_memory_limit_gib": args.rank_memory_limit_gib,
+            "ranks": r.ranks.iter().map(|f| serde_json::json!({
+                "rank": f.rank, "peak_rss": f.peak_rss, "group_peak": f.group_peak,
+                "oom_killed": f.oom_killed, "edges": f.edges, "bytes_sent": f.bytes_sent,
+                "stages": f.stages,
+            })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     });
     let mut f = std::fs::OpenOptions::new()

@@ -45,6 +45,8 @@ pub struct MpiExchange {
     size: u32,
     limits: Limits,
     transfers: Cell<u64>,
+    /// Bytes this rank handed to other ranks (for the benchmark's figures).
+    sent: Cell<u64>,
     /// Finalises MPI when dropped, after `world` (fields drop in order).
     _universe: Universe,
 }
@@ -67,6 +69,7 @@ impl MpiExchange {
             size,
             limits: Limits::default(),
             transfers: Cell::new(0),
+            sent: Cell::new(0),
             _universe: universe,
         })
     }
@@ -98,6 +101,14 @@ impl MpiExchange {
 
     fn moved(&self) {
         self.transfers.set(self.transfers.get() + 1);
+    }
+
+    /// Counts `elems` elements of `T` sent to each of `peers` other ranks.
+    fn sent<T>(&self, elems: u64, peers: u64) {
+        let bytes = elems
+            .saturating_mul(std::mem::size_of::<T>() as u64)
+            .saturating_mul(peers);
+        self.sent.set(self.sent.get().saturating_add(bytes));
     }
 
     /// Gathers in rounds of at most `quota` elements per rank, staged on
@@ -185,6 +196,7 @@ impl Exchange for MpiExchange {
             )));
         }
         let mut out = vec![0u64; n as usize];
+        self.sent::<u64>(values.len() as u64, u64::from(self.size) - 1);
         let (spare, mut rspare) = ([0u64], [0u64]);
         self.world
             .all_gather_into(real(values, &spare), real_mut(&mut out[..], &mut rspare));
@@ -198,6 +210,8 @@ impl Exchange for MpiExchange {
         if self.rank != root {
             data.clear();
             data.resize(len[0] as usize, T::default());
+        } else {
+            self.sent::<T>(len[0], u64::from(self.size) - 1);
         }
         // Contiguous pieces: no staging needed, only the count limit.
         for chunk in data.chunks_mut(self.max_count() as usize) {
@@ -212,6 +226,9 @@ impl Exchange for MpiExchange {
         let totals = self.allgather(&[send.len() as u64])?;
         let sum: u64 = totals.iter().sum();
         let mut out = (self.rank == root).then(|| vec![T::default(); sum as usize]);
+        if self.rank != root {
+            self.sent::<T>(send.len() as u64, 1);
+        }
         if sum <= self.max_count() {
             let (spare, mut rspare) = ([T::default()], [T::default()]);
             let send = real(send, &spare);
@@ -233,6 +250,8 @@ impl Exchange for MpiExchange {
 
     fn alltoallv<T: Elem>(&self, send: &Buckets<T>) -> Result<Buckets<T>> {
         check_buckets(send, self.size)?;
+        let to_others: u64 = send.counts().iter().sum::<u64>() - send.counts()[self.rank as usize];
+        self.sent::<T>(to_others, 1);
         let mut recv_totals = vec![0u64; self.size as usize];
         self.world
             .all_to_all_into(send.counts(), &mut recv_totals[..]);
@@ -264,5 +283,9 @@ impl Exchange for MpiExchange {
 
     fn transfers(&self) -> u64 {
         self.transfers.get()
+    }
+
+    fn bytes_sent(&self) -> u64 {
+        self.sent.get()
     }
 }

@@ -10,7 +10,7 @@
   dgl  --graph DIR/graph.dgl --parts K --out OUT
        dgl.distributed.partition_graph(METIS, balance_ntypes=train_mask,
        balance_edges=True); prints the seconds of that call alone.
-  eval --config OUT/<graph>.json --graph DIR/graph.dgl
+  eval --config OUT/<graph>.json --graph DIR/graph.dgl|DIR/chunked/metadata.json
        Edge cut and balance of a partition output, counted the same way for
        every tool: the cut is the number of undirected edges whose endpoints
        are in different partitions (from each part's inner nodes);
@@ -116,10 +116,10 @@ def evaluate(args):
     import dgl
     with open(args.config) as f:
         meta = json.load(f)
-    (g,), _ = dgl.load_graphs(args.graph)
+    n, edge_chunks, train_mask = whole_graph(args.graph)
     k = meta["num_parts"]
     base = os.path.dirname(args.config)
-    part_of = np.full(g.num_nodes(), -1, dtype=np.int64)
+    part_of = np.full(n, -1, dtype=np.int64)
     edges = []
     for p in range(k):
         pg = dgl.load_graphs(os.path.join(base, meta[f"part-{p}"]["part_graph"]))[0][0]
@@ -127,16 +127,46 @@ def evaluate(args):
         edges.append(int(pg.ndata["inner_node"].numpy()[pg.edges()[1].numpy()].astype(bool).sum()))
         orig = orig_ids(base, p, pg, inner)
         part_of[orig] = p
+        del pg
     if (part_of < 0).any():
         raise SystemExit(f"{int((part_of < 0).sum())} nodes are in no partition")
-    s, d = (x.numpy() for x in g.edges())
-    cut = int((part_of[s] != part_of[d]).sum()) // 2
+    cut2 = 0
+    for s, d in edge_chunks:
+        cut2 += int((part_of[s] != part_of[d]).sum())
+    cut = cut2 // 2
     nodes = np.bincount(part_of, minlength=k)
-    train = np.bincount(part_of[g.ndata["train_mask"].numpy().astype(bool)], minlength=k)
+    train = np.bincount(part_of[train_mask], minlength=k)
     bal = lambda x: round(float(np.max(x) / np.mean(x)), 4)
     print(json.dumps({"edge_cut": cut, "nodes": nodes.tolist(), "edges": edges,
                       "balance_nodes": bal(nodes), "balance_train": bal(train),
                       "balance_edges": bal(np.array(edges))}))
+
+
+def whole_graph(path):
+    """(nodes, an iterator of (src, dst) slices, the train mask) of the input
+    graph: a graph.dgl, or a chunked metadata.json (`make-rmat`'s graphs,
+    too large for DGL to hold: read in slices of memory-mapped chunks)."""
+    import numpy as np
+    if not path.endswith(".json"):
+        import dgl
+        (g,), _ = dgl.load_graphs(path)
+        s, d = (x.numpy() for x in g.edges())
+        return g.num_nodes(), iter([(s, d)]), g.ndata["train_mask"].numpy().astype(bool)
+    base = os.path.dirname(path)
+    with open(path) as f:
+        meta = json.load(f)
+    n = sum(meta["num_nodes_per_chunk"][0])
+    files = meta["edges"]["_N:_E:_N"]["data"]
+    masks = meta["node_data"]["_N"]["train_mask"]["data"]
+    mask = np.concatenate([np.load(os.path.join(base, m)) for m in masks]).astype(bool)
+
+    def slices():
+        for name in files:
+            e = np.load(os.path.join(base, name), mmap_mode="r")
+            for lo in range(0, len(e), 1 << 24):
+                part = np.asarray(e[lo:lo + (1 << 24)])
+                yield part[:, 0], part[:, 1]
+    return n, slices(), mask
 
 
 def orig_ids(base, p, pg, inner):

@@ -8,24 +8,14 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use dgl_api::logging::LogFormat;
 use dgl_api::names;
-use dgl_api::wire::TrainSpec;
 use dgl_api::{PartitionMode, ReplicaType};
 
-use crate::channel::Token;
-use crate::command::{Template, Value, Values};
-use crate::dglenv;
-use crate::distpart::{self, DistPartition};
-use crate::hosts::{self, Peer};
-use crate::launcher::LaunchConfig;
-use crate::partition::PartitionConfig;
-use crate::standalone::{self, StandaloneConfig};
-use crate::training::TrainContext;
-use crate::transfer::RetryPolicy;
-use crate::worker::WorkerConfig;
+use crate::net::channel::Token;
+use crate::workers::Workers;
 
 /// The workflow runner inside a DGLJob's pods.
 ///
@@ -80,7 +70,7 @@ pub enum Command {
     /// mpirun's remote agent (partition mode DistParMETIS, instead of ssh):
     /// run MPI's daemon on worker HOST through its agent, relay its output,
     /// exit with its status. Used as `--mca plm_rsh_agent "dglrun rsh"`.
-    Rsh(crate::rsh::RshArgs),
+    Rsh(crate::mpi::rsh::RshArgs),
 }
 
 /// All flags; the headings say which role reads them.
@@ -97,7 +87,7 @@ pub struct Options {
     #[command(flatten)]
     pub worker: WorkerArgs,
     #[command(flatten)]
-    pub timeouts: crate::channel::Timeouts,
+    pub timeouts: crate::net::channel::Timeouts,
     /// Extra arguments for the training script (after `--`).
     #[arg(last = true, value_name = "TRAIN_ARGS")]
     pub extra: Vec<String>,
@@ -136,8 +126,8 @@ pub struct JobArgs {
     /// Number of partitions; must equal the number of workers. 0 (a job
     /// without workers): the launcher runs the training itself, as one local
     /// process without DGL's distributed environment.
-    #[arg(long, env = names::ENV_NUM_WORKERS, value_name = "N")]
-    pub num_partitions: Option<u32>,
+    #[arg(long, env = names::ENV_NUM_WORKERS, value_name = "N", value_parser = Workers::parse)]
+    pub num_partitions: Option<Workers>,
     /// Pass --balance_train to the partition script.
     #[arg(long)]
     pub balance_train: bool,
@@ -280,9 +270,6 @@ pub struct NativeArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub partition_seed: u64,
 }
-
-/// The chunked graph's description file (DGL's name).
-const CHUNKED_METADATA: &str = "metadata.json";
 
 /// The partitioners of the native pipeline.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -500,57 +487,6 @@ pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
     }
 }
 
-/// The native pipeline's settings from the options: input (chunked by
-/// default at <workspace>/chunked/metadata.json, or the text format), output
-/// <workspace>/dataset, partitioner, balance, threads.
-fn native_config(opts: &Options, graph_name: &str, num_parts: u32) -> dgl_partition::run::Config {
-    use dgl_partition::input::{Source, TextSource};
-    use dgl_partition::model::DType;
-    use dgl_partition::run::Choice;
-    let n = &opts.native;
-    let ws = &opts.runtime.workspace;
-    let source = match (&n.text_nodes, &n.text_edges) {
-        (Some(nodes), Some(edges)) => Source::Text(TextSource {
-            nodes: nodes.clone(),
-            edges: edges.clone(),
-            removed_edges: n.text_removed_edges.clone(),
-            schema: n.text_schema.clone(),
-            num_node_weights: n.num_node_weights,
-            node_attr_dtype: DType::F32,
-            edge_attr_dtype: DType::F32,
-        }),
-        // The default folder may not exist yet: the loader writes it.
-        _ => Source::Chunked {
-            metadata: match &n.partition_input {
-                Some(p) if p.is_dir() => p.join(CHUNKED_METADATA),
-                Some(p) => p.clone(),
-                None => ws.join(names::CHUNKED_DIR).join(CHUNKED_METADATA),
-            },
-        },
-    };
-    let partitioner = match n.part_method {
-        PartitionerKind::Metis => Choice::Metis,
-        PartitionerKind::Random => Choice::Random,
-        PartitionerKind::File => Choice::File(n.assignment_dir.clone().unwrap_or_default()),
-    };
-    let threads = n
-        .partition_threads
-        .map(|t| t as usize)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()));
-    dgl_partition::run::Config {
-        source,
-        out_dir: ws.join(names::DATASET_DIR),
-        graph_name: graph_name.to_string(),
-        num_parts,
-        partitioner,
-        balance_train: opts.job.balance_train.then(|| n.train_mask.clone()),
-        balance_edges: opts.job.balance_edges,
-        threads,
-        seed: n.partition_seed,
-        python: opts.runtime.python.clone(),
-    }
-}
-
 impl Options {
     pub fn stop_grace(&self) -> Duration {
         Duration::from_secs(self.runtime.stop_grace)
@@ -564,6 +500,11 @@ impl Options {
             .ok_or_else(|| "--graph-name is required".to_string())
     }
 
+    /// Whether the job has no workers: the launcher runs the training itself.
+    pub fn is_standalone(&self) -> bool {
+        self.job.num_partitions == Some(Workers::Standalone)
+    }
+
     /// The marker file of `dglrun probe --partitioned`.
     pub fn partitioned_marker(&self) -> PathBuf {
         self.launch.state_dir.join(names::PARTITIONED_MARKER)
@@ -571,13 +512,9 @@ impl Options {
 }
 
 /// A flag the role cannot do without.
-fn required<'a, T>(v: &'a Option<T>, flag: &str, role: &str) -> anyhow::Result<&'a T> {
+pub(crate) fn required<'a, T>(v: &'a Option<T>, flag: &str, role: &str) -> anyhow::Result<&'a T> {
     v.as_ref()
         .ok_or_else(|| anyhow!("{flag} is required for the {role}"))
-}
-
-fn read(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
 impl Options {
@@ -595,373 +532,6 @@ impl Options {
             self.runtime.agent_port,
         )
     }
-
-    fn retry_policy(&self) -> RetryPolicy {
-        RetryPolicy {
-            max_attempts: self.launch.transfer_attempts,
-            idle_timeout: self.timeouts.peer(),
-            ..RetryPolicy::default()
-        }
-    }
-}
-
-/// The partitioner's settings from the options. `job_workers` is the job's
-/// worker count as the operator states it in a pod (ENV_NUM_WORKERS), if
-/// set: partitions for another count would only fail later, at the launcher.
-pub fn partition_config(
-    opts: &Options,
-    job_workers: Option<&str>,
-) -> anyhow::Result<PartitionConfig> {
-    match opts.job.partition_mode {
-        PartitionMode::Skip => bail!("partition mode Skip has no partitioner: the partitions must already be in each worker's workspace"),
-        PartitionMode::DistParMetis => bail!("partition mode DistParMETIS has no partitioner: the launcher runs one partition rank per worker (mpirun)"),
-        _ => {}
-    }
-    let native = opts.job.partition_mode.is_native();
-    let user_command = opts.job.partition_command.is_some();
-    let entry_point = if native || user_command {
-        opts.job.partition_entry_point.clone()
-    } else {
-        Some(
-            required(
-                &opts.job.partition_entry_point,
-                "--partition-entry-point (or --partition-command)",
-                "partitioner",
-            )?
-            .clone(),
-        )
-    };
-    let graph_name = opts.graph_name().map_err(|e| anyhow!(e))?.to_string();
-    let num_parts = *required(&opts.job.num_partitions, "--num-partitions", "partitioner")?;
-    check_worker_count(num_parts, job_workers)?;
-    if num_parts == 0 {
-        bail!("--num-partitions must be at least 1");
-    }
-    let command = match &opts.job.partition_command {
-        Some(line) => Some(partition_words(opts, line, &graph_name, num_parts)?),
-        None => None,
-    };
-    Ok(PartitionConfig {
-        python: opts.runtime.python.clone(),
-        entry_point,
-        command,
-        native: native.then(|| native_config(opts, &graph_name, num_parts)),
-        graph_name,
-        num_parts,
-        balance_train: opts.job.balance_train,
-        balance_edges: opts.job.balance_edges,
-        workspace: opts.runtime.workspace.clone(),
-        extra_args: opts.job.partition_args.clone(),
-        stop_grace: opts.stop_grace(),
-        use_graphbolt: opts.job.use_graphbolt,
-    })
-}
-
-/// The placeholders of a partition command and their values.
-pub fn partition_values(workspace: &Path, graph_name: &str, num_parts: u32) -> Values {
-    let dataset = workspace.join(names::DATASET_DIR);
-    vec![
-        ("graph_name", Value::of(graph_name)),
-        ("workspace", Value::of(workspace.display())),
-        ("num_parts", Value::of(num_parts)),
-        ("dataset_dir", Value::of(dataset.display())),
-        (
-            "part_config",
-            Value::of(dataset.join(format!("{graph_name}.json")).display()),
-        ),
-        (
-            "chunked_dir",
-            Value::of(workspace.join(names::CHUNKED_DIR).display()),
-        ),
-    ]
-}
-
-/// --partition-command, split and filled. In DGL-API mode the balance flags
-/// would be silently lost: the user writes them into the command instead.
-fn partition_words(
-    opts: &Options,
-    line: &str,
-    graph_name: &str,
-    num_parts: u32,
-) -> anyhow::Result<Vec<String>> {
-    let native = opts.job.partition_mode.is_native();
-    if !native && (opts.job.balance_train || opts.job.balance_edges) {
-        bail!("--balance-train and --balance-edges add nothing to --partition-command (nothing is appended to it): write the partition script's own flags into the command");
-    }
-    let template = Template::parse(PARTITION_COMMAND_FLAG, line)?;
-    let values = partition_values(&opts.runtime.workspace, graph_name, num_parts);
-    Ok(template.fill(&values)?)
-}
-
-/// The flag of the launch.py convention's partition command.
-pub const PARTITION_COMMAND_FLAG: &str = "--partition-command";
-
-/// DGL needs one partition per worker.
-fn check_worker_count(num_parts: u32, job_workers: Option<&str>) -> anyhow::Result<()> {
-    match job_workers.map(|w| w.trim().parse::<u32>()) {
-        Some(Ok(workers)) if workers != num_parts => bail!(
-            "--num-partitions is {num_parts} but the job has {workers} worker(s) ({}); DGL needs one partition per worker",
-            names::ENV_NUM_WORKERS
-        ),
-        _ => Ok(()),
-    }
-}
-
-/// The worker's settings from the options (reads the token).
-pub fn worker_config(opts: &Options) -> anyhow::Result<WorkerConfig> {
-    Ok(WorkerConfig {
-        listen: opts.agent_addr().ip(),
-        agent_port: opts.runtime.agent_port,
-        token: opts.token()?,
-        retry: opts.retry_policy(),
-        timeouts: opts.timeouts,
-        train: TrainContext {
-            python: opts.runtime.python.clone(),
-            workspace: opts.runtime.workspace.clone(),
-            shm_path: opts.worker.shm_path.clone(),
-            index: opts.worker.index,
-            stop_grace: opts.stop_grace(),
-            server_start_timeout: Duration::from_secs(opts.worker.server_start_timeout),
-            server_exit_timeout: Duration::from_secs(120),
-            omp_threads: opts.worker.num_omp_threads,
-        },
-        partition_mode: opts.job.partition_mode,
-    })
-}
-
-/// The launcher's settings from the options and the files they name: the
-/// workers (hostfile), the partitioner, DGL's ip_config, the token and, in
-/// partition mode DistParMETIS, mpirun's.
-pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
-    let graph_name = opts.graph_name().map_err(|e| anyhow!(e))?.to_string();
-    let command = train_template(opts)?;
-    // The seed's convention passes these to the script; launch.py's only
-    // fills them into placeholders, when given (0: not given).
-    let (entry_point, num_epochs, batch_size) = match &command {
-        Some(_) => (
-            String::new(),
-            opts.job.num_epochs.unwrap_or(0),
-            opts.job.batch_size.unwrap_or(0),
-        ),
-        None => (
-            required(
-                &opts.job.train_entry_point,
-                "--train-entry-point (or --train-command)",
-                "launcher",
-            )?
-            .clone(),
-            *required(&opts.job.num_epochs, "--num-epochs", "launcher")?,
-            *required(&opts.job.batch_size, "--batch-size", "launcher")?,
-        ),
-    };
-    let (hostfile, workers) = launch_workers(opts)?;
-    let partitioner = launch_partitioner(opts)?;
-    let ip_config = launch_ip_config(opts, &workers)?;
-    let num_trainers = opts
-        .job
-        .num_trainers
-        .or_else(|| workers[0].slots)
-        .unwrap_or(1);
-    let dist_partition = (opts.job.partition_mode == PartitionMode::DistParMetis)
-        .then(|| dist_partition(opts, &graph_name, &hostfile))
-        .transpose()?;
-    let spec = TrainSpec {
-        graph_name,
-        entry_point,
-        num_epochs,
-        batch_size,
-        num_trainers,
-        num_samplers: opts.job.num_samplers,
-        num_servers: opts.job.num_servers,
-        machine_rank: 0,
-        ip_config,
-        master_port: opts.launch.master_port,
-        extra_args: opts.extra.clone(),
-        command: command.map(|t| t.words),
-        use_graphbolt: opts.job.use_graphbolt,
-    };
-    check_graphbolt(opts)?;
-    check_train_command(opts, &spec, workers.len() as u32)?;
-    Ok(LaunchConfig {
-        spec,
-        workers,
-        partitioner,
-        token: opts.token()?,
-        wait_timeout: Duration::from_secs(opts.launch.wait_timeout),
-        peer_timeout: opts.timeouts.peer(),
-        stop_grace: opts.stop_grace(),
-        dist_partition,
-        progress_interval: Duration::from_secs(opts.launch.progress_interval),
-    })
-}
-
-/// What DGL 2.1.0's GraphBolt cannot be given, refused before any worker
-/// starts (the operator's validation says the same for a DGLJob).
-fn check_graphbolt(opts: &Options) -> anyhow::Result<()> {
-    if !opts.job.use_graphbolt {
-        return Ok(());
-    }
-    if opts.job.partition_mode == PartitionMode::DistParMetis {
-        bail!("--use-graphbolt is not supported with partition mode DistParMETIS: each worker holds only its own partition and DGL 2.1.0's converter (dgl_partition_to_graphbolt) needs all of them; use ParMETIS, DGL-API or Skip");
-    }
-    if is_standalone(opts) {
-        bail!("--use-graphbolt needs workers (--num-partitions 0 trains in standalone mode, where DGL 2.1.0 has no GraphBolt: dist_graph.py falls back to DGLGraph)");
-    }
-    Ok(())
-}
-
-/// --train-command, split into words.
-fn train_template(opts: &Options) -> anyhow::Result<Option<Template>> {
-    let Some(line) = &opts.job.train_command else {
-        return Ok(None);
-    };
-    Ok(Some(Template::parse(dglenv::TRAIN_COMMAND_FLAG, line)?))
-}
-
-/// Refuses a training command a worker could not fill (an unknown
-/// placeholder, {num_epochs} without --num-epochs, no interpreter) before
-/// any worker is started, with this launcher's workspace for the paths.
-fn check_train_command(opts: &Options, spec: &TrainSpec, machines: u32) -> anyhow::Result<()> {
-    if spec.command.is_none() {
-        return Ok(());
-    }
-    let ws = &opts.runtime.workspace;
-    let paths = dglenv::Paths {
-        workspace: ws,
-        ip_config: &ws.join(names::IP_CONFIG),
-        part_config: &ws
-            .join(names::DATASET_DIR)
-            .join(format!("{}.json", spec.graph_name)),
-        num_machines: machines,
-    };
-    dglenv::user_command(spec, &opts.runtime.python, paths)?;
-    Ok(())
-}
-
-/// A job without workers (--num-partitions 0): the launcher's one local
-/// process.
-pub fn standalone_config(opts: &Options) -> anyhow::Result<StandaloneConfig> {
-    check_graphbolt(opts)?;
-    let template = train_template(opts)?;
-    let values = standalone::values(
-        &opts.runtime.workspace,
-        opts.job.graph_name.as_deref(),
-        opts.job.num_epochs,
-        opts.job.batch_size,
-    );
-    let spec = standalone::process(
-        &opts.runtime.python,
-        opts.job.train_entry_point.as_deref(),
-        &opts.extra,
-        template.as_ref().map(|t| (t, &values)),
-    )
-    .map_err(|e| anyhow!(e))?;
-    Ok(StandaloneConfig {
-        spec,
-        stop_grace: opts.stop_grace(),
-        progress_interval: Duration::from_secs(opts.launch.progress_interval),
-    })
-}
-
-/// Whether the job has no workers: the launcher runs the training itself.
-pub fn is_standalone(opts: &Options) -> bool {
-    opts.job.num_partitions == Some(0)
-}
-
-/// The hostfile (--hostfile, else the ConfigMap's) and its workers, as many
-/// as --num-partitions says when given.
-fn launch_workers(opts: &Options) -> anyhow::Result<(PathBuf, Vec<Peer>)> {
-    let hostfile = opts
-        .launch
-        .hostfile
-        .clone()
-        .unwrap_or_else(|| opts.runtime.config_dir.join(names::HOSTFILE));
-    let workers = hosts::parse_hostfile(
-        &hostfile.display().to_string(),
-        &read(&hostfile)?,
-        opts.runtime.agent_port,
-    )?;
-    if let Some(p) = opts.job.num_partitions {
-        if p as usize != workers.len() {
-            bail!(
-                "--num-partitions is {p} but {} lists {} worker(s); DGL needs one partition per worker",
-                hostfile.display(),
-                workers.len()
-            );
-        }
-    }
-    Ok((hostfile, workers))
-}
-
-/// The partitioner's agent: --partitioner, else the ConfigMap's partfile;
-/// none in partition modes Skip and DistParMETIS.
-fn launch_partitioner(opts: &Options) -> anyhow::Result<Option<SocketAddr>> {
-    if matches!(
-        opts.job.partition_mode,
-        PartitionMode::Skip | PartitionMode::DistParMetis
-    ) {
-        return Ok(None);
-    }
-    let addr = match &opts.launch.partitioner {
-        Some(a) => hosts::parse_addr(a, opts.runtime.agent_port)
-            .map_err(|e| anyhow!("--partitioner: {e}"))?,
-        None => {
-            let f = opts.runtime.config_dir.join(names::PARTFILE);
-            hosts::parse_partfile(&f.display().to_string(), &read(&f)?)?
-        }
-    };
-    Ok(Some(addr))
-}
-
-/// DGL's ip_config: --ip-config, else the ConfigMap's when it has one
-/// (either checked against the workers), else made from the workers' IPs
-/// and --dgl-port.
-fn launch_ip_config(opts: &Options, workers: &[Peer]) -> anyhow::Result<String> {
-    let file = opts.launch.ip_config.clone().or_else(|| {
-        let f = opts.runtime.config_dir.join(names::IP_CONFIG);
-        f.is_file().then_some(f)
-    });
-    Ok(match file {
-        Some(f) => {
-            let content = read(&f)?;
-            hosts::check_ip_config(&f.display().to_string(), &content, workers)?;
-            content
-        }
-        None => dgl_api::files::render_ip_config(
-            &workers
-                .iter()
-                .map(|w| (w.ip, opts.launch.dgl_port))
-                .collect::<Vec<_>>(),
-        ),
-    })
-}
-
-/// Partition mode DistParMETIS: mpirun of `dgl-partition rank` on the
-/// workers, through `dglrun rsh` (this binary) with the launcher's token,
-/// agent port and hostfile.
-fn dist_partition(
-    opts: &Options,
-    graph_name: &str,
-    hostfile: &Path,
-) -> anyhow::Result<DistPartition> {
-    let program = distpart::rank_program(opts, &opts.launch.dgl_partition, graph_name)
-        .map_err(|e| anyhow!(e))?;
-    let dglrun = std::env::current_exe().context("cannot find the dglrun binary")?;
-    let env = [
-        (names::ENV_TOKEN_FILE, opts.runtime.token_file.clone()),
-        ("DGLRUN_AGENT_PORT", opts.runtime.agent_port.to_string()),
-        ("DGLRUN_RSH_HOSTFILE", hostfile.display().to_string()),
-    ];
-    Ok(DistPartition {
-        mpirun: opts.launch.mpirun.clone(),
-        dglrun: dglrun.display().to_string(),
-        program,
-        if_include: opts.launch.mpi_if_include.clone(),
-        own_ip: opts.runtime.listen.filter(|ip| !ip.is_unspecified()),
-        env: env.map(|(k, v)| (k.to_string(), v)).to_vec(),
-        marker: opts.partitioned_marker(),
-        stop_grace: opts.stop_grace(),
-    })
 }
 
 #[cfg(test)]
@@ -1006,7 +576,7 @@ mod tests {
         assert!(cli.command.is_none());
         let o = cli.opts;
         assert_eq!(o.graph_name().unwrap(), "graphsage");
-        assert_eq!(o.job.num_partitions, Some(2));
+        assert_eq!(o.job.num_partitions, Some(Workers::of(2)));
         assert!(o.job.balance_train && o.job.balance_edges);
         assert_eq!(o.job.partition_mode, PartitionMode::DglApi);
         assert_eq!(o.extra, ["--lr", "0.1"]);
@@ -1052,353 +622,5 @@ mod tests {
             .unwrap_err()
             .contains("not a role"));
         assert!(role_from_env(None).unwrap_err().contains(names::ENV_ROLE));
-    }
-
-    /// Options as the command line `dglrun <args>` gives them.
-    fn opts(args: &[&str]) -> Options {
-        Cli::try_parse_from(["dglrun"].iter().chain(args))
-            .unwrap()
-            .opts
-    }
-
-    #[test]
-    fn partition_config_checks_mode_flags_and_worker_count() {
-        let skip = opts(&["--partition-mode", "Skip", "--num-partitions", "2"]);
-        let e = partition_config(&skip, None).unwrap_err().to_string();
-        assert!(e.contains("Skip has no partitioner"), "{e}");
-        let e = partition_config(&opts(&["--graph-name", "g", "--num-partitions", "2"]), None)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("--partition-entry-point (or --partition-command) is required"),
-            "{e}"
-        );
-        let o = opts(&[
-            "--graph-name",
-            "g",
-            "--partition-entry-point",
-            "part.py",
-            "--num-partitions",
-            "2",
-            "--balance-train",
-            "--partition-arg",
-            "--x",
-        ]);
-        let e = partition_config(&o, Some("3")).unwrap_err().to_string();
-        assert!(e.contains("the job has 3 worker(s)"), "{e}");
-        let cfg = partition_config(&o, Some(" 2\n")).unwrap();
-        assert_eq!(cfg.entry_point.as_deref(), Some("part.py"));
-        assert_eq!((cfg.graph_name.as_str(), cfg.num_parts), ("g", 2));
-        assert!(cfg.balance_train && !cfg.balance_edges);
-        assert_eq!(cfg.extra_args, ["--x"]);
-        assert!(cfg.native.is_none());
-        let zero = opts(&[
-            "--graph-name",
-            "g",
-            "--partition-entry-point",
-            "p.py",
-            "--num-partitions",
-            "0",
-        ]);
-        assert!(partition_config(&zero, None)
-            .unwrap_err()
-            .to_string()
-            .contains("at least 1"));
-        // ParMETIS: the entry point is an optional loader.
-        let native = opts(&[
-            "--partition-mode",
-            "ParMETIS",
-            "--graph-name",
-            "g",
-            "--num-partitions",
-            "2",
-        ]);
-        let cfg = partition_config(&native, None).unwrap();
-        assert!(cfg.entry_point.is_none());
-        assert_eq!(cfg.native.unwrap().num_parts, 2);
-    }
-
-    /// A folder with a token file and a hostfile of two workers.
-    fn launcher_files() -> tempfile::TempDir {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("token"), "secret\n").unwrap();
-        std::fs::write(
-            dir.path().join(names::HOSTFILE),
-            "10.0.0.1 30049 j-worker-0 slots=3\n10.0.0.2 30049 j-worker-1 slots=3\n",
-        )
-        .unwrap();
-        std::fs::write(
-            dir.path().join(names::PARTFILE),
-            "10.0.0.9 30049 j-partitioner\n",
-        )
-        .unwrap();
-        dir
-    }
-
-    fn launcher_opts(dir: &Path, extra: &[&str]) -> Options {
-        let d = dir.display().to_string();
-        let token = dir.join("token").display().to_string();
-        let mut args = vec![
-            "--config-dir",
-            &d,
-            "--token-file",
-            &token,
-            "--graph-name",
-            "g",
-            "--train-entry-point",
-            "train.py",
-            "--num-epochs",
-            "2",
-            "--batch-size",
-            "100",
-        ];
-        args.extend(extra);
-        opts(&args)
-    }
-
-    #[test]
-    fn launch_config_reads_the_configmaps_files() {
-        let dir = launcher_files();
-        let cfg = launch_config(&launcher_opts(dir.path(), &["--", "--lr", "0.1"])).unwrap();
-        assert_eq!(cfg.workers.len(), 2);
-        assert_eq!(cfg.partitioner, Some("10.0.0.9:30049".parse().unwrap()));
-        assert_eq!(cfg.spec.ip_config, "10.0.0.1 30050\n10.0.0.2 30050\n");
-        assert_eq!(cfg.spec.num_trainers, 3, "the hostfile's slots");
-        assert_eq!(cfg.spec.extra_args, ["--lr", "0.1"]);
-        assert!(cfg.dist_partition.is_none());
-        // An ip_config in the ConfigMap is used, and checked.
-        std::fs::write(dir.path().join(names::IP_CONFIG), "10.0.0.2\n10.0.0.1\n").unwrap();
-        let e = launch_config(&launcher_opts(dir.path(), &[]))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("partition order"), "{e}");
-        std::fs::write(
-            dir.path().join(names::IP_CONFIG),
-            "10.0.0.1 40000\n10.0.0.2 40000\n",
-        )
-        .unwrap();
-        let cfg = launch_config(&launcher_opts(dir.path(), &[])).unwrap();
-        assert_eq!(cfg.spec.ip_config, "10.0.0.1 40000\n10.0.0.2 40000\n");
-        let e = launch_config(&launcher_opts(dir.path(), &["--num-partitions", "3"]))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("lists 2 worker(s)"), "{e}");
-        // Skip: no partitioner, the partfile is not read.
-        std::fs::remove_file(dir.path().join(names::PARTFILE)).unwrap();
-        let skip = launcher_opts(
-            dir.path(),
-            &["--partition-mode", "Skip", "--num-trainers", "1"],
-        );
-        let cfg = launch_config(&skip).unwrap();
-        assert_eq!((cfg.partitioner, cfg.spec.num_trainers), (None, 1));
-        let e = launch_config(&launcher_opts(dir.path(), &[])).unwrap_err();
-        assert!(format!("{e:#}").contains("cannot read"), "{e:#}");
-    }
-
-    #[test]
-    fn use_graphbolt_is_sent_to_the_workers_or_refused_naming_the_option() {
-        let dir = launcher_files();
-        let cfg = launch_config(&launcher_opts(dir.path(), &["--use-graphbolt"])).unwrap();
-        assert!(cfg.spec.use_graphbolt);
-        let e = launch_config(&launcher_opts(
-            dir.path(),
-            &["--use-graphbolt", "--partition-mode", "DistParMETIS"],
-        ))
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.starts_with("--use-graphbolt is not supported with partition mode DistParMETIS"),
-            "{e}"
-        );
-        let alone = opts(&[
-            "--num-partitions",
-            "0",
-            "--use-graphbolt",
-            "--train-entry-point",
-            "t.py",
-        ]);
-        let e = standalone_config(&alone).unwrap_err().to_string();
-        assert!(e.starts_with("--use-graphbolt needs workers"), "{e}");
-    }
-
-    #[test]
-    fn a_train_command_is_checked_at_the_launcher_and_sent_unfilled() {
-        let dir = launcher_files();
-        let d = dir.path().display().to_string();
-        let token = dir.path().join("token").display().to_string();
-        let base = [
-            "--config-dir",
-            &d,
-            "--token-file",
-            &token,
-            "--graph-name",
-            "g",
-        ];
-        let with = |cmd: &str, more: &[&str]| {
-            let mut a: Vec<&str> = base.to_vec();
-            a.extend(["--train-command", cmd]);
-            a.extend(more);
-            Cli::try_parse_from(["dglrun"].iter().chain(&a)).map(|c| c.opts)
-        };
-        // Neither --num-epochs nor --batch-size is needed, nothing appended.
-        let line =
-            "python3 nc.py --graph_name {graph_name} --ip_config {ip_config} --num_epochs 30";
-        let cfg = launch_config(&with(line, &[]).unwrap()).unwrap();
-        let words = cfg.spec.command.as_deref().unwrap();
-        assert_eq!(words.last().map(String::as_str), Some("30"));
-        assert!(
-            words.contains(&"{ip_config}".to_string()),
-            "filled on the worker"
-        );
-        assert_eq!((cfg.spec.num_epochs, cfg.spec.batch_size), (0, 0));
-        // Refused before any worker is contacted, naming flag and placeholder.
-        for (cmd, want) in [
-            (
-                "python3 nc.py --x {ipconfig}",
-                "--train-command: unknown placeholder {ipconfig}",
-            ),
-            (
-                "python3 nc.py --e {num_epochs}",
-                "--num-epochs was not given",
-            ),
-            ("python3 'nc.py", "a quote is not closed"),
-            ("./run.sh", "must start with the Python interpreter"),
-        ] {
-            let e = launch_config(&with(cmd, &[]).unwrap())
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(want), "{cmd}: {e}");
-        }
-        let o = with("python3 nc.py --e {num_epochs}", &["--num-epochs", "4"]).unwrap();
-        assert!(launch_config(&o).is_ok());
-        // One convention at a time.
-        assert!(with(line, &["--train-entry-point", "t.py"]).is_err());
-        assert!(with(line, &["--", "--lr", "0.1"]).is_err());
-    }
-
-    #[test]
-    fn a_partition_command_is_filled_at_the_partitioner() {
-        let o = opts(&[
-            "--graph-name",
-            "g",
-            "--num-partitions",
-            "2",
-            "--workspace",
-            "/ws",
-            "--partition-command",
-            "python3 partition_graph.py --dataset {graph_name} --num_parts {num_parts} --output {dataset_dir} --balance_train",
-        ]);
-        let cfg = partition_config(&o, None).unwrap();
-        assert!(cfg.entry_point.is_none());
-        let spec = crate::partition::user_command(cfg.command.as_deref().unwrap());
-        assert_eq!(spec.program, "python3");
-        assert_eq!(
-            spec.args.join(" "),
-            "partition_graph.py --dataset g --num_parts 2 --output /ws/dataset --balance_train"
-        );
-        let all =
-            "p {graph_name} {workspace} {num_parts} {dataset_dir} {part_config} {chunked_dir}";
-        let o = opts(&[
-            "--graph-name",
-            "g",
-            "--num-partitions",
-            "2",
-            "--workspace",
-            "/ws",
-            "--partition-command",
-            all,
-        ]);
-        let words = partition_config(&o, None).unwrap().command.unwrap();
-        assert_eq!(
-            words.join(" "),
-            "p g /ws 2 /ws/dataset /ws/dataset/g.json /ws/chunked"
-        );
-        let bad = opts(&[
-            "--graph-name",
-            "g",
-            "--num-partitions",
-            "2",
-            "--partition-command",
-            "p {output}",
-        ]);
-        let e = partition_config(&bad, None).unwrap_err().to_string();
-        assert!(
-            e.starts_with("--partition-command: unknown placeholder {output}"),
-            "{e}"
-        );
-        let balance = opts(&[
-            "--graph-name",
-            "g",
-            "--num-partitions",
-            "2",
-            "--balance-train",
-            "--partition-command",
-            "p",
-        ]);
-        let e = partition_config(&balance, None).unwrap_err().to_string();
-        assert!(e.contains("write the partition script's own flags"), "{e}");
-        assert!(Cli::try_parse_from([
-            "dglrun",
-            "--partition-command",
-            "p",
-            "--partition-entry-point",
-            "x.py"
-        ])
-        .is_err());
-    }
-
-    #[test]
-    fn no_workers_means_the_launcher_trains_alone() {
-        // The operator sets DGL_OPERATOR_NUM_WORKERS=0 for a job without workers.
-        let o = opts(&[
-            "--num-partitions",
-            "0",
-            "--train-entry-point",
-            "code/nc.py",
-            "--python",
-            "/py",
-        ]);
-        assert!(is_standalone(&o));
-        let cfg = standalone_config(&o).unwrap();
-        assert_eq!(cfg.spec.program, "/py");
-        assert_eq!(
-            cfg.spec.args,
-            ["code/nc.py"],
-            "nothing appended (the seed's dglrun ran `python $TRAIN_ENTRY_POINT`)"
-        );
-        let o = opts(&[
-            "--num-partitions",
-            "0",
-            "--train-command",
-            "python3 nc.py --ip {ip_config}",
-        ]);
-        let e = standalone_config(&o).unwrap_err().to_string();
-        assert!(e.contains("{ip_config} has no value here"), "{e}");
-        assert!(!is_standalone(&opts(&["--num-partitions", "2"])));
-    }
-
-    #[test]
-    fn worker_config_from_the_options() {
-        let dir = launcher_files();
-        let token = dir.path().join("token").display().to_string();
-        let o = opts(&[
-            "--token-file",
-            &token,
-            "--listen",
-            "10.0.0.1",
-            "--index",
-            "1",
-            "--transfer-attempts",
-            "2",
-        ]);
-        let cfg = worker_config(&o).unwrap();
-        assert_eq!(
-            o.agent_addr(),
-            SocketAddr::new(cfg.listen, names::AGENT_PORT)
-        );
-        assert_eq!(cfg.train.index, Some(1));
-        assert_eq!(cfg.retry.max_attempts, 2);
-        let e = worker_config(&opts(&["--token-file", "/nonexistent/token"])).unwrap_err();
-        assert!(e.to_string().contains("/nonexistent/token"), "{e}");
     }
 }

@@ -381,13 +381,26 @@ fn walk_files(dir: &Path, prefix: &str) -> io::Result<Vec<(String, PathBuf)>> {
             let child_rel = format!("{rel}/{name}");
             if ty.is_dir() {
                 stack.push((entry.path(), child_rel));
-            } else if ty.is_file() && !crate::transfer::is_partial_name(&name) {
+            } else if ty.is_file() && !is_partial_name(&name) {
                 out.push((child_rel, entry.path()));
             }
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// The suffix of an unfinished download (never served, never counted).
+const PARTIAL_SUFFIX: &str = ".dglrun-partial";
+
+/// Where a download of `target` is written until its sha256 matched.
+pub fn partial_path(target: &Path) -> PathBuf {
+    PathBuf::from(format!("{}{PARTIAL_SUFFIX}", target.display()))
+}
+
+/// Whether a file name is an unfinished download.
+pub fn is_partial_name(name: &str) -> bool {
+    name.ends_with(PARTIAL_SUFFIX)
 }
 
 /// Size and sha256 (lower-case hex) of a file.

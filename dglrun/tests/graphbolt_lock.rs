@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use dglrun::dataset::Layout;
-use dglrun::graphbolt::convert_local;
+use dglrun::dgl::graphbolt::convert_local;
 
 /// Graph `g` in `parts` partitions in DGL's layout, a few bytes per file.
 fn fake_partitions(ws: &Path, parts: u32) -> Layout {

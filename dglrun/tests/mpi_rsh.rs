@@ -2,7 +2,7 @@
 //! network namespaces (each process also with its own host name) on one
 //! bridge. `dglrun worker` runs in namespaces a and b; `mpirun` runs in c
 //! with `dglrun rsh` as its remote agent (the arguments the launcher uses,
-//! `dglrun::rsh::mpirun_args`), so MPI's daemons start through the workers'
+//! `dglrun::mpi::rsh::mpirun_args`), so MPI's daemons start through the workers'
 //! authenticated agents, never ssh. The ranks are `dgl-partition selftest`
 //! (every collective, each rank checking every element it receives).
 //!
@@ -28,7 +28,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use dglrun::rsh::{mpirun_args, MpirunPlan};
+use dglrun::mpi::rsh::{mpirun_args, MpirunPlan};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 

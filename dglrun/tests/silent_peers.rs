@@ -13,9 +13,9 @@ use dgl_api::wire::{
     TrainResult, TrainSpec,
 };
 use dgl_api::ReplicaType;
-use dglrun::channel::{read_frame, server_handshake, write_frame, Channel, Timeouts, Token};
-use dglrun::hosts::Peer;
-use dglrun::launcher::{LaunchConfig, LaunchError};
+use dglrun::net::channel::{read_frame, server_handshake, write_frame, Channel, Timeouts, Token};
+use dglrun::net::hosts::Peer;
+use dglrun::roles::launcher::{LaunchConfig, LaunchError};
 use dglrun::transfer::{Fetcher, FileServer, RetryPolicy};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -140,7 +140,7 @@ async fn an_agent_closes_an_authenticated_connection_that_sends_nothing() {
     let server = FileServer::new(ws.path().to_path_buf(), manifest()).with_timeouts(timeouts);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(dglrun::partition::serve(listener, server, token()));
+    tokio::spawn(dglrun::roles::partitioner::serve(listener, server, token()));
     let mut ch = Channel::connect(addr, &token(), Duration::from_secs(5))
         .await
         .unwrap();
@@ -224,7 +224,7 @@ async fn a_worker_silent_on_prepare_shard_fails_the_launch_with_its_name() {
     .await;
     let cfg = launch_config(agent, Duration::from_secs(1));
     let started = Instant::now();
-    let e = tokio::time::timeout(Duration::from_secs(30), dglrun::launcher::run(cfg))
+    let e = tokio::time::timeout(Duration::from_secs(30), dglrun::roles::launcher::run(cfg))
         .await
         .expect("the launcher gives up on a silent worker")
         .unwrap_err();
@@ -265,7 +265,7 @@ async fn a_worker_that_reports_progress_is_waited_for_past_the_peer_timeout() {
     })
     .await;
     let cfg = launch_config(agent, Duration::from_secs(1));
-    tokio::time::timeout(Duration::from_secs(30), dglrun::launcher::run(cfg))
+    tokio::time::timeout(Duration::from_secs(30), dglrun::roles::launcher::run(cfg))
         .await
         .expect("the launch ends")
         .expect("a worker that reports progress is not silent");

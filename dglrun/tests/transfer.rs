@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use dgl_api::wire::{self, FileEntry, Request, Response, AUTH_OK, MAC_LEN, MAGIC, NONCE_LEN};
 use dgl_api::ReplicaType;
-use dglrun::channel::{
+use dglrun::dataset::{sha256_file, Layout};
+use dglrun::net::channel::{
     client_handshake, read_frame, server_handshake, AuthError, Channel, ChannelError, Token,
 };
-use dglrun::dataset::{sha256_file, Layout};
 use dglrun::transfer::{FetchStats, Fetcher, FileServer, RetryPolicy, TransferError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -81,7 +81,11 @@ async fn serve(layout: &Layout, tok: &Token) -> SocketAddr {
     let server = FileServer::new(layout.dir.clone(), manifest);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(dglrun::partition::serve(listener, server, tok.clone()));
+    tokio::spawn(dglrun::roles::partitioner::serve(
+        listener,
+        server,
+        tok.clone(),
+    ));
     addr
 }
 
@@ -463,7 +467,11 @@ async fn serve_listed(layout: &Layout, tok: &Token) -> SocketAddr {
     let server = FileServer::new(layout.dir.clone(), manifest);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(dglrun::partition::serve(listener, server, tok.clone()));
+    tokio::spawn(dglrun::roles::partitioner::serve(
+        listener,
+        server,
+        tok.clone(),
+    ));
     addr
 }
 

@@ -10,9 +10,19 @@ use dgl_api::wire::OutputLine;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::command::{Template, Value, Values};
+use crate::cli::Options;
+use crate::dgl::command::{Template, Value, Values};
 use crate::procs::{ProcSpec, Supervisor};
 use crate::progress::Reporter;
+
+pub mod config;
+
+/// The launcher of a job without workers, from the command line; its
+/// process's exit status.
+pub async fn main(opts: &Options) -> anyhow::Result<i32> {
+    let cfg = config::standalone_config(opts)?;
+    run(&cfg).await
+}
 
 /// What a standalone launcher runs.
 #[derive(Debug, Clone)]

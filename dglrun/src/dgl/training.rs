@@ -14,8 +14,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::dataset::Layout;
-use crate::dglenv::{self, Machine};
-use crate::preflight;
+use crate::dgl::dglenv::{self, Machine};
+use crate::dgl::preflight;
 use crate::procs::Supervisor;
 
 /// The trainer's process name in logs and messages.

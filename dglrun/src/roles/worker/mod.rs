@@ -2,7 +2,7 @@
 //! the shard when the launcher asks, runs the training on `Start` and
 //! streams its output back. The process exits with the training's status.
 //! In partition mode DistParMETIS it also runs MPI's daemon for `dglrun rsh`
-//! (see [`crate::exec`]), one at a time and never during the training.
+//! (see [`crate::mpi::exec`]), one at a time and never during the training.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,12 +17,29 @@ use dgl_api::{PartitionMode, ReplicaType};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Mutex};
 
-use crate::agent::{self, Ended};
-use crate::channel::{read_frame, write_frame, Channel, ChannelError, Timeouts, Token};
+use anyhow::Context;
+
+use crate::cli::Options;
 use crate::dataset::Layout;
-use crate::hosts::parse_addr;
-use crate::training::{self, TrainContext};
+use crate::dgl::training::{self, TrainContext};
+use crate::net::agent::{self, Ended};
+use crate::net::channel::{read_frame, write_frame, Channel, ChannelError, Timeouts, Token};
+use crate::net::hosts::parse_addr;
 use crate::transfer::{Fetcher, RetryPolicy};
+
+pub mod config;
+
+/// The worker role from the command line; the training's exit status.
+pub async fn main(opts: &Options) -> anyhow::Result<i32> {
+    let cfg = config::worker_config(opts)?;
+    std::fs::create_dir_all(&cfg.train.workspace).with_context(|| {
+        format!(
+            "cannot create the workspace {}",
+            cfg.train.workspace.display()
+        )
+    })?;
+    run(cfg).await
+}
 
 /// The worker's settings.
 #[derive(Debug, Clone)]
@@ -144,7 +161,10 @@ async fn on_signal(
     128 + libc::SIGTERM
 }
 
-async fn serve(shared: Arc<Shared>, mut ch: Channel) -> Result<(), crate::channel::ChannelError> {
+async fn serve(
+    shared: Arc<Shared>,
+    mut ch: Channel,
+) -> Result<(), crate::net::channel::ChannelError> {
     let idle = shared.cfg.timeouts.session_idle();
     while let Some(req) = agent::next_request(&mut ch, idle).await? {
         match req {
@@ -221,14 +241,14 @@ async fn exec(
     shared: &Shared,
     ch: Channel,
     spec: dgl_api::wire::ExecSpec,
-) -> Result<(), crate::channel::ChannelError> {
+) -> Result<(), crate::net::channel::ChannelError> {
     let train = &shared.cfg.train;
-    let result = crate::exec::session(
+    let result = crate::mpi::exec::session(
         ch,
         spec,
         shared.stop_tx.subscribe(),
         train.workspace.clone(),
-        crate::exec::worker_env(&train.workspace, train.index),
+        crate::mpi::exec::worker_env(&train.workspace, train.index),
         train.stop_grace,
     )
     .await;
@@ -260,7 +280,7 @@ async fn shut_down(shared: &Shared, reason: &str) -> Phase {
 /// Why this worker does not run `spec` now; `None` when it does, and then
 /// it counts as busy until the command ended.
 async fn exec_refusal(shared: &Shared, spec: &dgl_api::wire::ExecSpec) -> Option<String> {
-    if let Some(message) = crate::exec::refusal(spec, shared.cfg.partition_mode) {
+    if let Some(message) = crate::mpi::exec::refusal(spec, shared.cfg.partition_mode) {
         return Some(message);
     }
     // Under the phase lock, so that a `Start` cannot slip in between.
@@ -338,7 +358,7 @@ async fn prepare(
     let report = match &req.source {
         ShardSource::Local => {
             if req.use_graphbolt {
-                crate::graphbolt::convert_local(&ctx.python, &layout, req.num_parts).await?;
+                crate::dgl::graphbolt::convert_local(&ctx.python, &layout, req.num_parts).await?;
             }
             let info = layout
                 .check_shard(req.part_id, Some(req.num_parts))
@@ -406,7 +426,7 @@ async fn session(
     shared: Arc<Shared>,
     ch: Channel,
     spec: dgl_api::wire::TrainSpec,
-) -> Result<(), crate::channel::ChannelError> {
+) -> Result<(), crate::net::channel::ChannelError> {
     let Channel {
         mut reader,
         mut writer,

@@ -25,8 +25,8 @@ use dgl_api::logging::{self, LogFormat, Output};
 use dgl_api::names;
 use dgl_api::wire::{ExecSpec, Request, Response, Stream, EXEC_PROGRAMS};
 
-use crate::channel::{Channel, Token};
-use crate::hosts::{self, Peer};
+use crate::net::channel::{Channel, Token};
+use crate::net::hosts::{self, Peer};
 
 /// Status when dglrun rsh itself fails (as ssh does), so mpirun reports a
 /// failed launch rather than a daemon's exit code.

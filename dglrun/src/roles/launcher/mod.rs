@@ -16,12 +16,37 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::channel::{
+use crate::cli::Options;
+use crate::dgl::training::{DGLRUN, TRAINER};
+use crate::net::channel::{
     read_frame, write_frame, Channel, ChannelError, ChannelReader, ChannelWriter, Token,
 };
-use crate::hosts::Peer;
+use crate::net::hosts::Peer;
 use crate::progress::Reporter;
-use crate::training::{DGLRUN, TRAINER};
+use crate::roles::distpart::{self, DistPartError, DistPartition};
+
+pub mod config;
+
+/// The launcher role (with workers) from the command line; the training's
+/// exit status, 128 + SIGTERM when it was interrupted.
+pub async fn main(opts: &Options) -> anyhow::Result<i32> {
+    let cfg = config::launch_config(opts)?;
+    tracing::info!(
+        workers = cfg.workers.len(),
+        mode = %opts.job.partition_mode,
+        partitioner = ?cfg.partitioner,
+        trainers = cfg.spec.num_trainers,
+        "launching"
+    );
+    match run(cfg).await {
+        Ok(()) => Ok(0),
+        Err(e @ LaunchError::Interrupted { .. }) => {
+            tracing::error!("{e}");
+            Ok(128 + libc::SIGTERM)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
 
 /// The launcher's settings.
 #[derive(Debug, Clone)]
@@ -41,7 +66,7 @@ pub struct LaunchConfig {
     pub stop_grace: Duration,
     /// Partition mode DistParMETIS: the workers' ranks partition the graph
     /// (mpirun) before the training; then no shard is shipped.
-    pub dist_partition: Option<crate::distpart::DistPartition>,
+    pub dist_partition: Option<DistPartition>,
     /// How often the trainers' progress lines are published (0: never).
     pub progress_interval: Duration,
 }
@@ -78,6 +103,17 @@ pub enum LaunchError {
     },
     #[error("training interrupted by {signal}; every worker was told to stop")]
     Interrupted { signal: String },
+}
+
+/// The ranks' failure is the launch's; an interrupted partitioning is an
+/// interrupted launch (the same exit status).
+impl From<DistPartError> for LaunchError {
+    fn from(e: DistPartError) -> LaunchError {
+        match e {
+            DistPartError::Failed { worker, message } => LaunchError::Partition { worker, message },
+            DistPartError::Interrupted { signal } => LaunchError::Interrupted { signal },
+        }
+    }
 }
 
 fn also_text(also: &[String]) -> String {
@@ -302,7 +338,7 @@ async fn wait_for_workers(cfg: &LaunchConfig) -> Result<(), LaunchError> {
 /// in its workspace. The first error when any failed.
 async fn prepare_shards(cfg: &LaunchConfig) -> Result<(), LaunchError> {
     if let Some(d) = &cfg.dist_partition {
-        crate::distpart::run(d, &cfg.workers).await?;
+        distpart::run(d, &cfg.workers).await?;
     }
     let source = match cfg.partitioner {
         Some(p) => ShardSource::Partitioner {

@@ -11,9 +11,9 @@ use dgl_api::wire::{ExecSpec, ExitInfo, OutputLine, ProcessExit, Request, Respon
 use dgl_api::PartitionMode;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::channel::{read_frame, write_frame, Channel, ChannelError};
+use crate::dgl::training::{stopped, StopSignal};
+use crate::net::channel::{read_frame, write_frame, Channel, ChannelError};
 use crate::procs::{ProcSpec, Supervisor};
-use crate::training::{stopped, StopSignal};
 
 /// Why a worker refuses an `Exec`, or `None` when it runs it.
 pub fn refusal(spec: &ExecSpec, mode: PartitionMode) -> Option<String> {

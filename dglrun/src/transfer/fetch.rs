@@ -1,34 +1,26 @@
-//! Shard transfer, pod to pod: the partitioner serves the files of its
-//! manifest; a worker pulls its files, resumes an interrupted file at the
-//! byte it already has, verifies size and sha256, and retries a bounded
+//! The worker's side of a shard transfer: it pulls its files from the
+//! partitioner, checks every chunk against the sum sent after it, resumes
+//! an interrupted file at the byte it already has, and retries a bounded
 //! number of times with exponential backoff.
 //!
-//! A file is written to `<name>.dglrun-partial` and renamed only after its
-//! sha256 matched, so a file under its real name is always complete; a file
-//! already present with the right size and sha256 is reused.
+//! A file is written to its partial name (`crate::dataset::partial_path`)
+//! and renamed only after its sha256 matched, so a file under its real name
+//! is always complete; a file already present with the right size and
+//! sha256 is reused.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dgl_api::wire::{
-    is_safe_relative_path, ChunkSums, FileEntry, FileHeader, Manifest, Request, Response,
-};
+use dgl_api::wire::{is_safe_relative_path, FileEntry, FileHeader, Manifest, Request, Response};
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::channel::{Channel, ChannelError, FrameReader, Timeouts, Token};
-use crate::chunks::{self, FileSums, Sum, CHUNK_SIZE, SUM_LEN};
-use crate::dataset::sha256_file;
-
-const PARTIAL_SUFFIX: &str = ".dglrun-partial";
-
-/// Whether a file name is an unfinished download (never served, never counted).
-pub fn is_partial_name(name: &str) -> bool {
-    name.ends_with(PARTIAL_SUFFIX)
-}
+use super::chunks::{self, Sum, CHUNK_SIZE, SUM_LEN};
+use crate::dataset::{partial_path, sha256_file};
+use crate::net::channel::{Channel, ChannelError, FrameReader, Token};
 
 /// How hard to try.
 #[derive(Debug, Clone)]
@@ -245,7 +237,7 @@ impl Fetcher {
             return Err(TransferError::UnsafePath(entry.path.clone()));
         }
         let target = dest.join(&entry.path);
-        let partial = PathBuf::from(format!("{}{PARTIAL_SUFFIX}", target.display()));
+        let partial = partial_path(&target);
         let local = |source| TransferError::Local {
             path: target.display().to_string(),
             source,
@@ -894,259 +886,6 @@ async fn hash(path: &Path) -> std::io::Result<String> {
     tokio::task::spawn_blocking(move || sha256_file(&path).map(|(_, h)| h))
         .await
         .map_err(std::io::Error::other)?
-}
-
-/// Server side: serves the files of a manifest from a dataset folder, each
-/// chunk followed by its sha256 (see [`crate::chunks`]).
-#[derive(Clone)]
-pub struct FileServer {
-    manifest: Arc<Manifest>,
-    /// The sums of `manifest.files[i]`, computed once each.
-    sums: Arc<Vec<FileSums>>,
-    timeouts: Timeouts,
-}
-
-impl FileServer {
-    /// Serves `manifest`'s files below `root`. Files without a sha256 in
-    /// the manifest are summed chunk by chunk while their size and
-    /// modification time stay what they are now.
-    pub fn new(root: PathBuf, manifest: Manifest) -> FileServer {
-        let sums = manifest
-            .files
-            .iter()
-            .map(|f| FileSums::new(root.join(&f.path), f.size, f.sha256.is_empty()))
-            .collect();
-        FileServer {
-            manifest: Arc::new(manifest),
-            sums: Arc::new(sums),
-            timeouts: Timeouts::default(),
-        }
-    }
-
-    /// How long its clients may stay silent.
-    pub fn with_timeouts(mut self, timeouts: Timeouts) -> FileServer {
-        self.timeouts = timeouts;
-        self
-    }
-
-    pub fn timeouts(&self) -> &Timeouts {
-        &self.timeouts
-    }
-
-    pub fn manifest(&self) -> &Manifest {
-        &self.manifest
-    }
-
-    /// Sums every chunk not summed yet on idle cores (never delaying a
-    /// transfer), so that later transfers send straight from the page cache.
-    pub fn hash_in_background(&self) {
-        chunks::hash_in_background(self.sums.clone());
-    }
-
-    fn lookup(&self, path: &str) -> Option<(&FileEntry, &FileSums)> {
-        let i = self.manifest.files.iter().position(|f| f.path == path)?;
-        Some((&self.manifest.files[i], &self.sums[i]))
-    }
-
-    /// Answers `ChunkSums`: every chunk's sum (computed on all cores where
-    /// missing).
-    pub async fn handle_chunk_sums(
-        &self,
-        ch: &mut Channel,
-        path: &str,
-    ) -> Result<(), ChannelError> {
-        let Some(i) = self.manifest.files.iter().position(|f| f.path == path) else {
-            let message = format!("{path:?} is not in the manifest");
-            return ch.send(&Response::Error { message }).await;
-        };
-        let sums = self.sums.clone();
-        let all = tokio::task::spawn_blocking(move || sums[i].all())
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()));
-        let resp = match all {
-            Ok(s) => Response::ChunkSums(ChunkSums {
-                path: path.to_string(),
-                chunk_size: CHUNK_SIZE,
-                sha256: s.iter().map(hex::encode).collect(),
-            }),
-            Err(message) => Response::Error { message },
-        };
-        ch.send(&resp).await
-    }
-
-    /// Answers one `Fetch`. Errors the client cannot fix are sent as
-    /// `Error` frames (the connection stays usable); an I/O error while
-    /// streaming ends the connection (the client resumes on a new one).
-    pub async fn handle_fetch(
-        &self,
-        ch: &mut Channel,
-        path: &str,
-        offset: u64,
-    ) -> Result<(), ChannelError> {
-        // Only files of the manifest can be read: the path never touches the
-        // file system before this lookup.
-        let Some((entry, sums)) = self.lookup(path) else {
-            let message = format!("{path:?} is not in the manifest");
-            return ch.send(&Response::Error { message }).await;
-        };
-        if offset > entry.size {
-            let message = format!(
-                "offset {offset} is past the end of {path} ({} bytes)",
-                entry.size
-            );
-            return ch.send(&Response::Error { message }).await;
-        }
-        let file = match open_checked(entry, sums) {
-            Ok(f) => Arc::new(f),
-            Err(message) => return ch.send(&Response::Error { message }).await,
-        };
-        ch.send(&Response::File(FileHeader {
-            path: entry.path.clone(),
-            size: entry.size,
-            offset,
-            sha256: entry.sha256.clone(),
-            chunk_size: CHUNK_SIZE,
-        }))
-        .await?;
-        let i = self
-            .manifest
-            .files
-            .iter()
-            .position(|f| f.path == path)
-            .expect("looked up above");
-        let sender = Sender {
-            sums: self.sums.clone(),
-            i,
-            file,
-            within: self.timeouts.peer(),
-        };
-        sender.send_from(ch, offset).await
-    }
-}
-
-/// Opens a file of the manifest, checked against its size and stamp.
-fn open_checked(entry: &FileEntry, sums: &FileSums) -> Result<std::fs::File, String> {
-    let file =
-        std::fs::File::open(&sums.abs).map_err(|e| format!("cannot read {}: {e}", entry.path))?;
-    let len = file
-        .metadata()
-        .map_err(|e| format!("cannot read {}: {e}", entry.path))?
-        .len();
-    if len != entry.size {
-        return Err(format!(
-            "{} has {len} bytes now, {} in the manifest: it changed while being served",
-            entry.path, entry.size
-        ));
-    }
-    sums.check_unchanged(&file)?;
-    Ok(file)
-}
-
-/// Streams one file's chunks with their sums.
-struct Sender {
-    sums: Arc<Vec<FileSums>>,
-    i: usize,
-    file: Arc<std::fs::File>,
-    /// How long the client may take to accept more bytes.
-    within: Duration,
-}
-
-impl Sender {
-    fn file_sums(&self) -> &FileSums {
-        &self.sums[self.i]
-    }
-
-    /// Every chunk goes out by sendfile(2), straight from the page cache.
-    /// A chunk not summed yet is hashed on a blocking thread meanwhile (and
-    /// the next one too, a chunk ahead), and its sum follows its bytes. On
-    /// a first serving this saves copying every byte into the socket: the
-    /// hash reads the page cache, sendfile hands the same pages on.
-    async fn send_from(&self, ch: &mut Channel, offset: u64) -> Result<(), ChannelError> {
-        let s = self.file_sums();
-        let first = usize::try_from(offset / CHUNK_SIZE).unwrap_or(usize::MAX);
-        let mut ahead = None;
-        for k in first..s.chunks() {
-            let (start, end) = chunks::range(k, s.size, CHUNK_SIZE);
-            let hashing = match ahead.take() {
-                Some(job) => Some(job),
-                None => s.cached(k).is_none().then(|| self.hash_chunk(k)),
-            };
-            if k + 1 < s.chunks() && s.cached(k + 1).is_none() {
-                ahead = Some(self.hash_chunk(k + 1));
-            }
-            self.sendfile(ch, start.max(offset), end).await?;
-            let sum = match hashing {
-                None => s.cached(k).expect("checked above"),
-                Some(job) => job
-                    .await
-                    .map_err(std::io::Error::other)?
-                    .map_err(std::io::Error::other)?,
-            };
-            self.write_sum(ch, &sum).await?;
-        }
-        Ok(())
-    }
-
-    fn hash_chunk(&self, k: usize) -> tokio::task::JoinHandle<Result<Sum, String>> {
-        let (sums, i, file) = (self.sums.clone(), self.i, self.file.clone());
-        tokio::task::spawn_blocking(move || sums[i].sum_chunk(&file, k))
-    }
-
-    /// A chunk's sum with its tag, which authenticates the chunk's bytes.
-    async fn write_sum(&self, ch: &mut Channel, sum: &Sum) -> Result<(), ChannelError> {
-        let peer = ch.peer;
-        tokio::time::timeout(self.within, ch.writer.write_sealed(sum))
-            .await
-            .map_err(|_| self.silent(peer))?
-    }
-
-    fn silent(&self, peer: SocketAddr) -> ChannelError {
-        ChannelError::Silent {
-            peer,
-            what: "it to take more bytes of a file".into(),
-            after: self.within,
-        }
-    }
-
-    /// Bytes `[from, end)` of the file straight from the page cache to
-    /// the socket.
-    async fn sendfile(&self, ch: &mut Channel, from: u64, end: u64) -> Result<(), ChannelError> {
-        use std::os::fd::AsRawFd;
-        use tokio::io::Interest;
-        let stream: &tokio::net::TcpStream = ch.writer.get_ref().as_ref();
-        let mut off = i64::try_from(from).map_err(std::io::Error::other)?;
-        let end = i64::try_from(end).map_err(std::io::Error::other)?;
-        while off < end {
-            tokio::time::timeout(self.within, stream.writable())
-                .await
-                .map_err(|_| self.silent(ch.peer))??;
-            let len = usize::try_from(end - off).map_err(std::io::Error::other)?;
-            let r = stream.try_io(Interest::WRITABLE, || {
-                // SAFETY: both descriptors are open for the whole call;
-                // sendfile advances `off` by what it sent.
-                let n = unsafe {
-                    libc::sendfile(stream.as_raw_fd(), self.file.as_raw_fd(), &mut off, len)
-                };
-                if n < 0 {
-                    Err(std::io::Error::last_os_error())
-                } else {
-                    Ok(n as usize)
-                }
-            });
-            match r {
-                Ok(0) => {
-                    return Err(ChannelError::Io(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        format!("{} shrank while being sent", self.file_sums().abs.display()),
-                    )))
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

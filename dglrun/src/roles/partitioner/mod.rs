@@ -17,11 +17,34 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::agent::{self, Ended};
-use crate::channel::{Channel, ChannelError, Token};
+use crate::cli::Options;
 use crate::dataset::Layout;
+use crate::net::agent::{self, Ended};
+use crate::net::channel::{Channel, ChannelError, Token};
 use crate::procs::{ProcSpec, Supervisor};
 use crate::transfer::FileServer;
+
+pub mod config;
+
+/// The partitioner role from the command line: partitions, then serves
+/// them (or exits, with --no-serve).
+pub async fn main(opts: &Options) -> anyhow::Result<()> {
+    let cfg = config::partition_config(opts, crate::workers::stated_by_operator_env())?;
+    // Read the token before the (long) partitioning so that a missing Secret
+    // fails at once.
+    let token = if opts.runtime.no_serve {
+        None
+    } else {
+        Some(opts.token()?)
+    };
+    let server = partition(&cfg).await?;
+    let Some(token) = token else {
+        tracing::info!("--no-serve: partitions checked, exiting");
+        return Ok(());
+    };
+    let listener = bind(opts.agent_addr()).await?;
+    serve(listener, server.with_timeouts(opts.timeouts), token).await
+}
 
 /// The partitioner's settings.
 #[derive(Debug, Clone)]
@@ -114,7 +137,7 @@ pub async fn partition(cfg: &PartitionConfig) -> anyhow::Result<FileServer> {
     // The native pipeline and scripts that do not call partition_graph with
     // use_graphbolt leave DGL's format: DGL's converter makes GraphBolt's.
     if cfg.use_graphbolt && !layout.has_graphbolt_graphs() {
-        let spec = crate::graphbolt::converter(&cfg.python, &layout.json_path());
+        let spec = crate::dgl::graphbolt::converter(&cfg.python, &layout.json_path());
         run_script(cfg, spec).await?;
     }
     let info = layout

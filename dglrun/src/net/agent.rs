@@ -10,7 +10,7 @@ use dgl_api::wire::Request;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::channel::{Channel, ChannelError, Token};
+use crate::net::channel::{Channel, ChannelError, Token};
 
 /// Why an agent's accept loop ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use dgl_api::wire::TrainSpec;
 
-use crate::command::{self, CommandError, Value, Values};
+use crate::dgl::command::{self, CommandError, Value, Values};
 use crate::procs::ProcSpec;
 
 /// torchrun checks its children this often (seconds). Its default, 5 s,
@@ -304,7 +304,7 @@ mod tests {
             .contains(&"--use_graphbolt".into()));
         let line = "python3 t.py --use_graphbolt={use_graphbolt}";
         s.command = Some(
-            crate::command::Template::parse(TRAIN_COMMAND_FLAG, line)
+            crate::dgl::command::Template::parse(TRAIN_COMMAND_FLAG, line)
                 .unwrap()
                 .words,
         );
@@ -323,7 +323,7 @@ mod tests {
         s.num_epochs = 0;
         let line = "python3 node_classification.py --graph_name {graph_name} --ip_config {ip_config} --part_config={part_config} --num_epochs 30 --note {{x}}";
         s.command = Some(
-            crate::command::Template::parse(TRAIN_COMMAND_FLAG, line)
+            crate::dgl::command::Template::parse(TRAIN_COMMAND_FLAG, line)
                 .unwrap()
                 .words,
         );
@@ -356,7 +356,7 @@ mod tests {
         // Every documented placeholder has a value on a worker.
         let all = "python3 t.py {ip_config} {part_config} {graph_name} {workspace} {num_trainers} {num_samplers} {num_servers} {num_machines} {machine_rank}";
         s.command = Some(
-            crate::command::Template::parse(TRAIN_COMMAND_FLAG, all)
+            crate::dgl::command::Template::parse(TRAIN_COMMAND_FLAG, all)
                 .unwrap()
                 .words,
         );
@@ -378,7 +378,7 @@ mod tests {
             ),
         ] {
             s.command = Some(
-                crate::command::Template::parse(TRAIN_COMMAND_FLAG, line)
+                crate::dgl::command::Template::parse(TRAIN_COMMAND_FLAG, line)
                     .unwrap()
                     .words,
             );

@@ -1,7 +1,7 @@
 //! Partition mode DistParMETIS on the launcher: no partitioner pod. Once
 //! every worker answers, the launcher runs `mpirun` with one rank per
 //! worker in partition order (rank i on worker i), MPI's daemons started
-//! through the workers' agents (`dglrun rsh`, see [`crate::rsh`]), the ranks
+//! through the workers' agents (`dglrun rsh`, see [`crate::mpi::rsh`]), the ranks
 //! being `dgl-partition rank`: each reads its share of the chunked graph,
 //! the ranks exchange it over MPI, and rank i writes partition i into its
 //! own worker's `<workspace>/dataset`. mpirun's output goes into the
@@ -20,10 +20,26 @@ use tokio::process::Command;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::cli::{Options, PartitionerKind};
-use crate::hosts::Peer;
-use crate::launcher::LaunchError;
-use crate::rsh::{mpirun_args, MpirunPlan};
+use crate::mpi::network::{local_nets, pick_network};
+use crate::mpi::rsh::{mpirun_args, MpirunPlan};
+use crate::net::hosts::Peer;
+
+pub mod config;
+
+/// Why the ranks did not partition the graph.
+#[derive(Debug, thiserror::Error)]
+pub enum DistPartError {
+    /// mpirun or a rank failed; `worker` names the rank and its worker
+    /// when known.
+    #[error("partitioning failed{}: {message}", worker.as_ref().map(|w| format!(" on {w}")).unwrap_or_default())]
+    Failed {
+        worker: Option<String>,
+        message: String,
+    },
+    /// The launcher was told to stop; mpirun was stopped.
+    #[error("partitioning interrupted by {signal}")]
+    Interrupted { signal: String },
+}
 
 /// What the launcher runs in partition mode DistParMETIS.
 #[derive(Debug, Clone)]
@@ -45,131 +61,6 @@ pub struct DistPartition {
     pub marker: PathBuf,
     /// SIGTERM→SIGKILL grace period for mpirun when the launcher is stopped.
     pub stop_grace: Duration,
-}
-
-/// `dgl-partition rank ...` from the launcher's options: the native
-/// pipeline's flags, the graph name, the workers' Python. The input and the
-/// output default to each worker's own workspace (its agent tells the rank).
-pub fn rank_program(
-    opts: &Options,
-    program: &str,
-    graph_name: &str,
-) -> Result<Vec<String>, String> {
-    let n = &opts.native;
-    if n.text_nodes.is_some() {
-        return Err(
-            "partition mode DistParMETIS reads DGL's chunked format only \
-                    (--partition-input), not the text format"
-                .into(),
-        );
-    }
-    if opts.job.partition_entry_point.is_some() || opts.job.partition_command.is_some() {
-        return Err(
-            "partition mode DistParMETIS runs no loader script: put the chunked \
-                    graph in the image or on a volume every worker mounts, and name its \
-                    metadata.json with --partition-input"
-                .into(),
-        );
-    }
-    let mut a: Vec<String> = vec![program.into(), "rank".into()];
-    let mut arg = |k: &str, v: String| a.extend([k.to_string(), v]);
-    arg("--graph-name", graph_name.into());
-    let method = match n.part_method {
-        PartitionerKind::Metis => "metis",
-        PartitionerKind::Random => "random",
-        PartitionerKind::File => "file",
-    };
-    arg("--part-method", method.into());
-    arg("--python", opts.runtime.python.clone());
-    arg("--seed", n.partition_seed.to_string());
-    if let Some(p) = &n.partition_input {
-        arg("--input", p.display().to_string());
-    }
-    if let Some(d) = &n.assignment_dir {
-        arg("--assignment-dir", d.display().to_string());
-    }
-    if let Some(t) = n.partition_threads {
-        arg("--threads", t.to_string());
-    }
-    if opts.job.balance_train {
-        a.push(format!("--balance-train={}", n.train_mask));
-    }
-    if opts.job.balance_edges {
-        a.push("--balance-edges".into());
-    }
-    Ok(a)
-}
-
-/// One local IPv4 network: interface, address, prefix length.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalNet {
-    pub name: String,
-    pub ip: IpAddr,
-    pub prefix: u8,
-}
-
-fn contains(net: &LocalNet, ip: IpAddr) -> bool {
-    match (net.ip, ip) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
-            let mask = u32::MAX
-                .checked_shl(32 - u32::from(net.prefix))
-                .unwrap_or(0);
-            u32::from(a) & mask == u32::from(b) & mask
-        }
-        _ => false,
-    }
-}
-
-/// MPI's network for `--mpi-if-include`: `all` lets OpenMPI choose, `auto`
-/// takes the network of the interface holding the launcher's IP (else the
-/// one reaching worker 0) when every worker is inside it (with /32 pod
-/// addresses, or workers on other subnets, OpenMPI chooses), anything else
-/// is passed on as it is (a CIDR or an interface name).
-pub fn pick_network(
-    setting: &str,
-    own_ip: Option<IpAddr>,
-    nets: &[LocalNet],
-    workers: &[IpAddr],
-) -> Option<String> {
-    match setting {
-        "all" => None,
-        "auto" => {
-            let net = match own_ip {
-                Some(ip) => nets.iter().find(|n| n.ip == ip),
-                None => nets
-                    .iter()
-                    .find(|n| workers.first().is_some_and(|&w| contains(n, w))),
-            }?;
-            if !workers.iter().all(|&w| contains(net, w)) {
-                return None;
-            }
-            let IpAddr::V4(a) = net.ip else { return None };
-            let mask = u32::MAX
-                .checked_shl(32 - u32::from(net.prefix))
-                .unwrap_or(0);
-            let base = std::net::Ipv4Addr::from(u32::from(a) & mask);
-            Some(format!("{base}/{}", net.prefix))
-        }
-        other => Some(other.to_string()),
-    }
-}
-
-/// This machine's IPv4 networks.
-pub fn local_nets() -> Vec<LocalNet> {
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
-        return Vec::new();
-    };
-    addrs
-        .filter_map(|a| {
-            let ip = a.address?.as_sockaddr_in()?.ip();
-            let mask = a.netmask?.as_sockaddr_in()?.ip();
-            Some(LocalNet {
-                name: a.interface_name,
-                ip: IpAddr::V4(ip),
-                prefix: u32::from(mask).count_ones() as u8,
-            })
-        })
-        .collect()
 }
 
 /// What mpirun's output told about the ranks.
@@ -253,8 +144,8 @@ async fn pump(mut r: impl AsyncRead + Unpin, tx: mpsc::Sender<String>) {
 
 /// Runs the ranks; `Ok` once every worker holds its partition and the
 /// marker is written.
-pub async fn run(cfg: &DistPartition, workers: &[Peer]) -> Result<(), LaunchError> {
-    let fail = |message: String| LaunchError::Partition {
+pub async fn run(cfg: &DistPartition, workers: &[Peer]) -> Result<(), DistPartError> {
+    let fail = |message: String| DistPartError::Failed {
         worker: None,
         message,
     };
@@ -326,7 +217,7 @@ pub async fn run(cfg: &DistPartition, workers: &[Peer]) -> Result<(), LaunchErro
 
 /// Ends mpirun (its process group: the `dglrun rsh` agents, whose workers
 /// then stop their daemons) after a signal to the launcher.
-async fn stop(child: &mut tokio::process::Child, grace: Duration, signal: &str) -> LaunchError {
+async fn stop(child: &mut tokio::process::Child, grace: Duration, signal: &str) -> DistPartError {
     use nix::sys::signal::{killpg, Signal};
     if let Some(pid) = child.id() {
         let pg = nix::unistd::Pid::from_raw(pid as i32);
@@ -336,7 +227,7 @@ async fn stop(child: &mut tokio::process::Child, grace: Duration, signal: &str) 
             let _ = child.wait().await;
         }
     }
-    LaunchError::Interrupted {
+    DistPartError::Interrupted {
         signal: signal.into(),
     }
 }
@@ -346,18 +237,18 @@ fn outcome(
     workers: &[Peer],
     status: std::process::ExitStatus,
     seen: &Seen,
-) -> Result<(), LaunchError> {
+) -> Result<(), DistPartError> {
     let n = workers.len() as u32;
     let missing: Vec<u32> = (0..n).filter(|r| !seen.done.contains(r)).collect();
     if status.success() && missing.is_empty() {
         let text = format!("partitioned by {n} ranks\n");
         if let Some(dir) = cfg.marker.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| LaunchError::Partition {
+            std::fs::create_dir_all(dir).map_err(|e| DistPartError::Failed {
                 worker: None,
                 message: format!("cannot create {}: {e}", dir.display()),
             })?;
         }
-        std::fs::write(&cfg.marker, text).map_err(|e| LaunchError::Partition {
+        std::fs::write(&cfg.marker, text).map_err(|e| DistPartError::Failed {
             worker: None,
             message: format!("cannot write {}: {e}", cfg.marker.display()),
         })?;
@@ -378,7 +269,7 @@ fn outcome(
         None if status.success() => format!("rank(s) {missing:?} reported no partition"),
         None => format!("its output ends:\n{}", seen.last.join("\n")),
     };
-    Err(LaunchError::Partition {
+    Err(DistPartError::Failed {
         worker: rank.zip(worker).map(|(r, w)| format!("rank {r} on {w}")),
         message: format!("{why} (mpirun: {status})"),
     })
@@ -404,44 +295,6 @@ mod tests {
         assert!(lines.iter().all(|l| l.len() <= cap), "a line over the cap");
         assert!(lines[0].ends_with(crate::procs::TRUNCATED_MARKER));
         assert_eq!(lines[1..], ["step 1", "step 2", "done"]);
-    }
-
-    fn net(name: &str, ip: &str, prefix: u8) -> LocalNet {
-        LocalNet {
-            name: name.into(),
-            ip: ip.parse().unwrap(),
-            prefix,
-        }
-    }
-
-    fn ips(v: &[&str]) -> Vec<IpAddr> {
-        v.iter().map(|s| s.parse().unwrap()).collect()
-    }
-
-    #[test]
-    fn the_network_is_the_launchers_when_it_holds_every_worker() {
-        let nets = [net("lo", "127.0.0.1", 8), net("eth0", "10.77.0.1", 24)];
-        let w = ips(&["10.77.0.2", "10.77.0.3"]);
-        let own = Some("10.77.0.1".parse().unwrap());
-        assert_eq!(
-            pick_network("auto", own, &nets, &w).as_deref(),
-            Some("10.77.0.0/24")
-        );
-        assert_eq!(
-            pick_network("auto", None, &nets, &w).as_deref(),
-            Some("10.77.0.0/24")
-        );
-        // A /32 pod address (Calico) or a worker elsewhere: OpenMPI chooses.
-        let nets = [net("eth0", "10.1.2.3", 32)];
-        assert_eq!(pick_network("auto", own, &nets, &w), None);
-        let nets = [net("eth0", "10.77.0.1", 24)];
-        let w = ips(&["10.77.0.2", "10.78.0.3"]);
-        assert_eq!(pick_network("auto", own, &nets, &w), None);
-        assert_eq!(pick_network("all", own, &nets, &w), None);
-        assert_eq!(
-            pick_network("eth1", own, &nets, &w).as_deref(),
-            Some("eth1")
-        );
     }
 
     #[test]

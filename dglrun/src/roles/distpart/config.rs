@@ -1,0 +1,91 @@
+//! Partition mode DistParMETIS's settings from the launcher's command
+//! line: mpirun's, and the rank program's arguments.
+
+use std::path::Path;
+
+use anyhow::{anyhow, Context};
+use dgl_api::names;
+
+use super::DistPartition;
+use crate::cli::{Options, PartitionerKind};
+
+/// Partition mode DistParMETIS: mpirun of `dgl-partition rank` on the
+/// workers, through `dglrun rsh` (this binary) with the launcher's token,
+/// agent port and hostfile.
+pub(crate) fn dist_partition(
+    opts: &Options,
+    graph_name: &str,
+    hostfile: &Path,
+) -> anyhow::Result<DistPartition> {
+    let program =
+        rank_program(opts, &opts.launch.dgl_partition, graph_name).map_err(|e| anyhow!(e))?;
+    let dglrun = std::env::current_exe().context("cannot find the dglrun binary")?;
+    let env = [
+        (names::ENV_TOKEN_FILE, opts.runtime.token_file.clone()),
+        ("DGLRUN_AGENT_PORT", opts.runtime.agent_port.to_string()),
+        ("DGLRUN_RSH_HOSTFILE", hostfile.display().to_string()),
+    ];
+    Ok(DistPartition {
+        mpirun: opts.launch.mpirun.clone(),
+        dglrun: dglrun.display().to_string(),
+        program,
+        if_include: opts.launch.mpi_if_include.clone(),
+        own_ip: opts.runtime.listen.filter(|ip| !ip.is_unspecified()),
+        env: env.map(|(k, v)| (k.to_string(), v)).to_vec(),
+        marker: opts.partitioned_marker(),
+        stop_grace: opts.stop_grace(),
+    })
+}
+
+/// `dgl-partition rank ...` from the launcher's options: the native
+/// pipeline's flags, the graph name, the workers' Python. The input and the
+/// output default to each worker's own workspace (its agent tells the rank).
+pub fn rank_program(
+    opts: &Options,
+    program: &str,
+    graph_name: &str,
+) -> Result<Vec<String>, String> {
+    let n = &opts.native;
+    if n.text_nodes.is_some() {
+        return Err(
+            "partition mode DistParMETIS reads DGL's chunked format only \
+                    (--partition-input), not the text format"
+                .into(),
+        );
+    }
+    if opts.job.partition_entry_point.is_some() || opts.job.partition_command.is_some() {
+        return Err(
+            "partition mode DistParMETIS runs no loader script: put the chunked \
+                    graph in the image or on a volume every worker mounts, and name its \
+                    metadata.json with --partition-input"
+                .into(),
+        );
+    }
+    let mut a: Vec<String> = vec![program.into(), "rank".into()];
+    let mut arg = |k: &str, v: String| a.extend([k.to_string(), v]);
+    arg("--graph-name", graph_name.into());
+    let method = match n.part_method {
+        PartitionerKind::Metis => "metis",
+        PartitionerKind::Random => "random",
+        PartitionerKind::File => "file",
+    };
+    arg("--part-method", method.into());
+    arg("--python", opts.runtime.python.clone());
+    arg("--seed", n.partition_seed.to_string());
+    if let Some(p) = &n.partition_input {
+        arg("--input", p.display().to_string());
+    }
+    if let Some(d) = &n.assignment_dir {
+        arg("--assignment-dir", d.display().to_string());
+    }
+    if let Some(t) = n.partition_threads {
+        arg("--threads", t.to_string());
+    }
+    if opts.job.balance_train {
+        a.push(format!("--balance-train={}", n.train_mask));
+    }
+    if opts.job.balance_edges {
+        a.push("--balance-edges".into());
+    }
+    Ok(a)
+}

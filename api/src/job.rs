@@ -1,7 +1,8 @@
 //! The `DGLJob` custom resource (`dgloperator.io/v1alpha1`).
 //!
 //! Validation lives in the schema: OpenAPI bounds and enums from the Rust types,
-//! CEL rules (`x-kubernetes-validations`) for what spans several fields. Every
+//! CEL rules (`x-kubernetes-validations`) for what spans several fields (those
+//! the operator or dglrun check too are defined once, in [`crate::rules`]). Every
 //! rule carries a message that names the field, because that message is what a
 //! user sees from `kubectl apply`.
 
@@ -12,6 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+use crate::rules;
 
 /// Specification of a distributed DGL training job.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -63,24 +66,15 @@ use serde::{Deserialize, Serialize};
         "metadata.name: must be a DNS-1035 label (lower-case letters, digits and '-', starting with a letter, ending with a letter or digit, no dots), so that it is a valid label value and every name made from it is valid"
     ),
 )]
-#[x_kube(validation = Rule::new(
-    "self.partitionMode != 'Skip' || !('Partitioner' in self.dglReplicaSpecs)"
-).message("spec.dglReplicaSpecs.Partitioner: must not be set when spec.partitionMode is Skip (Skip uses partitions that already exist)"))]
-#[x_kube(validation = Rule::new(
-    "self.partitionMode != 'DistParMETIS' || !('Partitioner' in self.dglReplicaSpecs)"
-).message("spec.dglReplicaSpecs.Partitioner: must not be set when spec.partitionMode is DistParMETIS (the workers partition the graph themselves)"))]
-#[x_kube(validation = Rule::new(
-    "'Worker' in self.dglReplicaSpecs || self.partitionMode == 'Skip'"
-).message("spec.dglReplicaSpecs.Worker: is required unless spec.partitionMode is Skip (a job without workers runs its training in the launcher pod, as one process)"))]
+// Rules the operator or dglrun also check come from `crate::rules`.
+#[x_kube(validation = rules::NO_PARTITIONER_WITH_SKIP.crd_rule())]
+#[x_kube(validation = rules::NO_PARTITIONER_WITH_DISTPARMETIS.crd_rule())]
+#[x_kube(validation = rules::WORKERS_UNLESS_SKIP.crd_rule())]
 #[x_kube(validation = Rule::new(
     "!has(self.runPolicy) || !has(self.runPolicy.schedulingPolicy) || !has(self.runPolicy.schedulingPolicy.minAvailable) || self.runPolicy.schedulingPolicy.minAvailable <= ('Worker' in self.dglReplicaSpecs ? (has(self.dglReplicaSpecs.Worker.replicas) ? self.dglReplicaSpecs.Worker.replicas : 1) : 0) + 2"
 ).message("spec.runPolicy.schedulingPolicy.minAvailable: must not exceed the number of pods of the job (workers + launcher + partitioner)"))]
-#[x_kube(validation = Rule::new(
-    "!has(self.useGraphbolt) || !self.useGraphbolt || self.partitionMode != 'DistParMETIS'"
-).message("spec.useGraphbolt: is not supported with spec.partitionMode DistParMETIS (each worker holds only its own partition; DGL 2.1.0's converter needs all of them): use ParMETIS, DGL-API or Skip"))]
-#[x_kube(validation = Rule::new(
-    "!has(self.useGraphbolt) || !self.useGraphbolt || 'Worker' in self.dglReplicaSpecs"
-).message("spec.useGraphbolt: needs spec.dglReplicaSpecs.Worker (DGL 2.1.0 has no GraphBolt in standalone mode, the training a job without workers runs)"))]
+#[x_kube(validation = rules::GRAPHBOLT_NOT_WITH_DISTPARMETIS.crd_rule())]
+#[x_kube(validation = rules::GRAPHBOLT_NEEDS_WORKERS.crd_rule())]
 // On the spec, not the field: a rule on the field runs only when the old and
 // the new object both have it, so unset (false) → true would pass.
 #[x_kube(validation = Rule::new(

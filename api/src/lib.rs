@@ -2,6 +2,7 @@
 //! labels and environment variables every binary agrees on, and the formats
 //! of the files the operator hands to the pods.
 
+pub mod duration;
 pub mod failure_policy;
 pub mod files;
 mod job;
@@ -10,6 +11,7 @@ pub mod logging;
 pub mod names;
 pub mod pods;
 pub mod progress;
+pub mod rules;
 pub mod wire;
 
 pub use failure_policy::{PodFailurePolicy, PodFailurePolicyAction};

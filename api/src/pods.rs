@@ -1,5 +1,5 @@
 //! How a pod's state is read, one rule for every binary: the operator's
-//! state machine (`operator/src/observe.rs`) and watcher-loop
+//! state machine (`operator/src/pure/observe.rs`) and watcher-loop
 //! (`watcher-loop/src/state.rs`) word their messages differently, but agree
 //! on which container failed a pod and when it is Ready.
 

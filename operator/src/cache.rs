@@ -42,9 +42,9 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::warn;
 
-use crate::builders::HASH_ANNOTATION;
 use crate::expectations::Expectations;
-use crate::observe::{ObservedPod, PodState};
+use crate::pure::builders::HASH_ANNOTATION;
+use crate::pure::observe::{ObservedPod, PodState};
 
 /// A job to reconcile, as the controller's trigger streams name it.
 pub type JobToReconcile = ObjectRef<DeserializeGuard<DGLJob>>;

@@ -4,7 +4,7 @@ mod common;
 
 use common::Env;
 use dgl_api::{RunPolicy, SchedulingPolicy};
-use dgl_operator::builders::{BuildConfig, GangScheduler};
+use dgl_operator::pure::settings::{BuildConfig, GangScheduler};
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::ResourceExt;

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use common::{Env, WAIT};
 use dgl_api::JobPhase;
-use dgl_operator::builders::{self, BuildConfig};
+use dgl_operator::pure::builders;
+use dgl_operator::pure::settings::BuildConfig;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::ResourceExt;

@@ -12,10 +12,10 @@ use dgl_api::names::{launcher_name, partitioner_name, worker_name};
 use dgl_api::{
     CleanPodPolicy, DGLJob, DGLJobStatus, PartitionMode, ReplicaType, RunPolicy, SchedulingPolicy,
 };
-use dgl_operator::builders::{self, BuildConfig, GangScheduler};
-use dgl_operator::observe::{ObservedPod, PodState};
-use dgl_operator::plan::{self, Step, MAX_WAKE};
-use dgl_operator::validate;
+use dgl_operator::pure::observe::{ObservedPod, PodState};
+use dgl_operator::pure::plan::{self, Step, MAX_WAKE};
+use dgl_operator::pure::settings::{BuildConfig, GangScheduler};
+use dgl_operator::pure::{builders, validate};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};

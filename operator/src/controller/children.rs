@@ -17,8 +17,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{is_status, kube_err, Context, Error};
-use crate::builders::{self, GangScheduler, HASH_ANNOTATION};
 use crate::cache::SeenChild;
+use crate::pure::builders::{self, HASH_ANNOTATION};
+use crate::pure::settings::GangScheduler;
 
 /// When a child is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

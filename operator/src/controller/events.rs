@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::Context;
 use crate::metrics::Metrics;
-use crate::plan::Transition;
+use crate::pure::plan::Transition;
 
 /// The name Events give as their reporting controller.
 const REPORTING_CONTROLLER: &str = "dgl-operator";

@@ -44,10 +44,11 @@ use kube::runtime::{predicates, watcher, PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
-use crate::builders::{self, BuildConfig};
 use crate::cache::{self, ChildCache, JobKey, PodCache, Readiness, SlimPod};
 use crate::metrics::Metrics;
-use crate::plan;
+use crate::pure::builders;
+use crate::pure::plan;
+use crate::pure::settings::BuildConfig;
 
 mod children;
 mod events;
@@ -347,7 +348,7 @@ async fn reconcile_job(
 /// it as a volume: created with the job, never rewritten.
 fn config_map_write(
     job: &DGLJob,
-    pods: &[crate::observe::ObservedPod],
+    pods: &[crate::pure::observe::ObservedPod],
     plan: &plan::Plan,
 ) -> Option<(ConfigMap, ApplyWhen)> {
     let when = if plan.launch.is_some() || plan.reset_launch {
@@ -398,7 +399,7 @@ async fn fail_if_final(
     ctx: &Context,
     job: &DGLJob,
     key: &JobKey,
-    pods: &[crate::observe::ObservedPod],
+    pods: &[crate::pure::observe::ObservedPod],
     now: Timestamp,
     e: Error,
 ) -> Result<Action, Error> {

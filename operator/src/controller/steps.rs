@@ -12,8 +12,8 @@ use tracing::{debug, info};
 use super::children::owned;
 use super::{is_status, kube_err, Context, Error};
 use crate::cache::{JobKey, SeenChild};
-use crate::observe::ObservedPod;
-use crate::plan::Step;
+use crate::pure::observe::ObservedPod;
+use crate::pure::plan::Step;
 
 const POD: &str = <Pod as k8s_openapi::Resource>::KIND;
 

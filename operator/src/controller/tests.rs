@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use tower_test::mock;
 
 use super::*;
-use crate::observe::{ObservedPod, PodState};
+use crate::pure::observe::{ObservedPod, PodState};
 
 type Handle = mock::Handle<Request<Body>, Response<Body>>;
 

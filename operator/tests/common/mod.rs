@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use dgl_api::{DGLJob, JobPhase};
-use dgl_operator::builders::BuildConfig;
 use dgl_operator::controller::{self, Settings};
 use dgl_operator::metrics::Metrics;
+use dgl_operator::pure::settings::BuildConfig;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::wait::await_condition;

@@ -1,0 +1,186 @@
+//! Rules over a `DGLJob` that span several fields, each defined once: the
+//! CRD's CEL rule is generated from it ([`SpecRule::crd_rule`], on
+//! `DGLJobSpec`), the operator checks a stored job against the same rule
+//! (one stored before the CRD had it), and dglrun checks its flags with
+//! [`graphbolt_conflict`].
+//!
+//! A rule reads "when `when` holds, `then` must hold"; each side is a
+//! [`Fact`] or its negation, which has one CEL spelling (over the spec,
+//! `self`) and one Rust reading (over [`Facts`]).
+
+use crate::{DGLJobSpec, PartitionMode, ReplicaType};
+
+/// What the rules read of a job: from its spec ([`Facts::of`]) or from
+/// dglrun's flags.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Facts {
+    pub partition_mode: PartitionMode,
+    pub use_graphbolt: bool,
+    /// The job has worker pods (not standalone).
+    pub has_workers: bool,
+    /// `dglReplicaSpecs.Partitioner` is given.
+    pub partitioner_spec: bool,
+}
+
+impl Facts {
+    /// The facts of a spec, with the API's defaults applied.
+    pub fn of(spec: &DGLJobSpec) -> Facts {
+        Facts {
+            partition_mode: spec.partition_mode,
+            use_graphbolt: spec.use_graphbolt(),
+            has_workers: !spec.is_standalone(),
+            partitioner_spec: spec.replica_spec(ReplicaType::Partitioner).is_some(),
+        }
+    }
+}
+
+/// One fact about a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fact {
+    /// `spec.useGraphbolt` is true.
+    UsesGraphbolt,
+    /// `spec.partitionMode` is this mode (the schema defaults it).
+    Mode(PartitionMode),
+    /// `spec.dglReplicaSpecs.Worker` is given. The CRD keeps its replicas at
+    /// 1 or more, so in Rust this reads "the job has workers".
+    HasWorkers,
+    /// `spec.dglReplicaSpecs.Partitioner` is given.
+    PartitionerSpec,
+}
+
+impl Fact {
+    /// The fact (`holds`) or its negation as CEL over the spec.
+    fn cel(self, holds: bool) -> String {
+        let (yes, no) = match self {
+            // Unset means false; spelled out so the negation needs no parentheses.
+            Fact::UsesGraphbolt => (
+                "has(self.useGraphbolt) && self.useGraphbolt".to_string(),
+                "!has(self.useGraphbolt) || !self.useGraphbolt".to_string(),
+            ),
+            Fact::Mode(m) => (
+                format!("self.partitionMode == '{m}'"),
+                format!("self.partitionMode != '{m}'"),
+            ),
+            Fact::HasWorkers => (
+                "'Worker' in self.dglReplicaSpecs".to_string(),
+                "!('Worker' in self.dglReplicaSpecs)".to_string(),
+            ),
+            Fact::PartitionerSpec => (
+                "'Partitioner' in self.dglReplicaSpecs".to_string(),
+                "!('Partitioner' in self.dglReplicaSpecs)".to_string(),
+            ),
+        };
+        if holds {
+            yes
+        } else {
+            no
+        }
+    }
+
+    /// Whether the fact holds for `f`.
+    fn holds(self, f: &Facts) -> bool {
+        match self {
+            Fact::UsesGraphbolt => f.use_graphbolt,
+            Fact::Mode(m) => f.partition_mode == m,
+            Fact::HasWorkers => f.has_workers,
+            Fact::PartitionerSpec => f.partitioner_spec,
+        }
+    }
+}
+
+/// "When `when` holds, `then` must": each a fact and whether it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpecRule {
+    pub when: (Fact, bool),
+    pub then: (Fact, bool),
+    /// What the user is told: names the field first, as every CRD message does.
+    pub message: &'static str,
+}
+
+impl SpecRule {
+    /// The rule as CEL over the spec: `!when || then`.
+    pub fn cel(&self) -> String {
+        let (when, holds) = self.when;
+        let (then, must) = self.then;
+        format!("{} || {}", when.cel(!holds), then.cel(must))
+    }
+
+    /// The rule as the CRD states it on `DGLJobSpec`.
+    pub fn crd_rule(&self) -> kube::core::Rule {
+        kube::core::Rule::new(self.cel()).message(self.message)
+    }
+
+    /// Whether `f` keeps the rule.
+    pub fn kept_by(&self, f: &Facts) -> bool {
+        let (when, holds) = self.when;
+        let (then, must) = self.then;
+        when.holds(f) != holds || then.holds(f) == must
+    }
+}
+
+/// Skip mode has no partitioner.
+pub const NO_PARTITIONER_WITH_SKIP: SpecRule = SpecRule {
+    when: (Fact::Mode(PartitionMode::Skip), true),
+    then: (Fact::PartitionerSpec, false),
+    message: "spec.dglReplicaSpecs.Partitioner: must not be set when spec.partitionMode is Skip (Skip uses partitions that already exist)",
+};
+
+/// DistParMETIS has no partitioner: the workers partition.
+pub const NO_PARTITIONER_WITH_DISTPARMETIS: SpecRule = SpecRule {
+    when: (Fact::Mode(PartitionMode::DistParMetis), true),
+    then: (Fact::PartitionerSpec, false),
+    message: "spec.dglReplicaSpecs.Partitioner: must not be set when spec.partitionMode is DistParMETIS (the workers partition the graph themselves)",
+};
+
+/// Only Skip may run without workers (standalone).
+pub const WORKERS_UNLESS_SKIP: SpecRule = SpecRule {
+    when: (Fact::HasWorkers, false),
+    then: (Fact::Mode(PartitionMode::Skip), true),
+    message: "spec.dglReplicaSpecs.Worker: is required unless spec.partitionMode is Skip (a job without workers runs its training in the launcher pod, as one process)",
+};
+
+/// DGL 2.1.0's GraphBolt converter needs every partition in one place.
+pub const GRAPHBOLT_NOT_WITH_DISTPARMETIS: SpecRule = SpecRule {
+    when: (Fact::UsesGraphbolt, true),
+    then: (Fact::Mode(PartitionMode::DistParMetis), false),
+    message: "spec.useGraphbolt: is not supported with spec.partitionMode DistParMETIS (each worker holds only its own partition; DGL 2.1.0's converter needs all of them): use ParMETIS, DGL-API or Skip",
+};
+
+/// DGL 2.1.0 has no GraphBolt in standalone mode.
+pub const GRAPHBOLT_NEEDS_WORKERS: SpecRule = SpecRule {
+    when: (Fact::UsesGraphbolt, true),
+    then: (Fact::HasWorkers, true),
+    message: "spec.useGraphbolt: needs spec.dglReplicaSpecs.Worker (DGL 2.1.0 has no GraphBolt in standalone mode, the training a job without workers runs)",
+};
+
+/// What DGL 2.1.0's GraphBolt cannot be given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GraphBoltConflict {
+    /// Partition mode DistParMETIS ([`GRAPHBOLT_NOT_WITH_DISTPARMETIS`]).
+    DistParMetis,
+    /// No workers ([`GRAPHBOLT_NEEDS_WORKERS`]).
+    Standalone,
+}
+
+impl GraphBoltConflict {
+    /// The rule this conflict breaks.
+    pub fn rule(self) -> &'static SpecRule {
+        match self {
+            GraphBoltConflict::DistParMetis => &GRAPHBOLT_NOT_WITH_DISTPARMETIS,
+            GraphBoltConflict::Standalone => &GRAPHBOLT_NEEDS_WORKERS,
+        }
+    }
+}
+
+/// The first GraphBolt rule `f` breaks (DistParMETIS before standalone).
+pub fn graphbolt_conflict(f: &Facts) -> Option<GraphBoltConflict> {
+    [
+        GraphBoltConflict::DistParMetis,
+        GraphBoltConflict::Standalone,
+    ]
+    .into_iter()
+    .find(|c| !c.rule().kept_by(f))
+}
+
+#[cfg(test)]
+mod tests;

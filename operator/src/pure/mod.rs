@@ -1,0 +1,21 @@
+//! The operator's pure stage: everything a reconcile decides, with no I/O,
+//! in the order it runs (the Stackable-style observe -> validate -> build ->
+//! plan). [`crate::controller`] applies what it decides.
+//!
+//! - [`observe`]: what exists (a job's pods, classified);
+//! - [`validate`]: what the CRD cannot check (the install's protected
+//!   ServiceAccounts; rules of [`dgl_api::rules`] for a job stored before
+//!   the CRD had them);
+//! - [`builders`]: desired objects (pods, ConfigMap, Secret, RBAC,
+//!   NetworkPolicy, PodGroup); [`pod_security`]: the restricted
+//!   securityContext of the containers the operator adds;
+//! - [`plan`]: the state machine, from the job and its pods to the status
+//!   and the pod steps;
+//! - [`settings`]: the operator's settings these read ([`settings::BuildConfig`]).
+
+pub mod builders;
+pub mod observe;
+pub mod plan;
+pub mod pod_security;
+pub mod settings;
+pub mod validate;

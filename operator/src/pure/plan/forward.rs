@@ -1,0 +1,127 @@
+//! A job on its way: the partitioner, the workers and the launcher
+//! created, the partitions awaited, the run launched.
+
+use super::*;
+
+impl<'a> Planner<'a> {
+    /// Forward: the partitioner, the workers and the launcher at once (the
+    /// workers once the partitions are made under `AfterPartitioning`); the
+    /// launch once the partitions are made and every worker is Ready with
+    /// an IP.
+    pub(super) fn forward(mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> Plan {
+        // Every pod starts at once: images pull and preflights run while
+        // the graph is partitioned. None reads a shard before the launcher
+        // asks, and the launcher trains only once the ConfigMap launches
+        // its run (written below), which needs the partitions made and
+        // every worker Ready with its IP.
+        let partitioned = self.partition(current, cfg);
+        let early = self.job.spec.worker_creation_policy() == WorkerCreationPolicy::AtStartup;
+        // `workers` creates the missing ones: not while AfterPartitioning waits.
+        let workers_ready = (early || partitioned) && self.workers(current, cfg);
+        let launch = workers_ready && partitioned;
+        match find(current, &self.launcher) {
+            None => self.create(builders::launcher_pod(self.job, self.epoch, cfg)),
+            // Running before the launch would be a pod that skipped its
+            // watcher-loop: not the job running.
+            Some(p) if launch && matches!(p.state, PodState::Running { .. }) => {
+                self.launcher_running(p)
+            }
+            _ => {}
+        }
+        // Without workers the launcher trains alone: nothing to launch.
+        if launch && !self.job.spec.is_standalone() {
+            self.launch = Some(self.epoch);
+        }
+        self.done(Replicas::After(current), true)
+    }
+
+    /// The launcher runs: so does the job, once the graph is partitioned.
+    fn launcher_running(&mut self, launcher: &ObservedPod) {
+        if self.workers_partitioned(launcher) {
+            let message = format!("DGLJob {} is running.", self.name);
+            self.sb.clear(JobPhase::Restarting, "JobRunning", &message);
+            self.sb.set(JobPhase::Running, true, "JobRunning", &message);
+        }
+    }
+
+    /// DistParMETIS: the running launcher drives the workers' partitioning
+    /// and turns Ready when it is done (`dglrun probe --partitioned`); until
+    /// then the job is Partitioning, not Running. Other modes: always true.
+    fn workers_partitioned(&mut self, launcher: &ObservedPod) -> bool {
+        if self.job.spec.partition_mode != PartitionMode::DistParMetis {
+            return true;
+        }
+        if launcher.is_ready() {
+            self.mark_partitioned();
+            return true;
+        }
+        if !self.sb.is_true(JobPhase::Partitioned) {
+            let message = format!(
+                "The worker pods of DGLJob {} are partitioning the graph (DistParMETIS).",
+                self.name
+            );
+            self.sb
+                .set(JobPhase::Partitioning, true, "JobPartitioning", &message);
+        }
+        false
+    }
+
+    fn mark_partitioned(&mut self) {
+        let message = "The graph is partitioned.";
+        self.sb
+            .clear(JobPhase::Partitioning, "JobPartitioned", message);
+        self.sb
+            .set(JobPhase::Partitioned, true, "JobPartitioned", message);
+    }
+
+    /// Creates the partitioner if missing; true once it serves the shards
+    /// (Ready) or finished, and always in a mode without one.
+    fn partition(&mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> bool {
+        if !self.job.spec.has_partitioner() {
+            return true;
+        }
+        let partitioned = match find(current, &partitioner_name(&self.name)) {
+            Some(p) => p.is_ready() || p.state == PodState::Succeeded,
+            None => {
+                self.create(builders::partitioner_pod(self.job, self.epoch, cfg));
+                false
+            }
+        };
+        if partitioned {
+            self.mark_partitioned();
+        } else if !self.sb.is_true(JobPhase::Partitioned) {
+            let message = format!(
+                "The partitioner pod of DGLJob {} is partitioning the graph.",
+                self.name
+            );
+            self.sb
+                .set(JobPhase::Partitioning, true, "JobPartitioning", &message);
+        }
+        partitioned
+    }
+
+    /// Creates missing workers; true when every worker is Ready with an IP.
+    fn workers(&mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> bool {
+        let mut ready = true;
+        for i in 0..self.job.spec.num_workers() {
+            match find(current, &worker_name(&self.name, i)) {
+                Some(p) => ready &= p.is_ready() && p.ip.is_some(),
+                None => {
+                    self.create(builders::worker_pod(self.job, i, self.epoch, cfg));
+                    ready = false;
+                }
+            }
+        }
+        ready
+    }
+
+    /// Creates `pod` unless a pod of that name still exists: one being
+    /// deleted (an earlier run) blocks the new one, and its deletion event
+    /// brings the job back.
+    fn create(&mut self, pod: Pod) {
+        let name = pod.name_any();
+        if !self.pods.iter().any(|p| p.name == name) {
+            self.steps.push(Step::CreatePod(Box::new(pod)));
+        }
+    }
+}

@@ -1,0 +1,294 @@
+//! The state machine: from the job and its observed pods to the next status
+//! and the pod changes that move the job forward. Pure: no I/O, `now` is an
+//! argument, so every transition is unit-tested without a server.
+//!
+//! ```text
+//!  Created ─► Partitioning ─► Partitioned ─► Running ─► Succeeded
+//!     │  (Skip: straight to Running)    │          └───► Failed
+//!     │                                 └─ pod failed ─► Restarting ─► (new run) ─► ...
+//!     └─ suspend ─► Suspended ─ resume ─► Created path again
+//! ```
+//! Failed comes from a failed pod with no restarts left or the deadline.
+//! DistParMETIS is Partitioning while its running launcher is not Ready.
+//! cleanPodPolicy is applied on every terminal path. The
+//! same diagram, with the triggers, is in docs/architecture.md.
+//!
+//! [`plan`] reads like that diagram: one function per situation (finished,
+//! suspended, deadline exceeded, a failed run, succeeded, moving
+//! forward), each ending in the one way a [`Plan`] is built
+//! ([`Planner::done`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use dgl_api::failure_policy::{FailureFacts, PodFailurePolicyAction, MAX_IGNORED_RESTARTS};
+use dgl_api::names::{launcher_name, partitioner_name, worker_name};
+use dgl_api::progress::Progress;
+use dgl_api::{
+    CleanPodPolicy, DGLJob, DGLJobStatus, JobPhase, JobProgress, PartitionMode, ReplicaStatus,
+    ReplicaType, WorkerCreationPolicy,
+};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::pure::builders;
+use crate::pure::observe::{ObservedPod, PodState};
+use crate::pure::settings::BuildConfig;
+
+/// A change to the job's pods.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Create (server-side apply) a pod that does not exist.
+    CreatePod(Box<Pod>),
+    /// Delete a pod by name.
+    DeletePod(String),
+    /// The job's cleanPodPolicy: delete these pods (named as the cache shows
+    /// them), two or more in one request. `running_only`: the pods that are
+    /// not Succeeded or Failed (policy Running), else every pod (All).
+    CleanPods {
+        running_only: bool,
+        pods: Vec<String>,
+    },
+    /// Delete the job itself (ttlSecondsAfterFinished reached).
+    DeleteJob,
+}
+
+impl Step {
+    /// The pods this step deletes, by name.
+    pub fn deleted_pods(&self) -> &[String] {
+        match self {
+            Step::DeletePod(n) => std::slice::from_ref(n),
+            Step::CleanPods { pods, .. } => pods,
+            _ => &[],
+        }
+    }
+}
+
+/// The outcome of planning one reconcile.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub status: DGLJobStatus,
+    pub steps: Vec<Step>,
+    /// Wake up after this long even without a watch event (deadline, TTL).
+    pub requeue_after: Option<Duration>,
+    /// Whether the job's supporting objects (ConfigMap, Secret, RBAC,
+    /// Service) should be kept up to date: false once the job is finished.
+    pub ensure_children: bool,
+    /// The run the job's ConfigMap launches, once that run's workers are
+    /// Ready with their IPs and the graph is partitioned: the ConfigMap is
+    /// then written with every IP and this run, which the launcher (created
+    /// with the workers) waits for. `None`: the ConfigMap is only created.
+    pub launch: Option<i32>,
+    /// Suspended after its run was launched: the ConfigMap goes back to
+    /// its unlaunched content, so that the pods of the resumed run (same
+    /// run number) wait for a launch of their own.
+    pub reset_launch: bool,
+}
+
+/// The longest a plan sleeps without news: a far deadline or TTL is
+/// re-planned (and re-armed) daily rather than armed once for years, which
+/// the controller's timer could not hold.
+pub const MAX_WAKE: Duration = Duration::from_secs(24 * 3600);
+
+/// Plans one reconcile of `job`. Depends on nothing but its arguments: the
+/// job (spec and last status), its observed pods, the time, the operator's
+/// build settings and the run the job's ConfigMap has launched (as this
+/// operator last wrote it or its watch shows it).
+pub fn plan(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    now: Timestamp,
+    cfg: &BuildConfig,
+    launched: Option<i32>,
+) -> Plan {
+    let mut p = Planner::new(job, pods, now);
+    p.launched = launched == Some(p.epoch);
+    if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
+        return p.finished();
+    }
+    if let Err(r) = crate::pure::validate::validate(job, cfg) {
+        return p.refused(r.reason, &r.message);
+    }
+    if job.spec.suspended() {
+        return p.suspended();
+    }
+    p.resume();
+    let current = p.retire_earlier_runs();
+    if p.deadline_passed() {
+        return p.deadline_exceeded(&current);
+    }
+    let launcher_succeeded =
+        find(&current, &p.launcher).is_some_and(|l| l.state == PodState::Succeeded);
+    match p.failure(&current) {
+        Some(failure) if !launcher_succeeded => p.failed_run(&current, failure),
+        _ if launcher_succeeded => p.succeeded(&current),
+        _ => p.forward(&current, cfg),
+    }
+}
+
+/// Fails the job for a reason found outside the state machine (an object
+/// of a child's name that is not the job's, a write the API server refuses):
+/// Failed now and cleanPodPolicy applied, as for any other failure. A job
+/// already finished keeps its outcome.
+pub fn fail(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    now: Timestamp,
+    reason: &str,
+    message: &str,
+) -> Plan {
+    let p = Planner::new(job, pods, now);
+    if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
+        return p.finished();
+    }
+    p.refused(reason, message)
+}
+
+/// The pod named `name` among `pods`.
+fn find<'p>(pods: &[&'p ObservedPod], name: &str) -> Option<&'p ObservedPod> {
+    pods.iter().find(|p| p.name == name).copied()
+}
+
+/// How a plan sets `status.replicaStatuses`.
+enum Replicas<'p> {
+    /// None: no pods are wanted.
+    Cleared,
+    /// Counted over these pods, as they will be once the plan's steps ran.
+    After(&'p [&'p ObservedPod]),
+}
+
+/// One plan in the making: the status so far, the steps, the wake-up.
+struct Planner<'a> {
+    job: &'a DGLJob,
+    name: String,
+    launcher: String,
+    pods: &'a [ObservedPod],
+    now: Timestamp,
+    sb: StatusBuilder,
+    steps: Vec<Step>,
+    requeue: Option<Duration>,
+    /// The restart epoch: `status.restartCount`, the run label of the pods
+    /// the current run creates.
+    epoch: i32,
+    /// See [`Plan::launch`].
+    launch: Option<i32>,
+    /// The ConfigMap has launched the current run: its pods are in use (the
+    /// launcher may have read their IPs), so one replaced fails the run.
+    launched: bool,
+    /// See [`Plan::reset_launch`].
+    reset_launch: bool,
+}
+
+impl<'a> Planner<'a> {
+    /// Starts from the job's last status, marked Created.
+    fn new(job: &'a DGLJob, pods: &'a [ObservedPod], now: Timestamp) -> Self {
+        let mut sb = StatusBuilder {
+            status: job.status.clone().unwrap_or_default(),
+            now: Time(now),
+            generation: job.metadata.generation,
+        };
+        sb.status.observed_generation = job.metadata.generation;
+        let name = job.name_any();
+        if !sb.is_true(JobPhase::Created) {
+            sb.set(
+                JobPhase::Created,
+                true,
+                "JobCreated",
+                &format!("DGLJob {name} is created."),
+            );
+        }
+        let epoch = sb.status.restart_count.unwrap_or(0);
+        Planner {
+            job,
+            launcher: launcher_name(&name),
+            name,
+            pods,
+            now,
+            sb,
+            steps: Vec::new(),
+            requeue: None,
+            epoch,
+            launch: None,
+            launched: false,
+            reset_launch: false,
+        }
+    }
+
+    /// The one way a plan ends: replica counts, the phase, and the plan.
+    fn done(mut self, replicas: Replicas<'_>, ensure_children: bool) -> Plan {
+        match replicas {
+            Replicas::Cleared => self.sb.status.replica_statuses = Default::default(),
+            Replicas::After(pods) => {
+                self.sb.status.replica_statuses = counts_after(pods, &self.steps)
+            }
+        }
+        self.fold_progress();
+        self.sb.derive_phase();
+        Plan {
+            status: self.sb.status,
+            steps: self.steps,
+            requeue_after: self.requeue,
+            ensure_children,
+            launch: self.launch,
+            reset_launch: self.reset_launch,
+        }
+    }
+
+    /// The current run's launcher's progress report, when it parses and
+    /// differs from the status' (stamped with `now` only then, so an
+    /// unchanged report writes nothing). A bad one is ignored: the launcher
+    /// only publishes reports it parsed.
+    fn fold_progress(&mut self) {
+        let run = self.sb.status.restart_count.unwrap_or(0);
+        let Some(raw) = self
+            .pods
+            .iter()
+            .find(|p| p.role == ReplicaType::Launcher && p.epoch == run)
+            .and_then(|p| p.progress.as_deref())
+        else {
+            return;
+        };
+        let Ok(report) = Progress::from_json(raw) else {
+            return;
+        };
+        let status = &mut self.sb.status;
+        if !status.progress.as_ref().is_some_and(|s| s.reports(&report)) {
+            status.progress = Some(JobProgress::new(&report, Time(self.now)));
+        }
+    }
+
+    /// Wakes up in `secs` (at least 1, at most [`MAX_WAKE`]) unless
+    /// something earlier is due.
+    fn wake(&mut self, secs: i64) {
+        let d = Duration::from_secs(secs.max(1).unsigned_abs()).min(MAX_WAKE);
+        self.requeue = Some(self.requeue.map_or(d, |r| r.min(d)));
+    }
+
+    /// Wakes up at ttlSecondsAfterFinished from now, or never.
+    fn wake_for_ttl(&mut self) {
+        self.requeue = self
+            .job
+            .spec
+            .run_policy()
+            .ttl_seconds_after_finished
+            .map(|t| Duration::from_secs(u64::from(t.max(1).unsigned_abs())).min(MAX_WAKE));
+    }
+
+    fn clean_pods(&mut self, policy: CleanPodPolicy) {
+        self.steps.extend(clean_pods(policy, self.pods));
+    }
+}
+
+mod failure;
+mod forward;
+mod lifecycle;
+mod status;
+mod transitions;
+
+use status::{clean_pods, counts_after, StatusBuilder};
+pub use transitions::{transitions, Transition};
+
+#[cfg(test)]
+mod tests;

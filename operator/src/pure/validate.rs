@@ -1,0 +1,74 @@
+//! What the CRD cannot check because it depends on the operator's install:
+//! a job refused here fails (condition Failed, a Warning Event) before any
+//! of its objects or pods is created. Pure, like the plan that calls it.
+
+use dgl_api::{rules, DGLJob, ReplicaType};
+use kube::ResourceExt;
+
+use crate::pure::settings::BuildConfig;
+
+/// Why a job is refused: the Failed condition's reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// Checks `job` against the operator's settings.
+pub fn validate(job: &DGLJob, cfg: &BuildConfig) -> Result<(), Refusal> {
+    protected_service_accounts(job, cfg)?;
+    graphbolt(job)
+}
+
+/// What DGL 2.1.0's GraphBolt cannot do with this job's settings: the
+/// CRD's rules from [`dgl_api::rules`], checked again for a job stored
+/// before the CRD had them.
+fn graphbolt(job: &DGLJob) -> Result<(), Refusal> {
+    match rules::graphbolt_conflict(&rules::Facts::of(&job.spec)) {
+        None => Ok(()),
+        Some(conflict) => Err(Refusal {
+            reason: "GraphBoltUnsupported",
+            message: conflict.rule().message.to_string(),
+        }),
+    }
+}
+
+/// No template may name a protected ServiceAccount (`serviceAccountName`,
+/// or its deprecated alias `serviceAccount`).
+fn protected_service_accounts(job: &DGLJob, cfg: &BuildConfig) -> Result<(), Refusal> {
+    let ns = job.namespace().unwrap_or_default();
+    for role in ReplicaType::ALL {
+        let Some(spec) = job
+            .spec
+            .replica_spec(role)
+            .and_then(|s| s.template.spec.as_ref())
+        else {
+            continue;
+        };
+        let named = [
+            ("serviceAccountName", spec.service_account_name.as_deref()),
+            ("serviceAccount", spec.service_account.as_deref()),
+        ];
+        for (field, sa) in named {
+            let Some(sa) = sa else { continue };
+            if cfg
+                .protected_service_accounts
+                .iter()
+                .any(|p| p.matches(&ns, sa))
+            {
+                return Err(Refusal {
+                    reason: "ServiceAccountRefused",
+                    message: format!(
+                        "spec.dglReplicaSpecs.{role}.template.spec.{field}: ServiceAccount {ns}/{sa} \
+                         is reserved (the operator's own, or declared off limits by its install); \
+                         a job's pods may not run as it"
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

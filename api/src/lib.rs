@@ -3,7 +3,6 @@
 //! of the files the operator hands to the pods.
 
 pub mod duration;
-pub mod duration;
 pub mod failure_policy;
 pub mod files;
 mod job;

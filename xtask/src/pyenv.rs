@@ -145,6 +145,19 @@ fn base_python() -> String {
         .unwrap_or_else(|| "python3".to_owned())
 }
 
+/// Debian's python3 makes venvs only with the package python3-venv (its
+/// ensurepip); installed when the interpreter lacks it.
+fn ensure_venv_module(base: &str) -> Result<()> {
+    let has = Command::new(base)
+        .args(["-c", "import ensurepip, venv"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has {
+        crate::ensure::apt(&["python3-venv"])?;
+    }
+    Ok(())
+}
+
 fn create(venv: &Path, requirements: &Path) -> Result<()> {
     // Rebuild in place: a venv hard-codes its own path (scripts' shebangs,
     // pyvenv.cfg), so it cannot be built elsewhere and renamed.
@@ -157,6 +170,7 @@ fn create(venv: &Path, requirements: &Path) -> Result<()> {
     fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
 
     let base = base_python();
+    ensure_venv_module(&base)?;
     eprintln!("pyenv: creating {} with {base}", venv.display());
     run_to_stderr(Command::new(&base).arg("-m").arg("venv").arg(venv)).with_context(|| {
         format!(

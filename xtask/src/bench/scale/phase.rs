@@ -23,7 +23,7 @@ use super::report::Report;
 use super::times::job_times;
 use super::watch::{start_watches, Seen};
 use super::{identity, Env, ScaleArgs, Subject};
-use crate::bench::measure::{loadavg, percentile, proc_sample};
+use crate::bench::measure::{loadavg, percentile, proc_sample, ProcSample};
 
 /// Step 5: creates the jobs, `--create-parallelism` at a time, noting when
 /// each was created.
@@ -185,19 +185,11 @@ pub(super) async fn measure_phase(
     let args = env.args.scale;
     let client = env.client;
     let flow = identity::flow_schema(subject.account());
-    let idle0 = (Instant::now(), apiserver_scrape(client).await?);
-    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
-    procs.check_running()?;
-    let idle = proc_sample(op.pid)?;
-    let idle_requests_per_s = (identity::dispatched(&apiserver_scrape(client).await?, &flow)
-        - identity::dispatched(&idle0.1, &flow))
-        / idle0.0.elapsed().as_secs_f64();
-    let m0 = scrape_opt(op.metrics_port).await?;
-    eprintln!(
-        "    idle: RSS {:.1} MiB, CPU {:.2} s",
-        idle.rss_kib as f64 / 1024.0,
-        idle.cpu_seconds
-    );
+    let Idle {
+        sample: idle,
+        requests_per_s: idle_requests_per_s,
+        metrics: m0,
+    } = measure_idle(env, &flow, op, procs).await?;
     let pods_per_job = subject.pods_per_job(args.workers);
     let seen = Arc::new(Mutex::new(Seen::default()));
     let watches = start_watches(client, seen.clone(), subject, ns, pods_per_job).await?;
@@ -230,20 +222,7 @@ pub(super) async fn measure_phase(
     for w in watches {
         w.abort();
     }
-    let since = |pid: u32, c0: f64| proc_sample(pid).map(|s| s.cpu_seconds - c0).unwrap_or(0.0);
-    let components_cpu: Vec<(String, f64)> = base
-        .components
-        .iter()
-        .zip(&base.comp_cpu0)
-        .map(|((n, p), (_, c0))| (n.clone(), since(*p, *c0)))
-        .chain([
-            ("kwok".to_string(), since(env.kwok_pid, base.kwok_cpu0)),
-            (
-                "this bench (watches, creates)".to_string(),
-                since(std::process::id(), base.bench_cpu0),
-            ),
-        ])
-        .collect();
+    let components_cpu = components_cpu(&base, env.kwok_pid);
     let (log_warnings, first_warnings) = log_warnings(&op.log);
     let times = job_times(&seen.lock().unwrap(), &names, subject, args.workers, t0);
 
@@ -307,6 +286,55 @@ pub(super) async fn measure_phase(
         load_start,
         load_end,
     })
+}
+
+/// The operator with no job: its memory and CPU, its requests per second,
+/// and (ours) its counters before the jobs.
+struct Idle {
+    sample: ProcSample,
+    requests_per_s: f64,
+    metrics: Option<Metrics>,
+}
+
+/// Lets the started operator idle for `--idle-seconds`, then samples it.
+async fn measure_idle(env: &Env<'_>, flow: &str, op: &Operator, procs: &mut Procs) -> Result<Idle> {
+    let client = env.client;
+    let idle0 = (Instant::now(), apiserver_scrape(client).await?);
+    tokio::time::sleep(Duration::from_secs(env.args.scale.idle_seconds)).await;
+    procs.check_running()?;
+    let sample = proc_sample(op.pid)?;
+    let requests_per_s = (identity::dispatched(&apiserver_scrape(client).await?, flow)
+        - identity::dispatched(&idle0.1, flow))
+        / idle0.0.elapsed().as_secs_f64();
+    let metrics = scrape_opt(op.metrics_port).await?;
+    eprintln!(
+        "    idle: RSS {:.1} MiB, CPU {:.2} s",
+        sample.rss_kib as f64 / 1024.0,
+        sample.cpu_seconds
+    );
+    Ok(Idle {
+        sample,
+        requests_per_s,
+        metrics,
+    })
+}
+
+/// CPU seconds the other processes (control plane, scheduler, kwok, this
+/// bench) used since the baseline.
+fn components_cpu(base: &Baseline, kwok_pid: u32) -> Vec<(String, f64)> {
+    let since = |pid: u32, c0: f64| proc_sample(pid).map(|s| s.cpu_seconds - c0).unwrap_or(0.0);
+    base.components
+        .iter()
+        .zip(&base.comp_cpu0)
+        .map(|((n, p), (_, c0))| (n.clone(), since(*p, *c0)))
+        .chain([
+            ("kwok".to_string(), since(kwok_pid, base.kwok_cpu0)),
+            (
+                "this bench (watches, creates)".to_string(),
+                since(std::process::id(), base.bench_cpu0),
+            ),
+        ])
+        .collect()
 }
 
 /// CPU seconds and API server counters before the jobs are created.

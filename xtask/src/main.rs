@@ -8,6 +8,7 @@ mod cluster;
 mod demo;
 mod e2e;
 mod ensure;
+mod graphstorm_env;
 mod images;
 mod pyenv;
 mod stack;
@@ -38,8 +39,6 @@ enum Task {
     Bench(bench::Args),
     /// Ship >= 1 GiB of partition files to workers in network namespaces with dglrun; MB/s vs plain TCP.
     BenchShards(bench::shards::Args),
-    /// Long run of the hostile-input proptests: N inputs per partition-input reader.
-    Fuzz(fuzz::Args),
     /// Fault injection on the real node: operator killed, worker deleted, churn; outcome table.
     Chaos(chaos::Args),
 }
@@ -56,6 +55,5 @@ fn main() -> anyhow::Result<()> {
         Task::Bench(args) => bench::run(args),
         Task::BenchShards(args) => bench::shards::run(args),
         Task::Chaos(args) => chaos::run(args),
-        Task::Fuzz(args) => fuzz::run(args),
     }
 }

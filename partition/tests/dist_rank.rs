@@ -145,6 +145,7 @@ fn a_world_of_one_writes_what_the_single_process_pipeline_writes() {
             threads: 2,
             seed: 7,
             python: python.clone(),
+            gather_structure: false,
         };
         let report = driver::run(&Single, &cfg).unwrap();
         assert_eq!(report.part.inner_nodes, case.graph.num_nodes());
@@ -176,6 +177,7 @@ fn a_bad_input_is_named_and_leaves_no_json() {
         threads: 1,
         seed: 0,
         python,
+        gather_structure: false,
     };
     let e = driver::run(&Single, &cfg).unwrap_err().to_string();
     assert!(

@@ -375,7 +375,8 @@ fn contract<E: Exchange>(
         }
         acc.maybe_compact(true);
     }
-    let mut coarse = graph::assemble(ex, owners, n_coarse, acc.finish(true), true)?;
+    let (xadj, nbrs, w) = acc.finish(n_coarse);
+    let mut coarse = graph::assemble(ex, owners, n_coarse, xadj, nbrs, w)?;
     coarse.vwgt = vwgt;
     coarse.ncon = ncon;
     Ok(coarse)

@@ -186,82 +186,165 @@ impl LocalGraph {
 
 /// Marks a record sent to the owner of an edge's destination.
 const IN_EDGE: u64 = 1 << 63;
-/// The other end of a self loop: counted in the in-degree, not linked.
-const LOOP: u64 = u64::MAX;
+/// Marks a self loop: counted in the in-degree, not linked.
+const LOOP: u64 = 1 << 62;
+const LOCAL: u64 = (1 << 32) - 1;
 
 /// Level 0 from the share: the symmetric, deduplicated adjacency without
 /// loops over all edge types (as `csr::symmetric`), and each owned
 /// vertex's in-degree (loops and repeats counted, as `weights::in_degrees`).
+///
+/// Two passes over the share, each in rounds of `round_edges` edges: the
+/// first sends one word per edge end and counts the degrees, the second
+/// sends the neighbours into their exact places, so a rank holds one
+/// 8-byte slot per entry (then 4 bytes) and never a list of pairs.
 pub fn build<E: Exchange>(
     ex: &E,
     share: &Share,
     owners: Owners,
     round_edges: u64,
 ) -> Result<(LocalGraph, Vec<i64>)> {
-    let (rank, world) = (ex.rank(), ex.size());
+    let rank = ex.rank();
     let n_own = owners.counts[rank as usize];
     let n_own = usize::try_from(n_own)
         .ok()
-        .filter(|&n| n <= u32::MAX as usize)
+        .filter(|&n| n as u64 <= LOCAL)
         .ok_or_else(|| {
             stage(format!(
                 "rank {rank} owns {n_own} nodes, more than 32-bit local indices"
             ))
         })?;
     let g = &share.graph;
-    let offs = g.node_offsets();
     let total: u64 = g.etypes.iter().map(|e| e.count()).sum();
     let round_edges = round_edges.max(1);
     let rounds = ex.all_max(total.div_ceil(round_edges))?;
-    let mut indeg = vec![0i64; n_own];
-    let mut acc = Compacting::default();
+    let (mut deg, mut indeg) = (vec![0u64; n_own], vec![0i64; n_own]);
     let mut cursor = EdgeCursor::default();
     for _ in 0..rounds {
-        let mut rows = Vec::new();
-        let mut dest = Vec::new();
-        cursor.take(g, round_edges, |e, s, d| {
-            let ty = &g.etypes[e];
-            let (s, d) = (offs[ty.src_type] + s, offs[ty.dst_type] + d);
-            let bad = |v: u64| {
-                stage(format!(
-                    "edge type {}: node id {v} is beyond the {} nodes",
-                    g.canonical_etype(e),
-                    owners.total()
-                ))
-            };
-            let (rs, ls) = owners.find(s).ok_or_else(|| bad(s))?;
-            let (rd, ld) = owners.find(d).ok_or_else(|| bad(d))?;
-            rows.extend([ld | IN_EDGE, if s == d { LOOP } else { s }]);
-            dest.push(rd);
-            if s != d {
-                rows.extend([ls, d]);
-                dest.push(rs);
-            }
-            Ok(())
-        })?;
-        let send = Buckets::by_destination(&rows, 2, &dest, world)?;
-        drop((rows, dest));
-        let got = ex.alltoallv(&send)?;
-        drop(send);
+        let got = send_round(ex, share, &owners, &mut cursor, round_edges, false)?;
+        for &r in got.data() {
+            let local = owned_index(r & LOCAL, n_own, rank)?;
+            indeg[local] += i64::from(r & IN_EDGE != 0);
+            deg[local] += u64::from(r & LOOP == 0);
+        }
+    }
+    let mut xadj = Vec::with_capacity(n_own + 1);
+    xadj.push(0u64);
+    for d in deg {
+        xadj.push(xadj[xadj.len() - 1] + d);
+    }
+    let mut fill: Vec<u64> = xadj[..n_own].to_vec();
+    let mut nbrs = vec![0u64; xadj[n_own] as usize];
+    let mut cursor = EdgeCursor::default();
+    for _ in 0..rounds {
+        let got = send_round(ex, share, &owners, &mut cursor, round_edges, true)?;
         for r in got.data().chunks_exact(2) {
-            let local = (r[0] & !IN_EDGE) as usize;
-            if local >= n_own {
+            let local = owned_index(r[0], n_own, rank)?;
+            let at = fill[local];
+            if at >= xadj[local + 1] {
                 return Err(stage(format!(
-                    "rank {rank} got an edge of a node it does not own"
+                    "rank {rank}: the second pass sent more edges than the first"
                 )));
             }
-            if r[0] & IN_EDGE != 0 {
-                indeg[local] += 1;
-            }
-            if r[1] != LOOP {
-                acc.push((local as u32, r[1], 1));
-            }
+            nbrs[at as usize] = r[1];
+            fill[local] += 1;
         }
-        acc.maybe_compact(false);
     }
-    let entries = acc.finish(false);
-    let graph = assemble(ex, owners, n_own, entries, false)?;
+    drop(fill);
+    sort_dedup(&mut xadj, &mut nbrs, None);
+    let graph = assemble(ex, owners, n_own, xadj, nbrs, Vec::new())?;
     Ok((graph, indeg))
+}
+
+fn owned_index(local: u64, n_own: usize, rank: u32) -> Result<usize> {
+    if local < n_own as u64 {
+        Ok(local as usize)
+    } else {
+        Err(stage(format!(
+            "rank {rank} got an edge of a node it does not own"
+        )))
+    }
+}
+
+/// One round of the share's edges to the owners of their ends: one word
+/// per end (first pass), or `[local, neighbour]` per non-loop end.
+fn send_round<E: Exchange>(
+    ex: &E,
+    share: &Share,
+    owners: &Owners,
+    cursor: &mut EdgeCursor,
+    n: u64,
+    pairs: bool,
+) -> Result<Buckets<u64>> {
+    let g = &share.graph;
+    let offs = g.node_offsets();
+    let (mut rows, mut dest) = (Vec::new(), Vec::new());
+    cursor.take(g, n, |e, s, d| {
+        let ty = &g.etypes[e];
+        let (s, d) = (offs[ty.src_type] + s, offs[ty.dst_type] + d);
+        let bad = |v: u64| {
+            stage(format!(
+                "edge type {}: node id {v} is beyond the {} nodes",
+                g.canonical_etype(e),
+                owners.total()
+            ))
+        };
+        let (rs, ls) = owners.find(s).ok_or_else(|| bad(s))?;
+        let (rd, ld) = owners.find(d).ok_or_else(|| bad(d))?;
+        if pairs {
+            if s != d {
+                rows.extend([ld, s, ls, d]);
+                dest.extend([rd, rs]);
+            }
+        } else if s == d {
+            rows.push(ld | IN_EDGE | LOOP);
+            dest.push(rd);
+        } else {
+            rows.extend([ld | IN_EDGE, ls]);
+            dest.extend([rd, rs]);
+        }
+        Ok(())
+    })?;
+    let send = Buckets::by_destination(&rows, if pairs { 2 } else { 1 }, &dest, ex.size())?;
+    drop((rows, dest));
+    ex.alltoallv(&send)
+}
+
+/// Sorts every row of `nbrs` (with its weights), merges repeats (weights
+/// summed) and closes the gaps, rewriting `xadj`.
+pub fn sort_dedup(xadj: &mut [u64], nbrs: &mut Vec<u64>, mut w: Option<&mut Vec<u64>>) {
+    let n = xadj.len().saturating_sub(1);
+    let mut out = 0usize;
+    let mut row: Vec<(u64, u64)> = Vec::new();
+    for v in 0..n {
+        let (a, b) = (xadj[v] as usize, xadj[v + 1] as usize);
+        xadj[v] = out as u64;
+        row.clear();
+        row.extend((a..b).map(|i| (nbrs[i], w.as_ref().map_or(1, |w| w[i]))));
+        row.sort_unstable_by_key(|x| x.0);
+        for (i, &(u, x)) in row.iter().enumerate() {
+            if i > 0 && row[i - 1].0 == u {
+                if let Some(w) = w.as_deref_mut() {
+                    w[out - 1] += x;
+                }
+                continue;
+            }
+            nbrs[out] = u;
+            if let Some(w) = w.as_deref_mut() {
+                w[out] = x;
+            }
+            out += 1;
+        }
+    }
+    if let Some(last) = xadj.last_mut() {
+        *last = out as u64;
+    }
+    nbrs.truncate(out);
+    nbrs.shrink_to_fit();
+    if let Some(w) = w {
+        w.truncate(out);
+        w.shrink_to_fit();
+    }
 }
 
 /// Walks a share's edges type after type, a bounded number at a time.
@@ -297,7 +380,7 @@ impl EdgeCursor {
 }
 
 /// Received `(local, global neighbour, weight)` entries, kept about the size
-/// of their distinct pairs: sorted and merged whenever they have doubled.
+/// of their distinct pairs: sorted and merged whenever they have grown by half.
 #[derive(Default)]
 pub struct Compacting {
     entries: Vec<(u32, u64, u64)>,
@@ -309,19 +392,29 @@ impl Compacting {
         self.entries.push(e);
     }
 
-    /// Compacts when the entries have doubled since the last time;
+    /// Compacts when the entries have grown by half since the last time;
     /// `sum` adds the weights of repeats (else they are dropped).
     pub fn maybe_compact(&mut self, sum: bool) {
-        if self.entries.len() > 2 * self.compacted + (1 << 16) {
+        if self.entries.len() > self.compacted + self.compacted / 2 + (1 << 16) {
             compact(&mut self.entries, sum);
             self.compacted = self.entries.len();
         }
     }
 
-    pub fn finish(mut self, sum: bool) -> Vec<(u32, u64, u64)> {
-        compact(&mut self.entries, sum);
-        self.entries.shrink_to_fit();
-        self.entries
+    /// The merged entries as rows over `n` owned vertices: offsets,
+    /// neighbours, weights.
+    pub fn finish(mut self, n: usize) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
+        compact(&mut self.entries, true);
+        let mut xadj = vec![0u64; n + 1];
+        for e in &self.entries {
+            xadj[e.0 as usize + 1] += 1;
+        }
+        for i in 0..n {
+            xadj[i + 1] += xadj[i];
+        }
+        let nbrs = self.entries.iter().map(|e| e.1).collect();
+        let w = self.entries.iter().map(|e| e.2).collect();
+        (xadj, nbrs, w)
     }
 }
 
@@ -341,15 +434,16 @@ fn compact(e: &mut Vec<(u32, u64, u64)>, sum: bool) {
     e.truncate(w);
 }
 
-/// A rank's piece from its sorted, merged `(local, global neighbour,
-/// weight)` entries: ghosts numbered, neighbours as local u32 indices, the
-/// halo lists agreed with the ghosts' owners.
+/// A rank's piece from its rows of global neighbour ids (sorted, without
+/// repeats; `adjw` empty or one weight each): ghosts numbered, neighbours
+/// as local u32 indices, the halo lists agreed with the ghosts' owners.
 pub fn assemble<E: Exchange>(
     ex: &E,
     owners: Owners,
     n_own: usize,
-    entries: Vec<(u32, u64, u64)>,
-    weighted: bool,
+    xadj: Vec<u64>,
+    nbrs: Vec<u64>,
+    adjw: Vec<u64>,
 ) -> Result<LocalGraph> {
     let (rank, world) = (ex.rank(), ex.size() as usize);
     let find = |v: u64| {
@@ -360,15 +454,20 @@ pub fn assemble<E: Exchange>(
             ))
         })
     };
-    // Distinct remote neighbours first (8 bytes each while sorting).
+    // Distinct remote neighbours, merged a block at a time so that the
+    // scratch stays small.
     let mut ids: Vec<u64> = Vec::new();
-    for &(_, v, _) in &entries {
-        if find(v)?.0 != rank {
-            ids.push(v);
+    for block in nbrs.chunks(1 << 20) {
+        let mut b = Vec::new();
+        for &v in block {
+            if find(v)?.0 != rank {
+                b.push(v);
+            }
         }
+        b.par_sort_unstable();
+        b.dedup();
+        ids = merge_sorted(&ids, &b);
     }
-    ids.par_sort_unstable();
-    ids.dedup();
     let mut remote: Vec<(u32, u64, u64)> = Vec::with_capacity(ids.len());
     for v in ids {
         let (r, l) = find(v)?;
@@ -382,11 +481,8 @@ pub fn assemble<E: Exchange>(
             remote.len()
         )));
     }
-    let mut xadj = vec![0u64; n_own + 1];
-    let mut adj = Vec::with_capacity(entries.len());
-    let mut adjw = Vec::with_capacity(if weighted { entries.len() } else { 0 });
-    for &(u, v, w) in &entries {
-        xadj[u as usize + 1] += 1;
+    let mut adj = Vec::with_capacity(nbrs.len());
+    for &v in &nbrs {
         let (r, l) = find(v)?;
         let idx = if r == rank {
             l
@@ -395,14 +491,8 @@ pub fn assemble<E: Exchange>(
             n_own as u64 + at as u64
         };
         adj.push(idx as u32);
-        if weighted {
-            adjw.push(w);
-        }
     }
-    drop(entries);
-    for i in 0..n_own {
-        xadj[i + 1] += xadj[i];
-    }
+    drop(nbrs);
     let mut ghost_counts = vec![0u64; world];
     remote.iter().for_each(|g| ghost_counts[g.0 as usize] += 1);
     let want: Vec<u64> = remote.iter().map(|g| g.2).collect();
@@ -429,6 +519,25 @@ pub fn assemble<E: Exchange>(
         vwgt: Vec::new(),
         ncon: 0,
     })
+}
+
+/// The sorted union of two sorted lists without repeats.
+fn merge_sorted(a: &[u64], b: &[u64]) -> Vec<u64> {
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() || j < b.len() {
+        let take_a = j == b.len() || (i < a.len() && a[i] <= b[j]);
+        let v = if take_a { a[i] } else { b[j] };
+        if take_a {
+            i += 1;
+        } else {
+            j += 1;
+        }
+        if out.last() != Some(&v) {
+            out.push(v);
+        }
+    }
+    out
 }
 
 /// The values of `keys` (global ids of `owners`' graph) from their owners,

@@ -35,10 +35,13 @@ pub fn initial<E: Exchange>(
     let own: Vec<u64> = gid[..g.n_own].to_vec();
     let deg = ex.gatherv(0, &deg)?;
     let adj = ex.gatherv(0, &adj)?;
-    let adjw = if g.adjw.is_empty() {
-        None
-    } else {
+    // Coarse levels are weighted; a rank without edges has no weights to
+    // show it, so the ranks agree.
+    let weighted = ex.all_max(u64::from(!g.adjw.is_empty()))? == 1;
+    let adjw = if weighted {
         ex.gatherv(0, &adjw)?
+    } else {
+        None
     };
     let vw = ex.gatherv(0, &vw)?;
     let own = ex.gatherv(0, &own)?;

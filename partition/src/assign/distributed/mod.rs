@@ -40,8 +40,15 @@ use crate::input::Share;
 use crate::run::Choice;
 use crate::{Error, Result};
 
-/// Edges one rank sends per round while building and contracting.
-pub const ROUND_EDGES: u64 = 1 << 21;
+/// Edges one rank sends per round while building and contracting: a
+/// sixteenth of the largest share, within these bounds.
+pub const ROUND_EDGES: std::ops::RangeInclusive<u64> = (1 << 16)..=(1 << 20);
+
+fn round_edges<E: Exchange>(ex: &E, share: &Share) -> Result<u64> {
+    let mine: u64 = share.graph.etypes.iter().map(|e| e.count()).sum();
+    let largest = ex.all_max(mine)?;
+    Ok((largest / 16).clamp(*ROUND_EDGES.start(), *ROUND_EDGES.end()))
+}
 
 /// What the distributed assignment is asked.
 #[derive(Clone, Debug)]
@@ -52,7 +59,7 @@ pub struct Options<'a> {
     pub seed: u64,
     /// Stop coarsening at this many vertices (0: the hybrid's rule).
     pub coarse_nodes: usize,
-    /// Edges per round of the all-to-all exchanges (0: [`ROUND_EDGES`]).
+    /// Edges per round of the all-to-all exchanges (0: see [`ROUND_EDGES`]).
     pub round_edges: u64,
 }
 
@@ -82,10 +89,9 @@ pub fn assign<E: Exchange>(ex: &E, share: &Share, opts: &Options<'_>) -> Result<
     let t = Instant::now();
     let owners = Owners::of_share(ex, share)?;
     let per_type = owners.own_per_type.clone();
-    let round = if opts.round_edges == 0 {
-        ROUND_EDGES
-    } else {
-        opts.round_edges
+    let round = match opts.round_edges {
+        0 => round_edges(ex, share)?,
+        n => n,
     };
     let (mut g, indeg) = graph::build(ex, share, owners, round)?;
     let (vwgt, ncon) = constraints::constraints(

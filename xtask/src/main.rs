@@ -6,6 +6,7 @@ mod bench_partition;
 mod chaos;
 mod cluster;
 mod demo;
+mod fuzz;
 mod e2e;
 mod ensure;
 mod graphstorm_env;
@@ -39,6 +40,8 @@ enum Task {
     Bench(bench::Args),
     /// Ship >= 1 GiB of partition files to workers in network namespaces with dglrun; MB/s vs plain TCP.
     BenchShards(bench::shards::Args),
+    /// Long run of the hostile-input proptests: N inputs per partition-input reader.
+    Fuzz(fuzz::Args),
     /// Fault injection on the real node: operator killed, worker deleted, churn; outcome table.
     Chaos(chaos::Args),
 }
@@ -55,5 +58,6 @@ fn main() -> anyhow::Result<()> {
         Task::Bench(args) => bench::run(args),
         Task::BenchShards(args) => bench::shards::run(args),
         Task::Chaos(args) => chaos::run(args),
+        Task::Fuzz(args) => fuzz::run(args),
     }
 }

@@ -10,9 +10,11 @@
 //! classification as dglrun's `--train-command`, servers and trainers (under
 //! torch.distributed.run) started with DGL's environment. Both commands are
 //! the ones of examples/graphstorm/dgljob.yaml, word for word, with the
-//! image's `python3` replaced by the venv's interpreter. Every process must
-//! exit 0, GraphStorm's loss must fall and its validation accuracy must show
-//! in the launcher's log.
+//! image's `python3` replaced by the venv's interpreter, and the workers get
+//! its PYTHONPATH (progress_hook/: GraphStorm's loss as DGLRUN_PROGRESS
+//! lines). Every process must exit 0, GraphStorm's loss must fall, its
+//! validation accuracy must show in the launcher's log, and one progress
+//! report per epoch must reach the launcher in dglrun's format.
 //!
 //! Needs root and the GraphStorm venv ($DGLRUN_TEST_GRAPHSTORM_PYTHON, which
 //! `cargo xtask test` builds on the DGL venv: xtask/src/graphstorm_env.rs).
@@ -38,6 +40,8 @@ const PARTITION_COMMAND: &str =
      --output-dir {dataset_dir} --graph-name {graph_name}";
 const TRAIN_COMMAND: &str = "python3 -m graphstorm.run.gsgnn_np.gsgnn_np --cf nc.yaml \
      --ip-config {ip_config} --part-config {part_config}";
+/// The workers' PYTHONPATH in the example's dgljob.yaml, below /opt/graphstorm.
+const HOOK_DIR: &str = "progress_hook";
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -105,6 +109,8 @@ fn the_example_job_runs_these_commands() {
             "examples/graphstorm/dgljob.yaml does not pass {flag} as the test runs it: {want}"
         );
     }
+    let env = format!("{{ name: PYTHONPATH, value: /opt/graphstorm/{HOOK_DIR} }}");
+    assert!(yaml.contains(&env), "the workers' {env}");
 }
 
 /// A temporary job folder: token, hostfile, the example's working directory
@@ -136,7 +142,12 @@ impl Job {
         .unwrap();
         std::fs::write(job.path("hosts.txt"), format!("{}\n{}\n", ips[0], ips[1])).unwrap();
         std::fs::create_dir_all(job.path("example")).unwrap();
-        for f in ["gconstruct.json", "nc.yaml"] {
+        std::fs::create_dir_all(job.path("example").join(HOOK_DIR)).unwrap();
+        for f in [
+            "gconstruct.json",
+            "nc.yaml",
+            "progress_hook/sitecustomize.py",
+        ] {
             std::fs::copy(example(f), job.path("example").join(f)).unwrap();
         }
         job.make_tables();
@@ -259,6 +270,8 @@ impl Machines {
             .current_dir(cwd)
             // As the image's ENV: DGL would otherwise guess and write ~/.dgl.
             .env("DGLBACKEND", "pytorch")
+            // As the Worker template's env (the partitioner's too).
+            .env("PYTHONPATH", cwd.join(HOOK_DIR))
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out);
@@ -301,6 +314,19 @@ fn validation_scores(log: &str) -> Vec<f64> {
         .filter(|l| l.starts_with("[worker-"))
         .filter_map(|l| l.split("| Validation accuracy: ").nth(1))
         .filter_map(|v| v.split_whitespace().next()?.parse().ok())
+        .collect()
+}
+
+/// The DGLRUN_PROGRESS reports in the launcher's log, read by dglrun's own
+/// parser: (epoch, epochs, loss).
+fn progress_reports(log: &str) -> Vec<(u32, Option<u32>, Option<f64>)> {
+    log.lines()
+        .filter_map(|l| l.split_once("] ").map(|(_, body)| body))
+        .filter_map(dgl_api::progress::parse_line)
+        .map(|r| {
+            let p = r.expect("the hook's reports follow dglrun's format");
+            (p.epoch, p.epochs, p.loss)
+        })
         .collect()
 }
 
@@ -399,9 +425,17 @@ fn graphstorm_node_classification_trains_on_two_machines() {
         best > 0.5,
         "validation accuracy {val:?} is near chance{all}"
     );
+    // nc.yaml: 4 epochs; one report at the end of each, from rank 0.
+    let reports = progress_reports(&log);
+    let epochs: Vec<u32> = reports.iter().map(|r| r.0).collect();
+    assert_eq!(epochs, [1, 2, 3, 4], "progress reports {reports:?}{all}");
+    assert!(
+        reports.iter().all(|r| r.1 == Some(4) && r.2.is_some()),
+        "every report has epochs and a loss: {reports:?}{all}"
+    );
     let left = [m.hosts.ns_pids(), m.hosts.marked()].concat();
     assert!(left.is_empty(), "processes left behind: {left:?}{all}");
     eprintln!(
-        "graphstorm on two machines: {elapsed:?}; loss by epoch {per_epoch:?}; validation accuracy {val:?}"
+        "graphstorm on two machines: {elapsed:?}; loss by epoch {per_epoch:?}; validation accuracy {val:?}; progress {reports:?}"
     );
 }

@@ -1,5 +1,5 @@
 //! The stages in order: from a graph and its assignment to the partitions
-//! DGL 2.1.0 loads.
+//! DGL 2.1.0 loads, every file written natively (no Python).
 //!
 //! Nothing half-written looks complete: a previous `<graph>.json` is removed
 //! first, every part is written into a staging folder inside the output
@@ -14,9 +14,8 @@ use std::time::{Duration, Instant};
 
 use crate::assign::Assignment;
 use crate::model::InputGraph;
-use crate::output::graph_py::{GraphBuilder, PythonStats};
 use crate::output::json::{part_dir, PartitionJson};
-use crate::output::{write_part, ARRAYS_DIR};
+use crate::output::write_part;
 use crate::shuffle::{build_partition, ids::IdMaps, owned_edges, part::inner_nodes};
 use crate::{Error, Result};
 
@@ -27,8 +26,6 @@ pub struct OutputConfig {
     pub out_dir: PathBuf,
     /// `graph_name` of the JSON (and its file name).
     pub graph_name: String,
-    /// A Python with DGL 2.1.0, which builds `graph.dgl`.
-    pub python: PathBuf,
     pub threads: usize,
     /// Also write `orig_nids.dgl` / `orig_eids.dgl` per part (DGL's
     /// `--save-orig-nids` / `--save-orig-eids`).
@@ -47,21 +44,17 @@ pub struct PartSummary {
     pub bytes: u64,
     /// Building the part-local graph (ownership, ids, halo).
     pub build: Duration,
-    /// Writing its feature files and graph arrays.
+    /// Writing its feature files and graph.dgl.
     pub write: Duration,
 }
 
 /// Wall time of each stage.
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Timings {
     /// Global id maps.
     pub ids: Duration,
-    /// Building and writing every part natively (Python runs meanwhile).
-    pub native: Duration,
-    /// Waiting for Python after the native work was done.
-    pub python_wait: Duration,
-    /// What the Python process reported (imports, per part, wall).
-    pub python: PythonStats,
+    /// Building and writing every part.
+    pub parts: Duration,
     /// Renames and the JSON.
     pub publish: Duration,
     pub total: Duration,
@@ -83,19 +76,6 @@ pub fn write_partitions(
     assignment: &Assignment,
     cfg: &OutputConfig,
 ) -> Result<Summary> {
-    validate(graph, cfg)?;
-    let builder = GraphBuilder::spawn(&cfg.python, cfg.threads)?;
-    write_partitions_with(graph, assignment, cfg, builder)
-}
-
-/// [`write_partitions`] with a graph writer started earlier by the caller,
-/// so that Python's imports (seconds) overlap the caller's own stages.
-pub fn write_partitions_with(
-    graph: &InputGraph,
-    assignment: &Assignment,
-    cfg: &OutputConfig,
-    builder: GraphBuilder,
-) -> Result<Summary> {
     let start = Instant::now();
     validate(graph, cfg)?;
     let pool = pool(cfg.threads)?;
@@ -103,7 +83,6 @@ pub fn write_partitions_with(
     std::fs::create_dir_all(&cfg.out_dir).map_err(|e| Error::io(&cfg.out_dir, e))?;
     remove_if_exists(&json_path)?;
     let staging = Staging::create(&cfg.out_dir, &cfg.graph_name)?;
-    let py = Mutex::new(builder);
     let t = Instant::now();
     let ids = pool.install(|| IdMaps::for_graph(graph, &assignment.parts, assignment.num_parts))?;
     let mut timings = Timings {
@@ -111,11 +90,8 @@ pub fn write_partitions_with(
         ..Default::default()
     };
     let t = Instant::now();
-    let mut parts = run_parts(graph, &assignment.parts, &ids, cfg, &staging.dir, &py)?;
-    timings.native = t.elapsed();
-    let t = Instant::now();
-    timings.python = py.into_inner().map_err(|_| poisoned())?.finish()?;
-    timings.python_wait = t.elapsed();
+    let mut parts = run_parts(graph, &assignment.parts, &ids, cfg, &staging.dir)?;
+    timings.parts = t.elapsed();
     let t = Instant::now();
     let doc = PartitionJson {
         graph_name: &cfg.graph_name,
@@ -125,9 +101,7 @@ pub fn write_partitions_with(
     };
     let mut bytes = 0;
     for s in parts.iter_mut() {
-        let dir = staging.dir.join(part_dir(s.part));
-        remove_dir_if_exists(&dir.join(ARRAYS_DIR))?;
-        s.bytes = dir_bytes(&dir)?;
+        s.bytes = dir_bytes(&staging.dir.join(part_dir(s.part)))?;
         bytes += s.bytes;
     }
     bytes += staging.publish(&cfg.out_dir, &parts, &json_path, &doc.render())?;
@@ -150,7 +124,6 @@ fn run_parts(
     ids: &IdMaps,
     cfg: &OutputConfig,
     staging: &Path,
-    py: &Mutex<GraphBuilder>,
 ) -> Result<Vec<PartSummary>> {
     let workers = cfg.threads.max(1).min(ids.num_parts as usize);
     let per_worker = (cfg.threads.max(1) / workers).max(1);
@@ -164,8 +137,7 @@ fn run_parts(
                 return Ok(());
             }
             let r = pool.install(|| one_part(g, parts, ids, cfg, staging, p));
-            let (summary, job) = r.inspect_err(|_| failed.store(true, Ordering::Relaxed))?;
-            py.lock().map_err(|_| poisoned())?.submit(&job);
+            let summary = r.inspect_err(|_| failed.store(true, Ordering::Relaxed))?;
             done.lock().map_err(|_| poisoned())?.push(summary);
         }
     };
@@ -190,13 +162,13 @@ fn one_part(
     cfg: &OutputConfig,
     staging: &Path,
     p: u32,
-) -> Result<(PartSummary, crate::output::graph_py::GraphJob)> {
+) -> Result<PartSummary> {
     let t = Instant::now();
     let inner = inner_nodes(ids, parts, p);
     let edges = owned_edges(g, parts, p);
     let part = build_partition(g, ids, p, inner, edges)?;
     let build = t.elapsed();
-    let job = write_part(g, &part, &staging.join(part_dir(p)), cfg.save_orig_ids)?;
+    write_part(g, &part, &staging.join(part_dir(p)), cfg.save_orig_ids)?;
     let summary = PartSummary {
         part: p,
         inner_nodes: part.num_inner(),
@@ -207,7 +179,7 @@ fn one_part(
         write: t.elapsed() - build,
     };
     tracing::debug!(part = p, ?build, write = ?summary.write, "partition written");
-    Ok((summary, job))
+    Ok(summary)
 }
 
 /// Names DGL splits on (`/` in feature keys, `:` in edge types) and counts
@@ -416,31 +388,51 @@ mod tests {
         (g, a)
     }
 
-    fn cfg(out: &Path, python: &str) -> OutputConfig {
+    fn cfg(out: &Path) -> OutputConfig {
         OutputConfig {
             out_dir: out.to_path_buf(),
             graph_name: "g".into(),
-            python: python.into(),
             threads: 2,
             save_orig_ids: false,
         }
     }
 
     #[test]
+    fn every_part_is_published_with_its_graph() {
+        let dir = tempfile::tempdir().unwrap();
+        let (g, a) = tiny();
+        let s = write_partitions(&g, &a, &cfg(dir.path())).unwrap();
+        assert_eq!(s.json, dir.path().join("g.json"));
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["g.json", "part0", "part1"], "no staging left");
+        for p in ["part0", "part1"] {
+            let mut files: Vec<String> = std::fs::read_dir(dir.path().join(p))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            files.sort();
+            assert_eq!(files, ["edge_feat.dgl", "graph.dgl", "node_feat.dgl"]);
+        }
+        assert_eq!(s.parts.iter().map(|p| p.edges).sum::<u64>(), 4);
+        assert!(s.parts.iter().all(|p| p.bytes > 4096), "{:?}", s.parts);
+    }
+
+    #[test]
     fn a_failed_run_leaves_no_json_and_no_staging() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("g.json"), "{}").unwrap();
-        let (g, a) = tiny();
-        let err = write_partitions(&g, &a, &cfg(dir.path(), "/bin/false")).unwrap_err();
-        assert!(err.to_string().contains("/bin/false failed"), "{err}");
+        let (mut g, a) = tiny();
+        g.etypes[0].dst[2] = 9;
+        let err = write_partitions(&g, &a, &cfg(dir.path())).unwrap_err();
+        assert!(err.to_string().contains('9'), "{err}");
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert!(
             left.is_empty(),
             "the stale JSON and the staging folder are gone: {left:?}"
-        );
-        let err = write_partitions(&g, &a, &cfg(dir.path(), "/nonexistent/python")).unwrap_err();
-        assert!(
-            matches!(err, Error::Io { ref path, .. } if path == Path::new("/nonexistent/python"))
         );
     }
 
@@ -449,13 +441,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut g, a) = tiny();
         g.ntypes[0].name = "a:b".into();
-        let err = write_partitions(&g, &a, &cfg(dir.path(), "/bin/false")).unwrap_err();
+        let err = write_partitions(&g, &a, &cfg(dir.path())).unwrap_err();
         assert!(
             matches!(err, Error::Config(ref m) if m.contains("\"a:b\"")),
             "{err}"
         );
         let (g, a) = tiny();
-        let mut c = cfg(dir.path(), "/bin/false");
+        let mut c = cfg(dir.path());
         c.graph_name = "../x".into();
         assert!(matches!(
             write_partitions(&g, &a, &c),

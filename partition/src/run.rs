@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use crate::assign::{self, Assignment, Partitioner, Request};
 use crate::input::{self, Source};
-use crate::output::graph_py::GraphBuilder;
 use crate::{csr, pipeline, Error, Result};
 
 /// Folder below the output that holds the assignment in DGL's format
@@ -39,9 +38,6 @@ impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Source::Chunked { metadata } => write!(f, "chunked {}", metadata.display()),
-            Source::ChunkedAnywhere { metadata } => {
-                write!(f, "chunked {} (files anywhere)", metadata.display())
-            }
             Source::Text(t) => {
                 write!(f, "text {} + {}", t.nodes.display(), t.edges.display())
             }
@@ -63,7 +59,8 @@ pub struct Config {
     pub balance_edges: bool,
     pub threads: usize,
     pub seed: u64,
-    /// The Python with DGL that writes graph.dgl.
+    /// Deprecated and ignored: graph.dgl is written natively now. Kept
+    /// so that callers passing dglrun's `--python` still build.
     pub python: String,
 }
 
@@ -119,11 +116,9 @@ impl Report {
         if let Some(s) = &self.summary {
             let t = &s.timings;
             out.push(format!(
-                "shuffle and write: ids {:.2}s, partitions built and written {:.2}s, then graph.dgl {:.2}s more (python import {:.2}s, overlapped), publish {:.2}s",
+                "shuffle and write: ids {:.2}s, partitions built and written (features, graph.dgl) {:.2}s, publish {:.2}s",
                 t.ids.as_secs_f64(),
-                t.native.as_secs_f64(),
-                t.python_wait.as_secs_f64(),
-                t.python.import_secs,
+                t.parts.as_secs_f64(),
                 t.publish.as_secs_f64()
             ));
             for p in &s.parts {
@@ -159,9 +154,6 @@ pub fn run(cfg: &Config) -> Result<Report> {
 
 fn run_stages(cfg: &Config) -> Result<Report> {
     let mut report = Report::default();
-    // Python's imports (seconds) run while the native stages do.
-    let python = PathBuf::from(&cfg.python);
-    let builder = GraphBuilder::spawn(&python, cfg.threads)?;
     let graph = report.timed("read", || input::read(&cfg.source, cfg.threads))?;
     report.num_nodes = graph.num_nodes();
     report.num_edges = graph.num_edges();
@@ -184,12 +176,11 @@ fn run_stages(cfg: &Config) -> Result<Report> {
     let out = pipeline::OutputConfig {
         out_dir: cfg.out_dir.clone(),
         graph_name: cfg.graph_name.clone(),
-        python,
         threads: cfg.threads,
         save_orig_ids: true,
     };
     let summary = report.timed("shuffle and write", || {
-        pipeline::write_partitions_with(&graph, &assignment, &out, builder)
+        pipeline::write_partitions(&graph, &assignment, &out)
     })?;
     report.summary = Some(summary);
     Ok(report)

@@ -1,12 +1,12 @@
 //! The time of write_partitions at the size of the project's anchor: 1 M
-//! nodes, 19 M edges, 64 float32 features, 4 parts, with real DGL building
-//! graph.dgl. Ignored by default (it needs a release build and ~2 GB):
+//! nodes, 19 M edges, 64 float32 features, 4 parts, every file (graph.dgl
+//! too) written natively. Ignored by default (it needs a release build and
+//! ~2 GB):
 //!
-//! DGLRUN_TEST_PYTHON=... cargo test --release -p dgl-partition \
-//!     --test real_dgl_bench -- --ignored --nocapture
+//! cargo test --release -p dgl-partition --test real_dgl_bench -- \
+//!     --ignored --nocapture
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Instant;
 
 use dgl_partition::assign::Assignment;
@@ -73,7 +73,6 @@ fn cpu_secs() -> (f64, f64) {
 #[test]
 #[ignore]
 fn write_partitions_1m_nodes_19m_edges_4_parts() {
-    let python = PathBuf::from(std::env::var_os("DGLRUN_TEST_PYTHON").expect("DGLRUN_TEST_PYTHON"));
     let (n, m) = (1_000_000u64, 19_073_876u64);
     let g = graph(n, m, 64);
     // Random assignment: the worst case for halo sizes.
@@ -88,7 +87,6 @@ fn write_partitions_1m_nodes_19m_edges_4_parts() {
     let cfg = OutputConfig {
         out_dir: dir.path().join("out"),
         graph_name: "bench".into(),
-        python,
         threads,
         save_orig_ids: false,
     };
@@ -100,7 +98,7 @@ fn write_partitions_1m_nodes_19m_edges_4_parts() {
         s.bytes_written
     );
     println!(
-        "cpu seconds (self, python child): {:.2?} -> {cpu:.2?}",
+        "cpu seconds (self, children): {:.2?} -> {cpu:.2?}",
         cpu_before
     );
     println!("timings: {:#?}", s.timings);

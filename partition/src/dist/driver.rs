@@ -25,16 +25,15 @@
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::{Buckets, Exchange};
 use crate::assign::{self, Assignment, Quality, Request};
 use crate::input::{self, Share, Source};
 use crate::model::{EdgeType, InputGraph, NodeType, Tensor};
-use crate::output::graph_py::GraphBuilder;
 use crate::output::json::{part_dir, PartitionJson};
-use crate::output::{write_owned_part, ARRAYS_DIR};
+use crate::output::write_owned_part;
 use crate::pipeline::{self, PartSummary, Staging};
 use crate::run::{Choice, ASSIGNMENT_DIR};
 use crate::shuffle::part::inner_nodes;
@@ -56,10 +55,6 @@ pub struct RankConfig {
     pub seed: u64,
     /// The Python with DGL that writes graph.dgl.
     pub python: String,
-    /// Assign on rank 0 after gathering the whole structure there (the
-    /// single-process pipeline's assignment; needs one rank to hold it)
-    /// instead of the distributed partitioner.
-    pub gather_structure: bool,
 }
 
 /// What one rank did, for its log.
@@ -139,13 +134,7 @@ pub fn run<E: Exchange>(ex: &E, cfg: &RankConfig) -> Result<RankReport> {
     let edge_counts = report.timed("check", || check_shares(ex, &share))?;
     report.num_nodes = share.graph.num_nodes();
     report.num_edges = edge_counts.iter().sum();
-    let (assignment, quality) = report.timed("assign", || {
-        if cfg.gather_structure {
-            assign_on_root(ex, cfg, &share)
-        } else {
-            assign_distributed(ex, cfg, &share)
-        }
-    })?;
+    let (assignment, quality) = report.timed("assign", || assign_on_root(ex, cfg, &share))?;
     report.quality = quality;
     let ids = report.timed("ids", || {
         let owned = count_owned_edges(&share.graph, &assignment.parts, world)?;
@@ -161,11 +150,10 @@ pub fn run<E: Exchange>(ex: &E, cfg: &RankConfig) -> Result<RankReport> {
         let ends = g.etypes.iter().map(|e| (e.src_type, e.dst_type)).collect();
         IdMaps::new(&counts, ends, &assignment.parts, world, &owned)
     })?;
-    let py = GraphBuilder::spawn(Path::new(&cfg.python), cfg.threads)?;
     let (local, edges) =
         report.timed("exchange", || exchange(ex, share, &assignment.parts, &ids))?;
     report.part = report.timed("write part", || {
-        write_own_part(cfg, rank, &local, &ids, &assignment.parts, edges, py)
+        write_own_part(cfg, rank, &local, &ids, &assignment.parts, edges)
     })?;
     // Every part is in place on every worker before any JSON exists.
     ex.barrier()?;
@@ -254,38 +242,6 @@ fn check_shares<E: Exchange>(ex: &E, share: &Share) -> Result<Vec<u64>> {
         }
     }
     Ok(totals)
-}
-
-/// Assigns with every rank holding only its share
-/// ([`assign::distributed`]); rank 0 writes the assignment files. The
-/// quality is measured across ranks and reported by rank 0.
-fn assign_distributed<E: Exchange>(
-    ex: &E,
-    cfg: &RankConfig,
-    share: &Share,
-) -> Result<(Assignment, Option<Quality>)> {
-    let opts = assign::distributed::Options {
-        method: &cfg.partitioner,
-        balance_train: cfg.balance_train.as_deref(),
-        balance_edges: cfg.balance_edges,
-        seed: cfg.seed,
-        coarse_nodes: 0,
-        round_edges: 0,
-    };
-    let out = assign::distributed::assign(ex, share, &opts)?;
-    tracing::info!(
-        rank = ex.rank(),
-        owned = out.owned,
-        ghosts = out.ghosts,
-        entries = out.entries,
-        levels = ?out.levels,
-        "distributed assignment"
-    );
-    if ex.rank() == 0 {
-        assign::write_files(&out.assignment, &share.graph, &cfg.out_dir.join(ASSIGNMENT_DIR))?;
-    }
-    let quality = (ex.rank() == 0).then_some(out.quality);
-    Ok((out.assignment, quality))
 }
 
 /// Gathers the structure on rank 0, assigns there, and broadcasts the
@@ -516,8 +472,8 @@ fn move_features<E: Exchange>(
     Ok(out)
 }
 
-/// Builds and writes `part<rank>/` into a staging folder, has Python save
-/// its graph.dgl, and moves it into place.
+/// Builds and writes `part<rank>/` (features and graph.dgl, natively) into
+/// a staging folder and moves it into place.
 fn write_own_part(
     cfg: &RankConfig,
     rank: u32,
@@ -525,7 +481,6 @@ fn write_own_part(
     ids: &IdMaps,
     parts: &[u32],
     edges: Vec<OwnedEdges>,
-    mut py: GraphBuilder,
 ) -> Result<PartSummary> {
     let t = Instant::now();
     let inner = inner_nodes(ids, parts, rank);
@@ -533,10 +488,7 @@ fn write_own_part(
     let build = t.elapsed();
     let staging = Staging::create(&cfg.out_dir, &format!("{}.rank{rank}", cfg.graph_name))?;
     let dir = staging.dir.join(part_dir(rank));
-    let job = write_owned_part(local, &part, &dir, true)?;
-    py.submit(&job);
-    py.finish()?;
-    pipeline::remove_dir_if_exists(&dir.join(ARRAYS_DIR))?;
+    write_owned_part(local, &part, &dir, true)?;
     let bytes = pipeline::dir_bytes(&dir)?;
     staging.move_parts(&cfg.out_dir, &[rank])?;
     staging.finish()?;

@@ -1,9 +1,9 @@
-//! Writers of what DGL 2.1.0 loads: per part `node_feat.dgl`,
-//! `edge_feat.dgl` (and `orig_nids.dgl` / `orig_eids.dgl`) natively in
-//! DGL's `save_tensors` format, the arrays `graph.dgl` is built from, and
-//! the partition JSON.
+//! Writers of what DGL 2.1.0 loads, all native: per part `node_feat.dgl`,
+//! `edge_feat.dgl` (and `orig_nids.dgl` / `orig_eids.dgl`) in DGL's
+//! `save_tensors` format, `graph.dgl` in its `save_graphs` format, and the
+//! partition JSON.
 
-pub mod graph_py;
+pub mod graph_dgl;
 pub mod json;
 pub mod tensors;
 
@@ -12,22 +12,12 @@ use std::path::Path;
 use crate::model::InputGraph;
 use crate::shuffle::Partition;
 use crate::{Error, Result};
-use graph_py::GraphJob;
-use tensors::{write_npy, write_tensors, Rows};
-
-/// The folder (inside a part's folder) of the arrays `graph.dgl` is built
-/// from; removed once the graph is saved.
-pub const ARRAYS_DIR: &str = "graph_arrays";
+use graph_dgl::{write_graph, GraphSpec};
+use tensors::{write_tensors, Rows};
 
 /// Writes part `part`'s feature files (and original-id files when asked)
-/// and its graph arrays into `dir`; returns the Python job for its
-/// `graph.dgl`.
-pub fn write_part(
-    g: &InputGraph,
-    part: &Partition,
-    dir: &Path,
-    save_orig_ids: bool,
-) -> Result<GraphJob> {
+/// and its `graph.dgl` into `dir`.
+pub fn write_part(g: &InputGraph, part: &Partition, dir: &Path, save_orig_ids: bool) -> Result<()> {
     write_part_rows(g, part, dir, save_orig_ids, false)
 }
 
@@ -40,7 +30,7 @@ pub fn write_owned_part(
     part: &Partition,
     dir: &Path,
     save_orig_ids: bool,
-) -> Result<GraphJob> {
+) -> Result<()> {
     write_part_rows(g, part, dir, save_orig_ids, true)
 }
 
@@ -50,7 +40,7 @@ fn write_part_rows(
     dir: &Path,
     save_orig_ids: bool,
     owned: bool,
-) -> Result<GraphJob> {
+) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let rows = |tensor, rows| {
         if owned {
@@ -92,31 +82,6 @@ fn write_part_rows(
         write_tensors(&dir.join("orig_nids.dgl"), &nids)?;
         write_tensors(&dir.join("orig_eids.dgl"), &eids)?;
     }
-    write_graph_arrays(g, part, dir)
-}
-
-/// The arrays of the part-local graph as `.npy` files, and the job that
-/// turns them into `graph.dgl`.
-fn write_graph_arrays(g: &InputGraph, part: &Partition, dir: &Path) -> Result<GraphJob> {
-    let arrays = dir.join(ARRAYS_DIR);
-    std::fs::create_dir_all(&arrays).map_err(|e| Error::io(&arrays, e))?;
-    let hetero = !g.is_homogeneous();
-    write_npy(&arrays.join("src.npy"), &Rows::Ids(&part.src))?;
-    write_npy(&arrays.join("dst.npy"), &Rows::Ids(&part.dst))?;
-    write_npy(&arrays.join("halo_nid.npy"), &Rows::Ids(&part.halo))?;
-    if hetero {
-        write_npy(&arrays.join("halo_ntype.npy"), &Rows::I16(&part.halo_types))?;
-    }
-    let job = GraphJob {
-        part: part.part,
-        arrays,
-        out: dir.join("graph.dgl"),
-        num_inner: part.num_inner(),
-        node_start: part.node_start,
-        edge_start: part.edge_start,
-        hetero,
-        inner_ntype_counts: part.inner.iter().map(|v| v.len() as u64).collect(),
-        etype_counts: part.eids.iter().map(|v| v.len() as u64).collect(),
-    };
-    Ok(job)
+    let spec = GraphSpec::of_partition(part, !g.is_homogeneous());
+    write_graph(&dir.join("graph.dgl"), &spec).map(|_| ())
 }

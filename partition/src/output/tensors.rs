@@ -100,7 +100,17 @@ fn write_ndarray(w: &mut impl Write, rows: &Rows<'_>) -> std::io::Result<()> {
         DType::Bool => DType::U8,
         d => d,
     };
-    let shape = rows.shape();
+    write_ndarray_header(w, dtype, &rows.shape())?;
+    rows.write_data(w)
+}
+
+/// An NDArray up to its data: magic, reserved, CPU context, ndim, dtype,
+/// shape and byte size.
+pub(crate) fn write_ndarray_header(
+    w: &mut impl Write,
+    dtype: DType,
+    shape: &[u64],
+) -> std::io::Result<()> {
     w.write_all(&NDARRAY_MAGIC.to_le_bytes())?;
     w.write_all(&0u64.to_le_bytes())?;
     w.write_all(&1i32.to_le_bytes())?;
@@ -109,12 +119,11 @@ fn write_ndarray(w: &mut impl Write, rows: &Rows<'_>) -> std::io::Result<()> {
     let (code, bits) = dtype.dlpack();
     w.write_all(&[code, bits])?;
     w.write_all(&1u16.to_le_bytes())?;
-    for d in &shape {
+    for d in shape {
         w.write_all(&(*d as i64).to_le_bytes())?;
     }
     let bytes = shape.iter().product::<u64>() * dtype.size() as u64;
-    w.write_all(&(bytes as i64).to_le_bytes())?;
-    rows.write_data(w)
+    w.write_all(&(bytes as i64).to_le_bytes())
 }
 
 /// Writes a 1-D `.npy` file (format 1.0, little-endian, C order); returns
@@ -149,20 +158,20 @@ pub fn write_npy(path: &Path, rows: &Rows<'_>) -> Result<u64> {
 
 /// A buffered file writer that counts bytes and syncs nothing (the final
 /// rename publishes the output).
-struct CountingWriter {
+pub(crate) struct CountingWriter {
     inner: BufWriter<File>,
     written: u64,
 }
 
 impl CountingWriter {
-    fn new(f: File) -> Self {
+    pub(crate) fn new(f: File) -> Self {
         CountingWriter {
             inner: BufWriter::with_capacity(BUF, f),
             written: 0,
         }
     }
 
-    fn finish(mut self) -> std::io::Result<u64> {
+    pub(crate) fn finish(mut self) -> std::io::Result<u64> {
         self.inner.flush()?;
         Ok(self.written)
     }

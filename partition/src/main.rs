@@ -125,7 +125,8 @@ struct RankArgs {
     /// Balance the edges (in-degree) of each partition.
     #[arg(long)]
     balance_edges: bool,
-    /// Python with DGL 2.1.0, which writes graph.dgl.
+    /// Deprecated, ignored: graph.dgl is written natively (no Python).
+    /// Still accepted because dglrun passes it.
     #[arg(long, value_name = "PATH", default_value = "python3")]
     python: String,
     /// Threads of this rank [default: the CPUs this process may use].

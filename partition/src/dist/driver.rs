@@ -53,7 +53,7 @@ pub struct RankConfig {
     pub balance_edges: bool,
     pub threads: usize,
     pub seed: u64,
-    /// The Python with DGL that writes graph.dgl.
+    /// Deprecated and ignored (graph.dgl is written natively).
     pub python: String,
 }
 

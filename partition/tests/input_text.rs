@@ -222,7 +222,12 @@ fn errors_name_file_and_line() {
             NODES.replace("1 0 1 3 10", "1 0 1 3 x"),
             EDGES.into(),
             Some(schema()),
-            vec!["mag_nodes.txt", "line 7", "F32 attribute", "1 bytes that are not a number"],
+            vec![
+                "mag_nodes.txt",
+                "line 7",
+                "F32 attribute",
+                "1 byte that is not a number",
+            ],
         ),
         (
             NODES.replace("1 0 1 3 10", "1 0 1 3 10 11"),

@@ -215,7 +215,7 @@ mod tests {
         let cases = [
             ("1 2\n3 4 5\n", "line 2", "found 3"),
             ("1 2\n\n7\n", "line 3", "found 1"),
-            ("1 x\n", "line 1", "1 bytes that are not a number"),
+            ("1 x\n", "line 1", "1 byte that is not a number"),
             ("1 2.0\n", "line 1", "a number with a fraction"),
             ("-1 2\n", "line 1", "a negative integer"),
             ("1 hunter2\n", "line 1", "7 bytes that are not a number"),

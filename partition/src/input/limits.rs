@@ -67,6 +67,7 @@ pub(crate) fn token_kind(b: &[u8]) -> String {
         [b'-', rest @ ..] if digits(rest) => "a negative integer".into(),
         _ if digits(b) => format!("an integer of {} digits", b.len()),
         _ if numeric(b) => "a number with a fraction or exponent".into(),
+        [_] => "1 byte that is not a number".into(),
         _ => format!("{} bytes that are not a number", b.len()),
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! - `scale/`: the operator (and Kubeflow's mpi-operator) under N jobs on
 //!   kwok fake nodes;
-//! - `shards.rs`: `bench-shards`, dglrun shipping partition files vs a plain
+//! - `shards/`: `bench-shards`, dglrun shipping partition files vs a plain
 //!   TCP copy, in network namespaces;
 //! - `latency.rs`: apply → first training step on the real node;
 //! - `graphbolt.rs`: graph.dgl vs GraphBolt partitions, real DGL;

@@ -1,7 +1,12 @@
 //! A failed run: which pod failed, and whether the run restarts
 //! (backoffLimit, runPolicy.podFailurePolicy) or the job fails.
 
-use super::*;
+use dgl_api::failure_policy::{FailureFacts, PodFailurePolicyAction, MAX_IGNORED_RESTARTS};
+use dgl_api::names::{partitioner_name, worker_name};
+use dgl_api::{JobPhase, ReplicaType};
+
+use super::{find, Plan, Planner, Replicas, Step};
+use crate::pure::observe::{ObservedPod, PodState};
 
 /// A pod failure that ends the current run.
 pub(super) struct Failure {

@@ -1,7 +1,15 @@
 //! A job on its way: the partitioner, the workers and the launcher
 //! created, the partitions awaited, the run launched.
 
-use super::*;
+use dgl_api::names::{partitioner_name, worker_name};
+use dgl_api::{JobPhase, PartitionMode, WorkerCreationPolicy};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use super::{find, Plan, Planner, Replicas, Step};
+use crate::pure::builders;
+use crate::pure::observe::{ObservedPod, PodState};
+use crate::pure::settings::BuildConfig;
 
 impl<'a> Planner<'a> {
     /// Forward: the partitioner, the workers and the launcher at once (the

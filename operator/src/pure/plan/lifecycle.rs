@@ -1,8 +1,12 @@
 //! The plans that stop or pause a job, and the clock: finished, refused,
 //! suspended and resumed, the deadline, succeeded.
 
+use dgl_api::{CleanPodPolicy, JobPhase, ReplicaType};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use super::status::{secs_between, IN_PROGRESS};
-use super::*;
+use super::{Plan, Planner, Replicas, Step};
+use crate::pure::observe::{ObservedPod, PodState};
 
 impl<'a> Planner<'a> {
     /// Finished jobs: keep applying cleanPodPolicy, then the TTL.

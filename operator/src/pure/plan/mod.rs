@@ -13,27 +13,23 @@
 //! cleanPodPolicy is applied on every terminal path. The
 //! same diagram, with the triggers, is in docs/architecture.md.
 //!
-//! [`plan`] reads like that diagram: one function per situation (finished,
-//! suspended, deadline exceeded, a failed run, succeeded, moving
-//! forward), each ending in the one way a [`Plan`] is built
-//! ([`Planner::done`]).
+//! [`plan`] reads like that diagram: one function per situation, each
+//! ending in the one way a [`Plan`] is built ([`Planner::done`]):
+//! finished, refused, suspended, deadline exceeded and succeeded in
+//! `lifecycle.rs`, a failed run in `failure.rs`, moving forward in
+//! `forward.rs`; the conditions and counts they write in `status.rs`, the
+//! Events they lead to in `transitions.rs`.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use dgl_api::failure_policy::{FailureFacts, PodFailurePolicyAction, MAX_IGNORED_RESTARTS};
-use dgl_api::names::{launcher_name, partitioner_name, worker_name};
+use dgl_api::names::launcher_name;
 use dgl_api::progress::Progress;
-use dgl_api::{
-    CleanPodPolicy, DGLJob, DGLJobStatus, JobPhase, JobProgress, PartitionMode, ReplicaStatus,
-    ReplicaType, WorkerCreationPolicy,
-};
+use dgl_api::{CleanPodPolicy, DGLJob, DGLJobStatus, JobPhase, JobProgress, ReplicaType};
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::pure::builders;
 use crate::pure::observe::{ObservedPod, PodState};
 use crate::pure::settings::BuildConfig;
 
@@ -74,7 +70,8 @@ pub struct Plan {
     /// Wake up after this long even without a watch event (deadline, TTL).
     pub requeue_after: Option<Duration>,
     /// Whether the job's supporting objects (ConfigMap, Secret, RBAC,
-    /// Service) should be kept up to date: false once the job is finished.
+    /// NetworkPolicy, PodGroup) should be kept up to date: false once the
+    /// job is finished.
     pub ensure_children: bool,
     /// The run the job's ConfigMap launches, once that run's workers are
     /// Ready with their IPs and the graph is partitioned: the ConfigMap is

@@ -1,6 +1,13 @@
 //! The status a plan writes: conditions, the phase, replica counts.
 
-use super::*;
+use std::collections::BTreeMap;
+
+use dgl_api::{CleanPodPolicy, DGLJobStatus, JobPhase, ReplicaStatus, ReplicaType};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use super::Step;
+use crate::pure::observe::{ObservedPod, PodState};
 
 /// The conditions of a job on its way; cleared when it stops.
 pub(super) const IN_PROGRESS: [JobPhase; 3] = [

@@ -1,6 +1,9 @@
 use super::*;
+use dgl_api::failure_policy::{FailureFacts, MAX_IGNORED_RESTARTS};
 use dgl_api::names::{launcher_name, partitioner_name, worker_name};
+use dgl_api::WorkerCreationPolicy;
 use dgl_api::{PartitionMode, RunPolicy};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
 const JOB: &str = "dgl-graphsage";
 

@@ -2,31 +2,55 @@
 
 use std::time::Duration;
 
+use dgl_api::duration;
+
 /// Parses a duration made of one or more `<integer><unit>` parts, units
 /// `ms`, `s`, `m`, `h`, `d` (Go's `time.ParseDuration` style, as in kubectl's
 /// `--timeout`; humantime's longer spellings such as `min` are accepted
-/// too). A bare integer is seconds. `0` means zero.
+/// too). A bare integer is seconds. `0` means zero. Capped at a year
+/// (`dgl_api::duration::MAX`): a longer one, or a number too large to hold,
+/// is a year, so that no deadline computed from it can overflow.
 pub fn parse_duration(input: &str) -> Result<Duration, String> {
+    match parse_uncapped(input) {
+        Ok(d) => Ok(duration::cap(d)),
+        Err(Overflow) => Ok(duration::MAX),
+        Err(Invalid(e)) => Err(e),
+    }
+}
+
+/// Why a duration did not parse.
+enum ParseError {
+    /// The number does not fit: the duration is longer than any cap.
+    Overflow,
+    Invalid(String),
+}
+use ParseError::{Invalid, Overflow};
+
+fn parse_uncapped(input: &str) -> Result<Duration, ParseError> {
     let s = input.trim();
     if s.is_empty() {
-        return Err("empty duration; expected e.g. `90s`, `10m` or `1h30m`".into());
+        return Err(Invalid(
+            "empty duration; expected e.g. `90s`, `10m` or `1h30m`".into(),
+        ));
     }
     if s.bytes().all(|b| b.is_ascii_digit()) {
+        // All digits: the only failure left is a number over u64::MAX.
         return s
             .parse::<u64>()
             .map(Duration::from_secs)
-            .map_err(|e| format!("invalid duration {input:?}: {e}"));
+            .map_err(|_| Overflow);
     }
     // Whole numbers and units only, no spaces: `1.5h`, `-5s` or `2m 5s`
     // (which humantime would take) stay errors, as kubectl's are.
     if let Some(at) = s.find(|c: char| !c.is_ascii_alphanumeric()) {
-        return Err(explain(
-            input,
-            s,
-            humantime::DurationError::NumberExpected(at),
-        ));
+        let e = humantime::DurationError::NumberExpected(at);
+        return Err(Invalid(explain(input, s, e)));
     }
-    humantime::parse_duration(s).map_err(|e| explain(input, s, e))
+    match humantime::parse_duration(s) {
+        Ok(d) => Ok(d),
+        Err(humantime::DurationError::NumberOverflow) => Err(Overflow),
+        Err(e) => Err(Invalid(explain(input, s, e))),
+    }
 }
 
 /// humantime's error, in the words of this tool's `--help`.
@@ -99,6 +123,31 @@ mod tests {
             .contains("expected a number"));
         assert!(parse_duration("-5s").is_err());
         assert!(parse_duration("1.5h").is_err());
+    }
+
+    #[test]
+    fn a_duration_beyond_a_year_is_a_year() {
+        let year = Duration::from_secs(365 * 24 * 3600);
+        for s in [
+            "18446744073709551615",
+            "99999999999999999999999",
+            "9999999999h",
+            "400d",
+        ] {
+            assert_eq!(parse_duration(s), Ok(year), "{s}");
+        }
+        assert_eq!(parse_duration("364d"), Ok(Duration::from_secs(364 * 86400)));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_or_number_parses_within_the_cap_or_fails(s in "\\PC{0,30}", n in proptest::prelude::any::<u64>(), unit in "(ms|s|m|h|d|min|us|ns)?") {
+            if let Ok(d) = parse_duration(&s) {
+                proptest::prop_assert!(d <= duration::MAX);
+            }
+            let d = parse_duration(&format!("{n}{unit}"));
+            proptest::prop_assert!(d.is_ok_and(|d| d <= duration::MAX));
+        }
     }
 
     #[test]

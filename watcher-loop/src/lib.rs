@@ -225,8 +225,11 @@ impl Default for Options {
 
 impl Options {
     /// When the timeout expires, for a call that started at `started`.
-    fn deadline(&self, started: Instant) -> Option<Instant> {
-        self.timeout.map(|t| self.since.unwrap_or(started) + t)
+    pub fn deadline(&self, started: Instant) -> Option<Instant> {
+        self.timeout.map(|t| {
+            let since = self.since.unwrap_or(started).into_std();
+            Instant::from_std(dgl_api::duration::later(since, t))
+        })
     }
 }
 

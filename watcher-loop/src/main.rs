@@ -84,7 +84,7 @@ struct Cli {
 
     /// Give up after this long (e.g. `90s`, `10m`, `1h30m`), exiting 3 with
     /// the pods still waited for and where each stands. `0` or unset: no
-    /// limit.
+    /// limit; capped at 1 year.
     #[arg(long, env = ENV_WATCHER_TIMEOUT, value_name = "DURATION", value_parser = parse_duration)]
     timeout: Option<Duration>,
 
@@ -401,5 +401,38 @@ mod tests {
         }
         let e = parse(&["--config-map", "c", "--run=-1", "--write-config", "/d"]).unwrap_err();
         assert!(e.to_string().contains("--run"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// --timeout (and WATCHER_TIMEOUT, read by the same parser) of any
+        /// text or any number of any unit: a duration within the cap or a
+        /// usage error, and a deadline from it, never a panic.
+        #[test]
+        fn any_timeout_gives_a_deadline_or_an_error(
+            text in "\\PC{0,24}",
+            n in proptest::prelude::any::<u64>(),
+            unit in "(ms|s|m|h|d)?",
+        ) {
+            for value in [text, format!("{n}{unit}")] {
+                let args = ["watcher-loop", "--mode", "ready", "--timeout", &value];
+                if let Ok(cli) = Cli::try_parse_from(args) {
+                    let t = cli.timeout.unwrap_or_default();
+                    proptest::prop_assert!(t <= dgl_api::duration::MAX);
+                    let options = Options { timeout: Some(t), since: Some(Instant::now()), ..Options::default() };
+                    proptest::prop_assert!(options.deadline(Instant::now()).is_some());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_duration_flag_states_its_cap() {
+        let cmd = Cli::command();
+        let timeout = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "timeout")
+            .unwrap();
+        let help = timeout.get_help().unwrap().to_string();
+        assert!(help.contains(dgl_api::duration::CAP_HELP), "{help}");
     }
 }

@@ -32,6 +32,21 @@ impl Facts {
             partitioner_spec: spec.replica_spec(ReplicaType::Partitioner).is_some(),
         }
     }
+
+    /// The facts a pod's process knows from its flags (dglrun): no spec, so
+    /// no Partitioner spec either (only the rules on it read that).
+    pub fn of_flags(
+        partition_mode: PartitionMode,
+        use_graphbolt: bool,
+        has_workers: bool,
+    ) -> Facts {
+        Facts {
+            partition_mode,
+            use_graphbolt,
+            has_workers,
+            partitioner_spec: false,
+        }
+    }
 }
 
 /// One fact about a job.

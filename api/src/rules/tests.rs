@@ -82,12 +82,7 @@ fn each_rule_is_kept_exactly_where_its_cel_holds() {
 
 #[test]
 fn graphbolt_conflicts_name_distparmetis_first() {
-    let f = |partition_mode, use_graphbolt, has_workers| Facts {
-        partition_mode,
-        use_graphbolt,
-        has_workers,
-        partitioner_spec: false,
-    };
+    let f = Facts::of_flags;
     let dist = PartitionMode::DistParMetis;
     assert_eq!(graphbolt_conflict(&f(dist, false, false)), None);
     assert_eq!(

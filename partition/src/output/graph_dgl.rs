@@ -130,22 +130,24 @@ impl Piece<'_> {
         }
     }
 
-    /// Calls `f` with the values, in batches of at most [`BATCH`].
-    fn for_batches(&self, mut f: impl FnMut(&mut dyn Iterator<Item = u64>)) {
+    /// Calls `f` with the values, in batches of at most [`BATCH`];
+    /// generated values go through `scratch`.
+    fn for_batches(&self, scratch: &mut Vec<u64>, mut f: impl FnMut(&[u64])) {
+        let mut gen = |len: u64, value: &dyn Fn(u64) -> u64| {
+            batched(len, |at, n| {
+                scratch.clear();
+                scratch.extend((at..at + n).map(value));
+                f(scratch);
+            })
+        };
         match *self {
-            Piece::Values(v) => v.chunks(BATCH).for_each(|c| f(&mut c.iter().copied())),
-            Piece::Small(v) => v
-                .chunks(BATCH)
-                .for_each(|c| f(&mut c.iter().map(|&x| x as u64))),
-            Piece::Range { start, len } => batched(len, |at, n| {
-                f(&mut (start + at..start + at + n));
-            }),
-            Piece::Fill { value, len } => batched(len, |_, n| {
-                f(&mut std::iter::repeat_n(value, n as usize));
-            }),
+            Piece::Values(v) => v.chunks(BATCH).for_each(f),
+            Piece::Small(v) => gen(v.len() as u64, &|i| v[i as usize] as u64),
+            Piece::Range { start, len } => gen(len, &|i| start + i),
+            Piece::Fill { value, len } => gen(len, &|_| value),
             Piece::Runs(ref counts) => {
-                for (i, &c) in counts.iter().enumerate() {
-                    batched(c, |_, n| f(&mut std::iter::repeat_n(i as u64, n as usize)));
+                for (t, &c) in counts.iter().enumerate() {
+                    gen(c, &|_| t as u64);
                 }
             }
         }
@@ -439,22 +441,35 @@ fn write_tensor_lists(
 fn write_array(w: &mut impl Write, dtype: DType, pieces: &[Piece<'_>]) -> std::io::Result<()> {
     let len = pieces.iter().filter_map(Piece::len).sum::<u64>();
     write_ndarray_header(w, dtype, &[len])?;
-    let size = dtype.size();
-    let mut buf = Vec::with_capacity(BATCH * size);
+    let (mut buf, mut scratch) = (Vec::new(), Vec::new());
     let mut result = Ok(());
     for p in pieces {
-        p.for_batches(|values| {
-            if result.is_err() {
-                return;
+        p.for_batches(&mut scratch, |values| {
+            if result.is_ok() {
+                encode(&mut buf, values, dtype.size());
+                result = w.write_all(&buf);
             }
-            buf.clear();
-            for v in values {
-                buf.extend_from_slice(&v.to_le_bytes()[..size]);
-            }
-            result = w.write_all(&buf);
         });
     }
     result
+}
+
+/// `values` as little-endian integers of `size` bytes, into `buf`.
+fn encode(buf: &mut Vec<u8>, values: &[u64], size: usize) {
+    // One loop per width, so each copies a constant number of bytes.
+    fn narrow<const N: usize>(buf: &mut Vec<u8>, values: &[u64]) {
+        buf.reserve(values.len() * N);
+        for v in values {
+            buf.extend_from_slice(&v.to_le_bytes()[..N]);
+        }
+    }
+    buf.clear();
+    match size {
+        8 => narrow::<8>(buf, values),
+        4 => narrow::<4>(buf, values),
+        2 => narrow::<2>(buf, values),
+        _ => narrow::<1>(buf, values),
+    }
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ const VENV_NAME: &str = "graphstorm-0.5.0.post1-on-dgl-2.1.0";
 /// Requirements of the layer, relative to the repository root.
 pub const REQUIREMENTS: &str = "examples/graphstorm/requirements.txt";
 /// Its wheelhouse below the cache (see the module's comment).
-const WHEELS_DIR: &str = "wheels-graphstorm";
+pub(crate) const WHEELS_DIR: &str = "wheels-graphstorm";
 /// The stamp file name, the same as the DGL venv's.
 const STAMP_FILE: &str = ".dgl-operator-requirements.sha256";
 /// The `.pth` file that puts the DGL venv's site-packages on `sys.path`.

@@ -11,8 +11,10 @@
 //!    `<cache>/images/cargo-target`); the binaries are
 //!    copied to `<cache>/images/prebuilt/`, the `prebuilt` build context.
 //! 4. `podman build` of `Dockerfile` (targets `operator`, `runtime`) with
-//!    `BINARIES=prebuilt` and of `examples/graphsage/Dockerfile` with the
-//!    wheel cache of `cargo xtask pyenv` as a build context.
+//!    `BINARIES=prebuilt`, of `examples/graphsage/Dockerfile` with the
+//!    wheel cache of `cargo xtask pyenv` as a build context, and of
+//!    `examples/graphstorm/Dockerfile` on that image with GraphStorm's
+//!    pinned wheels (`graphstorm_env`'s wheelhouse), offline.
 //! 5. `podman save | ctr -n k8s.io images import -` into the node of
 //!    `--name` (if a node cluster of that name runs), piped so the archive
 //!    never lands on disk. The archive is podman's docker-archive format: its
@@ -65,6 +67,15 @@ const TRAINING_IMAGE_FILES: [&str; 6] = [
     "examples/launchpy/train_dist.py",
     "examples/standalone/node_classification.py",
 ];
+/// The files of the repository the GraphStorm image (examples/graphstorm/
+/// Dockerfile) copies: a change to any of them rebuilds it.
+const GRAPHSTORM_IMAGE_FILES: [&str; 5] = [
+    "examples/graphstorm/requirements.txt",
+    "examples/graphstorm/make_tables.py",
+    "examples/graphstorm/gconstruct.json",
+    "examples/graphstorm/nc.yaml",
+    "examples/graphstorm/progress_hook/sitecustomize.py",
+];
 const BINARIES: [&str; 4] = ["dgl-operator", "dglrun", "watcher-loop", "dgl-partition"];
 /// podman and debootstrap build the images; dgl-partition's MPI build needs
 /// OpenMPI's headers and libclang (bindgen) on the host.
@@ -84,11 +95,13 @@ pub enum Which {
     Runtime,
     /// docker.io/dgloperator/graphsage:v<version> (examples/graphsage/Dockerfile)
     Graphsage,
+    /// docker.io/dgloperator/graphstorm:v<version> (examples/graphstorm/Dockerfile, on graphsage)
+    Graphstorm,
 }
 
 #[derive(clap::Args)]
 #[command(
-    long_about = "Build the operator, runtime and GraphSAGE training images with podman \
+    long_about = "Build the operator, runtime, GraphSAGE and GraphStorm training images with podman \
         (no registry needed) and load them into the node cluster's containerd.\n\n\
         Unchanged images (same content hash) are neither rebuilt nor re-imported. \
         Needs root (podman storage, debootstrap, ctr)."
@@ -97,7 +110,8 @@ pub struct Args {
     /// Node cluster whose containerd receives the images (skipped when it does not run).
     #[arg(long, default_value = localkube::DEFAULT_CLUSTER)]
     pub name: String,
-    /// Only these images (repeatable). graphsage needs runtime, which is then built too.
+    /// Only these images (repeatable). graphstorm needs graphsage and graphsage
+    /// needs runtime, which are then built too.
     #[arg(long, value_enum)]
     pub only: Vec<Which>,
     /// Build only; do not load into containerd.
@@ -561,6 +575,7 @@ pub fn reference(which: Which) -> String {
         Which::Operator => format!("localhost/dgl-operator:{VERSION}"),
         Which::Runtime => format!("localhost/dgl-operator-runtime:{VERSION}"),
         Which::Graphsage => format!("docker.io/dgloperator/graphsage:v{VERSION}"),
+        Which::Graphstorm => format!("docker.io/dgloperator/graphstorm:v{VERSION}"),
     }
 }
 
@@ -718,7 +733,42 @@ fn wheels(root: &Path, cache: &Path) -> Result<(PathBuf, String)> {
         );
         crate::pyenv::ensure_venv(root)?;
     }
-    let mut listing: Vec<String> = fs::read_dir(&dir)
+    Ok((dir.clone(), wheel_listing_hash(&dir)?))
+}
+
+/// GraphStorm's pinned wheels, in `graphstorm_env`'s wheelhouse; filled
+/// through that venv's build (on the DGL venv) when GraphStorm's is missing.
+fn graphstorm_wheels(root: &Path, cache: &Path) -> Result<(PathBuf, String)> {
+    let dir = cache.join(crate::graphstorm_env::WHEELS_DIR);
+    let has = |dir: &Path| {
+        fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with("graphstorm-"))
+            })
+            .unwrap_or(false)
+    };
+    if !has(&dir) {
+        eprintln!(
+            "images: {} lacks the graphstorm wheel; building the GraphStorm venv first",
+            dir.display()
+        );
+        let python = crate::pyenv::ensure_venv(root)?;
+        crate::graphstorm_env::ensure(root, &python)?;
+    }
+    if !has(&dir) {
+        bail!(
+            "{} has no graphstorm wheel after building the GraphStorm venv; \
+             remove <cache>/venv/graphstorm-* so it downloads them again",
+            dir.display()
+        );
+    }
+    Ok((dir.clone(), wheel_listing_hash(&dir)?))
+}
+
+/// sha256 of the names and sizes of the `.whl` files in `dir`.
+fn wheel_listing_hash(dir: &Path) -> Result<String> {
+    let mut listing: Vec<String> = fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().ends_with(".whl"))
@@ -728,7 +778,7 @@ fn wheels(root: &Path, cache: &Path) -> Result<(PathBuf, String)> {
         })
         .collect();
     listing.sort();
-    Ok((dir, sha256_hex(listing.join("\n").as_bytes())))
+    Ok(sha256_hex(listing.join("\n").as_bytes()))
 }
 
 /// Builds the training image's `python-env` stage: Debian's Python 3.11 and
@@ -832,10 +882,19 @@ pub fn run(args: Args) -> Result<()> {
         podman,
     } = setup()?;
     let mut wanted: Vec<Which> = if args.only.is_empty() {
-        vec![Which::Operator, Which::Runtime, Which::Graphsage]
+        vec![
+            Which::Operator,
+            Which::Runtime,
+            Which::Graphsage,
+            Which::Graphstorm,
+        ]
     } else {
         args.only.clone()
     };
+    // Each training image is built on the one before (enum order).
+    if wanted.contains(&Which::Graphstorm) && !wanted.contains(&Which::Graphsage) {
+        wanted.push(Which::Graphsage);
+    }
     if wanted.contains(&Which::Graphsage) && !wanted.contains(&Which::Runtime) {
         wanted.push(Which::Runtime);
     }
@@ -916,6 +975,7 @@ pub fn run(args: Args) -> Result<()> {
                     hash: String::new(),
                 }
             }
+            Which::Graphstorm => graphstorm_image(&mut h, &root, &cache, &podman, &built)?,
         };
         let img = ImageDef {
             hash: h.finish(),
@@ -986,6 +1046,43 @@ pub fn run(args: Args) -> Result<()> {
     Ok(())
 }
 
+/// The GraphStorm image: the GraphSAGE image (must be in `built`) plus
+/// GraphStorm's wheels, the example's files and its tables, built offline.
+fn graphstorm_image(
+    h: &mut Hasher,
+    root: &Path,
+    cache: &Path,
+    podman: &Podman,
+    built: &BTreeMap<Which, ImageDef>,
+) -> Result<ImageDef> {
+    let df = root.join("examples/graphstorm/Dockerfile");
+    h.add_file("Dockerfile", &df)?;
+    for f in GRAPHSTORM_IMAGE_FILES {
+        h.add_file(f, &root.join(f))?;
+    }
+    let below = built
+        .get(&Which::Graphsage)
+        .context("the GraphStorm image needs the GraphSAGE image built first")?;
+    let below_id = podman
+        .inspect(&below.reference, "{{.Id}}")?
+        .trim()
+        .to_owned();
+    h.add("graphsage", below_id);
+    let (wheel_dir, wheel_hash) = graphstorm_wheels(root, cache)?;
+    h.add("wheels", wheel_hash);
+    Ok(ImageDef {
+        which: Which::Graphstorm,
+        reference: reference(Which::Graphstorm),
+        dockerfile: df,
+        target: None,
+        build_args: vec![("BASE_IMAGE".into(), below.reference.clone())],
+        contexts: vec![("wheels".into(), wheel_dir)],
+        // Every wheel is in the context (pip --no-index); nothing is fetched.
+        network: false,
+        hash: String::new(),
+    })
+}
+
 /// What each image must do in a pod: (container name, command, expected output).
 fn smoke_containers(which: Which) -> Vec<(&'static str, Vec<&'static str>, String)> {
     match which {
@@ -1026,6 +1123,24 @@ fn smoke_containers(which: Which) -> Vec<(&'static str, Vec<&'static str>, Strin
                 "dgl-partition",
                 vec!["dgl-partition", "--version"],
                 format!("dgl-partition {VERSION}"),
+            ),
+        ],
+        Which::Graphstorm => vec![
+            (
+                "python",
+                vec![
+                    "python",
+                    "-c",
+                    "import graphstorm.run.gsgnn_np.gsgnn_np, dgl; \
+                     from importlib.metadata import version; \
+                     print('graphstorm', version('graphstorm'), 'dgl', dgl.__version__)",
+                ],
+                "graphstorm 0.5.0.post1 dgl 2.1.0".into(),
+            ),
+            (
+                "tables",
+                vec!["ls", "/opt/graphstorm/data"],
+                "nodes.parquet".into(),
             ),
         ],
     }
@@ -1130,6 +1245,48 @@ mod tests {
             );
         }
         for f in TRAINING_IMAGE_FILES {
+            assert!(root.join(f).is_file(), "{f} does not exist");
+        }
+    }
+
+    /// The repository files a Dockerfile's COPY instructions name
+    /// (continuation lines joined; the destination is not under examples/).
+    fn copied_from_examples(dockerfile: &str) -> Vec<String> {
+        dockerfile
+            .replace("\\\n", " ")
+            .lines()
+            .filter(|l| l.starts_with("COPY "))
+            .flat_map(|l| l.split_whitespace().skip(1))
+            .filter(|w| w.starts_with("examples/"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn copied_files_span_continuation_lines() {
+        let df = "COPY examples/a.py examples/b.json \\\n     examples/c.yaml /opt/x/\nRUN true\n";
+        assert_eq!(
+            copied_from_examples(df),
+            ["examples/a.py", "examples/b.json", "examples/c.yaml"]
+        );
+    }
+
+    /// Every file the GraphStorm Dockerfile copies is in its content hash,
+    /// and every hashed file exists.
+    #[test]
+    fn the_graphstorm_image_hash_covers_what_it_copies() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let dockerfile =
+            std::fs::read_to_string(root.join("examples/graphstorm/Dockerfile")).unwrap();
+        let copied = copied_from_examples(&dockerfile);
+        assert_eq!(copied.len(), GRAPHSTORM_IMAGE_FILES.len(), "{copied:?}");
+        for f in &copied {
+            assert!(
+                GRAPHSTORM_IMAGE_FILES.contains(&f.as_str()),
+                "{f} is copied but not hashed"
+            );
+        }
+        for f in GRAPHSTORM_IMAGE_FILES {
             assert!(root.join(f).is_file(), "{f} does not exist");
         }
     }

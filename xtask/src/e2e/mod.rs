@@ -37,6 +37,13 @@
 //!    - `standalone`: `examples/standalone/dgljob.yaml` as written: only a
 //!      Launcher (partitionMode Skip); no other pod may appear, the
 //!      launcher trains alone to Succeeded with its loss falling.
+//!    - `graphbolt`: `examples/graphbolt/dgljob.yaml`: DGL's servers load
+//!      GraphBolt partitions; Succeeded with falling losses.
+//!    - `graphstorm`: `examples/graphstorm/dgljob.yaml` as written, on the
+//!      GraphStorm image: gconstruct partitions in the partitioner pod,
+//!      GraphStorm's gsgnn_np trains on two workers to Succeeded, its loss
+//!      falls by epoch and status.progress moves through the epochs
+//!      (`graphstorm.rs`).
 //!    - `chaos`: every fault of `cargo xtask chaos` once (`crate::chaos`).
 //!    - `namespaced` (last): the Helm release is replaced by the
 //!      single-namespace install `deploy/namespaced` (kustomize), whose
@@ -47,6 +54,7 @@
 //! On a failure, the job's status, its pods, Events and the operator's and
 //! pods' logs are printed before the cluster is stopped.
 
+mod graphstorm;
 mod namespaced;
 mod scenarios;
 
@@ -74,6 +82,8 @@ pub enum Scenario {
     Standalone,
     /// The GraphBolt example (spec.useGraphbolt) trains to Succeeded on GraphBolt partitions.
     Graphbolt,
+    /// The GraphStorm example (gconstruct, then gsgnn_np on two workers) trains to Succeeded; then delete it.
+    Graphstorm,
     /// Every `cargo xtask chaos` fault once.
     Chaos,
     /// Replaces the Helm release with deploy/namespaced (PSA restricted) and trains the example there. Runs last.
@@ -132,6 +142,7 @@ pub fn run(args: Args) -> Result<()> {
             Scenario::Launchpy,
             Scenario::Standalone,
             Scenario::Graphbolt,
+            Scenario::Graphstorm,
             Scenario::Chaos,
             Scenario::Namespaced,
         ]
@@ -154,6 +165,7 @@ pub fn run(args: Args) -> Result<()> {
                 Scenario::Launchpy => scenarios::launchpy(&stack.client).await,
                 Scenario::Standalone => scenarios::standalone(&stack.client).await,
                 Scenario::Graphbolt => scenarios::graphbolt(&stack.client).await,
+                Scenario::Graphstorm => graphstorm::graphstorm(&stack.client).await,
                 Scenario::Chaos => {
                     use crate::chaos::Fault;
                     crate::chaos::run_all(&stack.client, &stack.cluster, &Fault::ALL, 1, 4).await

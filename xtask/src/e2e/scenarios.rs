@@ -51,7 +51,7 @@ async fn replace_operator_pod(client: &Client) -> Result<Duration> {
 
 /// Runs a scenario in a fresh namespace: on success the namespace is
 /// deleted, on failure the job's state is printed and everything is kept.
-async fn in_namespace<'a, Fut>(
+pub(super) async fn in_namespace<'a, Fut>(
     client: &'a Client,
     prefix: &str,
     job: &'a str,

@@ -360,18 +360,12 @@ impl Run {
 }
 
 fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -> Result<Row> {
-    let Files {
-        dglrun,
-        work,
-        token_file,
-        script,
-    } = files;
     eprintln!(
         "\n==> {n} workers, {} MiB, partitioner link {}",
         args.total_mib,
         link.label()
     );
-    let root = work.join(format!("n{n}"));
+    let root = files.work.join(format!("n{n}"));
     let src_ws = root.join("partitioner");
     let shards = generate_dataset(&src_ws, n, args.total_mib * MIB)?;
     let total_bytes: u64 = shards.iter().flatten().map(|f| f.size).sum();
@@ -379,7 +373,71 @@ fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -
     // than during a measured transfer.
     sync();
 
-    let mut bed = Testbed::create(n, dglrun, link)?;
+    let mut bed = Testbed::create(n, files.dglrun, link)?;
+    let started = Instant::now();
+    let agents = start_agents(&mut bed, n, files, &root, &src_ws)?;
+    wait_serving(&mut bed, &agents, token, args.timeout, files.work)?;
+    let manifest_secs = started.elapsed().as_secs_f64();
+    let (tok, partitioner) = (token.clone(), agents.partitioner);
+    let first_byte_secs = in_netns(&agents.part_ns, move || first_byte(partitioner, &tok))?;
+    eprintln!(
+        "    partitioner serving {manifest_secs:.2}s after its start (layout check, sizes of {} MiB), \
+         first byte of a file {first_byte_secs:.3}s later",
+        total_bytes / MIB
+    );
+
+    let plain_root = root.join("plain");
+    let mut dglrun_runs = Vec::new();
+    let mut plain_runs: Vec<Vec<Run>> = vec![Vec::new(); Plain::ALL.len()];
+    for run in 1..=args.runs {
+        let d = dglrun_transfer(args, &agents, &shards, token, files.work)?;
+        eprintln!("    run {run}: {}", d.describe("dglrun", total_bytes));
+        dglrun_runs.push(d);
+        for (k, mode) in Plain::ALL.into_iter().enumerate() {
+            let p = plain_transfer(&bed, &src_ws, &plain_root, &shards, mode, args.timeout)?;
+            eprintln!("           {}", p.describe(mode.label(), total_bytes));
+            plain_runs[k].push(p);
+        }
+        eprintln!("           load average {}", loadavg());
+    }
+    drop(bed);
+    remove_dir(&root)?;
+    Ok(Row {
+        workers: n,
+        link,
+        total_bytes,
+        manifest_secs,
+        first_byte_secs,
+        dglrun: dglrun_runs,
+        plain: plain_runs,
+    })
+}
+
+/// dglrun's partitioner and worker agents, started in the testbed.
+struct Agents {
+    part_ns: String,
+    part_pid: u32,
+    worker_pids: Vec<u32>,
+    worker_ws: Vec<PathBuf>,
+    partitioner: SocketAddr,
+    workers: Vec<(u32, SocketAddr)>,
+}
+
+/// Starts `dglrun partition` (serving the dataset in `src_ws`) and one
+/// `dglrun worker` per worker namespace.
+fn start_agents(
+    bed: &mut Testbed,
+    n: u32,
+    files: Files,
+    root: &Path,
+    src_ws: &Path,
+) -> Result<Agents> {
+    let Files {
+        work,
+        token_file,
+        script,
+        ..
+    } = files;
     let common = |ws: &Path| -> Vec<String> {
         vec![
             "--token-file".into(),
@@ -391,7 +449,7 @@ fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -
         ]
     };
     let mut part = vec!["partition".to_string()];
-    part.extend(common(&src_ws));
+    part.extend(common(src_ws));
     part.extend([
         "--listen".into(),
         PARTITIONER_IP.to_string(),
@@ -404,7 +462,6 @@ fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -
         "--python".into(),
         "python3".into(),
     ]);
-    let started = Instant::now();
     let part_ns = bed.partitioner_ns.clone();
     let part_pid = bed.spawn(
         &part_ns,
@@ -431,111 +488,118 @@ fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -
             &work.join(format!("logs/n{n}-worker-{i}.log")),
         )?);
     }
-    // The partitioner answers once it has hashed every file into the manifest.
-    let partitioner = SocketAddr::new(PARTITIONER_IP.into(), AGENT_PORT);
-    let workers: Vec<(u32, SocketAddr)> = (0..n)
-        .map(|i| (i, SocketAddr::new(worker_ip(i).into(), AGENT_PORT)))
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(args.timeout);
+    Ok(Agents {
+        part_ns,
+        part_pid,
+        worker_pids,
+        worker_ws,
+        partitioner: SocketAddr::new(PARTITIONER_IP.into(), AGENT_PORT),
+        workers: (0..n)
+            .map(|i| (i, SocketAddr::new(worker_ip(i).into(), AGENT_PORT)))
+            .collect(),
+    })
+}
+
+/// Waits until every agent answers; the partitioner answers once it has
+/// hashed every file into the manifest.
+fn wait_serving(
+    bed: &mut Testbed,
+    agents: &Agents,
+    token: &Token,
+    timeout: u64,
+    work: &Path,
+) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(timeout);
     loop {
         bed.check_running(work)?;
-        let mut all: Vec<SocketAddr> = vec![partitioner];
-        all.extend(workers.iter().map(|w| w.1));
+        let mut all: Vec<SocketAddr> = vec![agents.partitioner];
+        all.extend(agents.workers.iter().map(|w| w.1));
         let tok = token.clone();
-        if in_netns(&part_ns, move || ping_all(&all, &tok))? {
-            break;
+        if in_netns(&agents.part_ns, move || ping_all(&all, &tok))? {
+            return Ok(());
         }
         if Instant::now() >= deadline {
             bail!(
-                "the dglrun agents did not answer within {}s; logs in {}",
-                args.timeout,
+                "the dglrun agents did not answer within {timeout}s; logs in {}",
                 work.join("logs").display()
             );
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-    let manifest_secs = started.elapsed().as_secs_f64();
-    let tok = token.clone();
-    let first_byte_secs = in_netns(&part_ns, move || first_byte(partitioner, &tok))?;
-    eprintln!(
-        "    partitioner serving {manifest_secs:.2}s after its start (layout check, sizes of {} MiB), \
-         first byte of a file {first_byte_secs:.3}s later",
-        total_bytes / MIB
-    );
+}
 
-    let plain_root = root.join("plain");
-    let mut dglrun_runs = Vec::new();
-    let mut plain_runs: Vec<Vec<Run>> = vec![Vec::new(); Plain::ALL.len()];
-    for run in 1..=args.runs {
-        // dglrun
-        for ws in &worker_ws {
-            remove_dir(&ws.join(dgl_api::names::DATASET_DIR))?;
-        }
-        sync();
-        let pids: Vec<u32> = std::iter::once(part_pid)
-            .chain(worker_pids.iter().copied())
-            .collect();
-        let cpu_before: Vec<f64> = pids.iter().map(|p| proc_cpu(*p)).collect::<Result<_>>()?;
-        let machine_before = machine_busy()?;
-        let tok = token.clone();
-        let w = workers.clone();
-        let timeout = Duration::from_secs(args.timeout);
-        let (secs, reports) = in_netns(&part_ns, move || {
-            prepare_shards(&w, partitioner, n, &tok, timeout)
-        })
-        .with_context(|| format!("logs in {}", work.join("logs").display()))?;
-        let machine_cpu = machine_busy()? - machine_before;
-        let cpu: Vec<f64> = pids
-            .iter()
-            .zip(&cpu_before)
-            .map(|(p, b)| Ok(proc_cpu(*p)? - b))
-            .collect::<Result<_>>()?;
-        for (i, r) in reports.iter().enumerate() {
-            let want: u64 = shards[i].iter().map(|f| f.size).sum();
-            if r.transferred_bytes != want || r.reused_files != 0 {
-                bail!("worker {i} did not fetch its whole shard: {r:?} (expected {want} bytes)");
-            }
-            if r.retries != 0 {
-                eprintln!("    warning: worker {i} retried {} time(s)", r.retries);
-            }
-            check_sizes(&worker_ws[i].join(dgl_api::names::DATASET_DIR), &shards[i])?;
-        }
-        let d = Run {
-            secs,
-            sender_cpu: cpu[0],
-            receiver_cpu: cpu[1..].iter().sum(),
-            machine_cpu,
-        };
-        for ws in &worker_ws {
-            remove_dir(&ws.join(dgl_api::names::DATASET_DIR))?;
-        }
-        eprintln!("    run {run}: {}", d.describe("dglrun", total_bytes));
-        dglrun_runs.push(d);
-
-        for (k, mode) in Plain::ALL.into_iter().enumerate() {
-            remove_dir(&plain_root)?;
-            sync();
-            let p = plain_copy(&bed, &src_ws, &plain_root, &shards, mode, args.timeout)?;
-            for (i, files) in shards.iter().enumerate() {
-                check_sizes(&plain_dest(&plain_root, i as u32), files)?;
-            }
-            remove_dir(&plain_root)?;
-            eprintln!("           {}", p.describe(mode.label(), total_bytes));
-            plain_runs[k].push(p);
-        }
-        eprintln!("           load average {}", loadavg());
+/// One measured dglrun transfer: every worker fetches its shard; checked
+/// complete, then the workers' copies are removed again.
+fn dglrun_transfer(
+    args: &Args,
+    agents: &Agents,
+    shards: &[Vec<ShardFile>],
+    token: &Token,
+    work: &Path,
+) -> Result<Run> {
+    for ws in &agents.worker_ws {
+        remove_dir(&ws.join(dgl_api::names::DATASET_DIR))?;
     }
-    drop(bed);
-    remove_dir(&root)?;
-    Ok(Row {
-        workers: n,
-        link,
-        total_bytes,
-        manifest_secs,
-        first_byte_secs,
-        dglrun: dglrun_runs,
-        plain: plain_runs,
+    sync();
+    let pids: Vec<u32> = std::iter::once(agents.part_pid)
+        .chain(agents.worker_pids.iter().copied())
+        .collect();
+    let cpu_before: Vec<f64> = pids.iter().map(|p| proc_cpu(*p)).collect::<Result<_>>()?;
+    let machine_before = machine_busy()?;
+    let (tok, w, partitioner) = (token.clone(), agents.workers.clone(), agents.partitioner);
+    let n = agents.workers.len() as u32;
+    let timeout = Duration::from_secs(args.timeout);
+    let (secs, reports) = in_netns(&agents.part_ns, move || {
+        prepare_shards(&w, partitioner, n, &tok, timeout)
     })
+    .with_context(|| format!("logs in {}", work.join("logs").display()))?;
+    let machine_cpu = machine_busy()? - machine_before;
+    let cpu: Vec<f64> = pids
+        .iter()
+        .zip(&cpu_before)
+        .map(|(p, b)| Ok(proc_cpu(*p)? - b))
+        .collect::<Result<_>>()?;
+    for (i, r) in reports.iter().enumerate() {
+        let want: u64 = shards[i].iter().map(|f| f.size).sum();
+        if r.transferred_bytes != want || r.reused_files != 0 {
+            bail!("worker {i} did not fetch its whole shard: {r:?} (expected {want} bytes)");
+        }
+        if r.retries != 0 {
+            eprintln!("    warning: worker {i} retried {} time(s)", r.retries);
+        }
+        check_sizes(
+            &agents.worker_ws[i].join(dgl_api::names::DATASET_DIR),
+            &shards[i],
+        )?;
+    }
+    for ws in &agents.worker_ws {
+        remove_dir(&ws.join(dgl_api::names::DATASET_DIR))?;
+    }
+    Ok(Run {
+        secs,
+        sender_cpu: cpu[0],
+        receiver_cpu: cpu[1..].iter().sum(),
+        machine_cpu,
+    })
+}
+
+/// One plain copy of every shard in `mode`, checked complete and removed.
+fn plain_transfer(
+    bed: &Testbed,
+    src_ws: &Path,
+    plain_root: &Path,
+    shards: &[Vec<ShardFile>],
+    mode: Plain,
+    timeout: u64,
+) -> Result<Run> {
+    remove_dir(plain_root)?;
+    sync();
+    let p = plain_copy(bed, src_ws, plain_root, shards, mode, timeout)?;
+    for (i, files) in shards.iter().enumerate() {
+        check_sizes(&plain_dest(plain_root, i as u32), files)?;
+    }
+    remove_dir(plain_root)?;
+    Ok(p)
 }
 
 fn worker_ip(i: u32) -> Ipv4Addr {

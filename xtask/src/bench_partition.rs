@@ -78,6 +78,11 @@ pub struct PartitionArgs {
     /// Skip the single-process pipeline (dglrun, partition mode ParMETIS).
     #[arg(long)]
     skip_native: bool,
+    /// Use the dglrun and dgl-partition (built with `--features mpi`) in
+    /// this folder instead of building them: to measure a fixed build while
+    /// the tree changes.
+    #[arg(long, value_name = "DIR")]
+    binaries: Option<PathBuf>,
     /// Where the graph and the outputs go [default: <cache>/bench-partition].
     #[arg(long)]
     work_dir: Option<PathBuf>,
@@ -107,6 +112,7 @@ impl PartitionArgs {
             rank_memory_limit_gib: None,
             native_graph: false,
             skip_native: false,
+            binaries: None,
             work_dir: None,
             json: None,
             dev: true,
@@ -128,7 +134,10 @@ struct Measured {
 
 pub fn run(args: PartitionArgs) -> Result<()> {
     let python = crate::pyenv::ensure_venv(&repo_root())?;
-    let (dglrun, dgl_partition) = build_binaries(args.dev)?;
+    let (dglrun, dgl_partition) = match &args.binaries {
+        Some(dir) => (dir.join("dglrun"), dir.join("dgl-partition")),
+        None => build_binaries(args.dev)?,
+    };
     let work = match &args.work_dir {
         Some(w) => w.clone(),
         None => localkube::cache_dir()?.join("bench-partition"),

@@ -38,6 +38,9 @@ impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Source::Chunked { metadata } => write!(f, "chunked {}", metadata.display()),
+            Source::ChunkedAnywhere { metadata } => {
+                write!(f, "chunked {} (files anywhere)", metadata.display())
+            }
             Source::Text(t) => {
                 write!(f, "text {} + {}", t.nodes.display(), t.edges.display())
             }

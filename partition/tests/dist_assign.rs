@@ -108,6 +108,16 @@ fn chunked(g: &InputGraph, dir: &Path, chunks: usize) -> PathBuf {
 
 /// The distributed assignment on `ranks` threads, each reading its share.
 fn run(metadata: &Path, ranks: u32, case: &Case, method: &Choice) -> Vec<Outcome> {
+    run_with(metadata, ranks, case, method, 5_000)
+}
+
+fn run_with(
+    metadata: &Path,
+    ranks: u32,
+    case: &Case,
+    method: &Choice,
+    round_edges: u64,
+) -> Vec<Outcome> {
     let source = Source::Chunked {
         metadata: metadata.to_path_buf(),
     };
@@ -120,7 +130,7 @@ fn run(metadata: &Path, ranks: u32, case: &Case, method: &Choice) -> Vec<Outcome
             balance_edges: case.edges,
             seed: 7,
             coarse_nodes: case.coarse_nodes,
-            round_edges: 5_000,
+            round_edges,
         };
         distributed::assign(ex, &share, &opts)
     })
@@ -281,4 +291,44 @@ fn random_and_file_give_the_single_process_assignment() {
     // And metis with an empty rank still assigns every node.
     let out = run(&metadata, 3, &case, &Choice::Metis);
     check(&case, &c, 3, &out);
+}
+
+/// Figures on a chunked graph of one's own (not a check):
+/// `DIST_ASSIGN_METADATA=<metadata.json> DIST_ASSIGN_RANKS=4 cargo test
+/// --release --test dist_assign figures -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn figures() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter("dgl_partition=debug")
+        .try_init();
+    let metadata = PathBuf::from(std::env::var("DIST_ASSIGN_METADATA").unwrap());
+    let ranks: u32 = std::env::var("DIST_ASSIGN_RANKS").map_or(4, |r| r.parse().unwrap());
+    let graph = dgl_partition::input::read(
+        &Source::Chunked {
+            metadata: metadata.clone(),
+        },
+        2,
+    )
+    .unwrap();
+    let case = Case {
+        name: "given",
+        graph,
+        train: false,
+        edges: false,
+        coarse_nodes: 0,
+    };
+    let t = std::time::Instant::now();
+    let out = run_with(&metadata, ranks, &case, &Choice::Metis, 0);
+    let secs = t.elapsed().as_secs_f64();
+    let c = csr::symmetric(&case.graph, 2);
+    let req = request(&case, &c, ranks);
+    let t = std::time::Instant::now();
+    let hybrid = Metis::default().assign(&req).unwrap();
+    let hsecs = t.elapsed().as_secs_f64();
+    let hq = req.quality(&hybrid).unwrap();
+    println!(
+        "{ranks} ranks: {} in {secs:.1}s, levels {:?}; single process: {hq} in {hsecs:.1}s",
+        out[0].quality, out[0].levels
+    );
 }

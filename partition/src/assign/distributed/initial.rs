@@ -58,6 +58,11 @@ pub fn initial<E: Exchange>(
             vw.data(),
         )?;
         parts = metis_kway(whole.view(), k, seed, like_dgl)?;
+        tracing::debug!(
+            n = g.n_global(),
+            cut = whole.cut(&parts),
+            "initial partition"
+        );
     }
     ex.broadcast(0, &mut parts)?;
     if parts.len() as u64 != g.n_global() {
@@ -140,6 +145,20 @@ impl Whole {
             vwgt,
             ncon,
         })
+    }
+
+    /// The weighted undirected cut of `parts`.
+    fn cut(&self, parts: &[u32]) -> u64 {
+        let v = self.view();
+        let cut2: u64 = (0..v.n())
+            .map(|x| {
+                v.edges(x)
+                    .filter(|&(u, _)| parts[u as usize] != parts[x])
+                    .map(|(_, w)| w)
+                    .sum::<u64>()
+            })
+            .sum();
+        cut2 / 2
     }
 
     fn view(&self) -> View<'_> {

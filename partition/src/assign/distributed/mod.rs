@@ -44,6 +44,10 @@ use crate::{Error, Result};
 /// sixteenth of the largest share, within these bounds.
 pub const ROUND_EDGES: std::ops::RangeInclusive<u64> = (1 << 16)..=(1 << 20);
 
+/// The coarsest graph has at most this many adjacency entries per vertex
+/// of the stop rule's target (beyond it, coarsening goes on).
+pub const COARSE_ENTRIES_PER_NODE: u64 = 16;
+
 fn round_edges<E: Exchange>(ex: &E, share: &Share) -> Result<u64> {
     let mine: u64 = share.graph.etypes.iter().map(|e| e.count()).sum();
     let largest = ex.all_max(mine)?;
@@ -178,7 +182,10 @@ fn multilevel<E: Exchange>(
     let t = Instant::now();
     loop {
         let cur = levels.last().map_or(g0, |l| &l.0);
-        if cur.n_global() <= target as u64 {
+        // Rank 0 gathers the coarsest graph: small in edges too, not only
+        // in vertices (a coarse R-MAT graph is dense).
+        let entries = ex.all_sum(cur.adj.len() as u64)?;
+        if cur.n_global() <= target as u64 && entries <= COARSE_ENTRIES_PER_NODE * target as u64 {
             break;
         }
         let seed = seed ^ levels.len() as u64;
@@ -205,7 +212,14 @@ fn multilevel<E: Exchange>(
         let finer = levels.last().map_or(g0, |l| &l.0);
         let mut fine = graph::lookup(ex, &level.owners, &cmap, &parts)?;
         drop((level, cmap));
+        let before = cut(ex, finer, &fine)?;
         refine::refine(ex, finer, &mut fine, k as usize, UBFACTOR)?;
+        tracing::debug!(
+            n = finer.n_global(),
+            before,
+            after = cut(ex, finer, &fine)?,
+            "refined"
+        );
         parts = fine;
     }
     tracing::info!(
@@ -216,6 +230,20 @@ fn multilevel<E: Exchange>(
         "distributed multilevel k-way"
     );
     Ok(parts)
+}
+
+/// The edge cut (weighted, undirected) of `g` under the owned parts.
+fn cut<E: Exchange>(ex: &E, g: &LocalGraph, own: &[u32]) -> Result<u64> {
+    let parts = g.with_ghosts(ex, own.to_vec())?;
+    let cut2: u64 = (0..g.n_own)
+        .map(|v| {
+            g.edges(v)
+                .filter(|&(u, _)| parts[u] != parts[v])
+                .map(|(_, w)| w)
+                .sum::<u64>()
+        })
+        .sum();
+    Ok(ex.all_sum(cut2)? / 2)
 }
 
 /// Edge cut (undirected, as METIS counts it) and balance per constraint,

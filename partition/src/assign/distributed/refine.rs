@@ -122,10 +122,9 @@ pub fn part_weights<E: Exchange>(
 ) -> Result<Vec<i64>> {
     let ncon = g.ncon;
     let mut pw = vec![0i64; k * ncon];
-    for v in 0..g.n_own {
-        let p = parts[v] as usize;
+    for (v, &p) in parts[..g.n_own].iter().enumerate() {
         for (c, &w) in g.w(v).iter().enumerate() {
-            pw[p * ncon + c] += w;
+            pw[p as usize * ncon + c] += w;
         }
     }
     all_sum_vec(ex, &pw)

@@ -190,6 +190,33 @@ fn malformed_cases() -> Vec<Case> {
             "spec.dglReplicaSpecs.Partitioner: must not be set when spec.partitionMode is Skip",
         ),
         (
+            "Partitioner in DistParMETIS mode",
+            Box::new(|v| {
+                v["spec"]["partitionMode"] = json!("DistParMETIS");
+                let launcher = v["spec"]["dglReplicaSpecs"]["Launcher"].clone();
+                v["spec"]["dglReplicaSpecs"]["Partitioner"] = launcher;
+            }),
+            rules::NO_PARTITIONER_WITH_DISTPARMETIS.message,
+        ),
+        (
+            "GraphBolt in DistParMETIS mode",
+            Box::new(|v| {
+                v["spec"]["partitionMode"] = json!("DistParMETIS");
+                v["spec"]["useGraphbolt"] = json!(true);
+            }),
+            rules::GRAPHBOLT_NOT_WITH_DISTPARMETIS.message,
+        ),
+        (
+            "GraphBolt without workers",
+            Box::new(|v| {
+                v["spec"]["partitionMode"] = json!("Skip");
+                v["spec"]["useGraphbolt"] = json!(true);
+                let specs = v["spec"]["dglReplicaSpecs"].as_object_mut().unwrap();
+                drop(specs.remove("Worker"));
+            }),
+            rules::GRAPHBOLT_NEEDS_WORKERS.message,
+        ),
+        (
             "minAvailable above the job's pod count",
             Box::new(|v| v["spec"]["runPolicy"] = json!({"schedulingPolicy": {"minAvailable": 9}})),
             "spec.runPolicy.schedulingPolicy.minAvailable: must not exceed",

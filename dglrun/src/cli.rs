@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use dgl_api::duration;
 use dgl_api::logging::LogFormat;
 use dgl_api::names;
 use dgl_api::{PartitionMode, ReplicaType};
@@ -306,12 +307,14 @@ pub struct RuntimeArgs {
     /// Directory of the job's ConfigMap (hostfile, partfile, ip_config).
     #[arg(long, env = names::ENV_CONFIG_DIR, value_name = "DIR", default_value = names::CONFIG_DIR)]
     pub config_dir: PathBuf,
-    /// Seconds between SIGTERM and SIGKILL when stopping processes.
+    /// Seconds between SIGTERM and SIGKILL when stopping processes
+    /// (capped at 1 year).
     #[arg(
         long,
         env = "DGLRUN_STOP_GRACE",
         value_name = "SECONDS",
-        default_value_t = 10
+        default_value_t = 10,
+        value_parser = duration::parse_secs
     )]
     pub stop_grace: u64,
     /// Log format of dglrun's own messages (stderr); process output goes to stdout.
@@ -347,12 +350,14 @@ pub struct LaunchArgs {
         default_value_t = 29500
     )]
     pub master_port: u16,
-    /// Seconds to wait for the partitioner and the workers to answer.
+    /// Seconds to wait for the partitioner and the workers to answer
+    /// (capped at 1 year).
     #[arg(
         long,
         env = "DGLRUN_WAIT_TIMEOUT",
         value_name = "SECONDS",
-        default_value_t = 600
+        default_value_t = 600,
+        value_parser = duration::parse_secs
     )]
     pub wait_timeout: u64,
     /// Attempts per shard file before a transfer fails.
@@ -395,11 +400,13 @@ pub struct LaunchArgs {
     /// `DGLRUN_PROGRESS` lines) as an annotation on the launcher's own pod,
     /// which the operator shows in the job's status; 0 publishes nothing.
     /// Only in a pod (the operator's downward-API env and service account).
+    /// The interval is capped at 1 year.
     #[arg(
         long,
         env = "DGLRUN_PROGRESS_INTERVAL",
         value_name = "SECONDS",
-        default_value_t = 5
+        default_value_t = 5,
+        value_parser = duration::parse_secs
     )]
     pub progress_interval: u64,
 }
@@ -415,8 +422,8 @@ pub struct WorkerArgs {
     /// for free space before the servers start.
     #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
     pub shm_path: PathBuf,
-    /// Seconds to wait for the DGL servers to listen.
-    #[arg(long, value_name = "SECONDS", default_value_t = 300)]
+    /// Seconds to wait for the DGL servers to listen (capped at 1 year).
+    #[arg(long, value_name = "SECONDS", default_value_t = 300, value_parser = duration::parse_secs)]
     pub server_start_timeout: u64,
     /// OMP_NUM_THREADS of the trainers [default: CPUs / trainers, at least 1].
     #[arg(long, value_name = "N")]
@@ -437,8 +444,8 @@ pub struct ProbeArgs {
     /// Agent to ask [default: 127.0.0.1 or --listen, at --agent-port].
     #[arg(long, value_name = "IP:PORT")]
     pub addr: Option<std::net::SocketAddr>,
-    /// Seconds before the probe fails.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    /// Seconds before the probe fails (capped at 1 year).
+    #[arg(long, value_name = "SECONDS", default_value_t = 5, value_parser = duration::parse_secs)]
     pub timeout: u64,
     #[command(flatten)]
     pub opts: Options,
@@ -489,7 +496,7 @@ pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
 
 impl Options {
     pub fn stop_grace(&self) -> Duration {
-        Duration::from_secs(self.runtime.stop_grace)
+        duration::secs(self.runtime.stop_grace)
     }
 
     /// The graph name, or an error naming the flag.
@@ -622,5 +629,105 @@ mod tests {
             .unwrap_err()
             .contains("not a role"));
         assert!(role_from_env(None).unwrap_err().contains(names::ENV_ROLE));
+    }
+
+    /// The durations `opts` holds, as the roles take them.
+    fn durations(o: &Options) -> [Duration; 6] {
+        [
+            o.stop_grace(),
+            o.timeouts.peer(),
+            o.timeouts.session_idle(),
+            duration::secs(o.launch.wait_timeout),
+            duration::secs(o.launch.progress_interval),
+            duration::secs(o.worker.server_start_timeout),
+        ]
+    }
+
+    /// Every flag that takes seconds, with the subcommand it needs (found
+    /// once: building clap's command for each case is slow).
+    fn seconds_flags() -> &'static [(Option<String>, String)] {
+        static FLAGS: std::sync::OnceLock<Vec<(Option<String>, String)>> =
+            std::sync::OnceLock::new();
+        FLAGS.get_or_init(find_seconds_flags)
+    }
+
+    fn find_seconds_flags() -> Vec<(Option<String>, String)> {
+        let top = Cli::command();
+        let mut all = Vec::new();
+        let subs = top
+            .get_subcommands()
+            .map(|c| (Some(c.get_name().to_string()), c.clone()));
+        for (sub, cmd) in std::iter::once((None, top.clone())).chain(subs) {
+            for a in cmd.get_arguments() {
+                let secs = a
+                    .get_value_names()
+                    .is_some_and(|v| v.iter().any(|n| n == "SECONDS"));
+                if secs {
+                    let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+                    assert!(
+                        help.contains(duration::CAP_HELP),
+                        "--{}: {help}",
+                        a.get_id()
+                    );
+                    all.push((sub.clone(), format!("--{}", a.get_long().unwrap())));
+                }
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn every_seconds_flag_is_found_and_states_its_cap() {
+        let flags: Vec<&String> = seconds_flags().iter().map(|(_, f)| f).collect();
+        for f in [
+            "--stop-grace",
+            "--wait-timeout",
+            "--progress-interval",
+            "--server-start-timeout",
+            "--peer-timeout",
+            "--session-idle-timeout",
+            "--timeout",
+            "--connect-timeout",
+        ] {
+            assert!(flags.iter().any(|g| *g == f), "{f} in {flags:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+        /// Any number or text for any duration flag (their env vars use the
+        /// same parsers): a usage error, or durations within the cap whose
+        /// deadlines (and the stop bounds, grace + 20 s) are computed
+        /// without a panic.
+        #[test]
+        fn any_duration_flag_value_is_capped_or_refused(n in proptest::prelude::any::<u64>(), text in "\\PC{0,24}") {
+            for (sub, flag) in seconds_flags().iter().cloned() {
+                for value in [n.to_string(), text.clone()] {
+                    let mut args = vec!["dglrun".to_string()];
+                    args.extend(sub.clone());
+                    args.extend([flag.clone(), value.clone()]);
+                    if sub.as_deref() == Some("rsh") {
+                        args.extend(["w-0".into(), "true".into()]);
+                    }
+                    let Ok(cli) = Cli::try_parse_from(&args) else { continue };
+                    let opts = match cli.command {
+                        Some(Command::Probe(p)) => {
+                            proptest::prop_assert!(p.timeout <= duration::MAX_SECS);
+                            p.opts
+                        }
+                        Some(Command::Rsh(r)) => {
+                            proptest::prop_assert!(r.connect_timeout <= duration::MAX_SECS);
+                            continue;
+                        }
+                        Some(Command::Partition(o) | Command::Launch(o) | Command::Worker(o)) => o,
+                        None => cli.opts,
+                    };
+                    for d in durations(&opts) {
+                        proptest::prop_assert!(d <= duration::MAX, "{flag} {value}");
+                        let _ = crate::clock::after(d.saturating_add(Duration::from_secs(20)));
+                    }
+                }
+            }
+        }
     }
 }

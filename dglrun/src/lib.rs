@@ -9,6 +9,7 @@
 //!   served by the partitioner, fetched (resumed, verified, retried) by a
 //!   worker;
 //! - [`procs`]: child processes in their own process groups;
+//! - [`clock`]: deadlines that saturate instead of overflowing;
 //! - [`dgl`]: DGL's launch contract, users' command lines (launch.py's
 //!   convention), preflight checks, one machine's training, GraphBolt;
 //! - [`mpi`]: `mpirun`'s remote agent (`dglrun rsh`), its daemons on the
@@ -22,6 +23,7 @@
 //!   line and what it does.
 
 pub mod cli;
+pub mod clock;
 pub mod dataset;
 pub mod dgl;
 pub mod mpi;

@@ -197,7 +197,7 @@ impl Supervisor {
                 signal_group(*pgid, Signal::SIGTERM);
             }
         }
-        let deadline = tokio::time::Instant::now() + grace;
+        let deadline = crate::clock::after(grace);
         while self.groups.iter().any(Group::running) {
             match tokio::time::timeout_at(deadline, self.next_exit()).await {
                 Ok(Some(e)) => exits.push(e),

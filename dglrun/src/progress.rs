@@ -182,7 +182,7 @@ async fn publish_loop(
 
 /// Sleeps `interval`, cut short when the sender goes; false then.
 async fn wait_out(rx: &mut watch::Receiver<Option<Progress>>, interval: Duration) -> bool {
-    let until = Instant::now() + interval;
+    let until = crate::clock::after(interval);
     loop {
         tokio::select! {
             _ = tokio::time::sleep_until(until) => return true,

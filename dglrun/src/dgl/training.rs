@@ -446,7 +446,7 @@ async fn start_servers(
     let ports: Vec<u16> = (0..spec.num_servers)
         .map(|i| place.dgl_port + i as u16)
         .collect();
-    let deadline = Instant::now() + ctx.server_start_timeout;
+    let deadline = crate::clock::after(ctx.server_start_timeout);
     loop {
         if ports.iter().all(|&p| is_listening(my_ip, p)) {
             break;
@@ -508,7 +508,7 @@ async fn run_trainers(
                 }
                 if e.process == TRAINER {
                     // DGL servers exit once every machine's trainers are done.
-                    server_deadline = Some(Instant::now() + ctx.server_exit_timeout);
+                    server_deadline = Some(crate::clock::after(ctx.server_exit_timeout));
                 }
                 if sup.running().is_empty() {
                     break;

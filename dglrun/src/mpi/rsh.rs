@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
@@ -53,8 +52,9 @@ pub struct RshArgs {
     /// for several).
     #[arg(long = "env", value_name = "NAME")]
     pub env: Vec<String>,
-    /// Seconds to wait for the worker's agent to accept the connection.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    /// Seconds to wait for the worker's agent to accept the connection
+    /// (capped at 1 year).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = dgl_api::duration::parse_secs)]
     pub connect_timeout: u64,
     /// The worker: its IP, or its pod name as the hostfile lists it.
     #[arg(value_name = "HOST")]
@@ -154,7 +154,7 @@ pub async fn run(args: &RshArgs) -> anyhow::Result<i32> {
     let spec = command_argv(&args.command, env).map_err(|e| anyhow!(e))?;
     let agent = resolve(&args.host, &peers(args)?, args.agent_port).map_err(|e| anyhow!(e))?;
     let token = Token::from_file(Path::new(&args.token_file))?;
-    let timeout = Duration::from_secs(args.connect_timeout);
+    let timeout = dgl_api::duration::secs(args.connect_timeout);
     let mut ch = Channel::connect(agent, &token, timeout)
         .await
         .with_context(|| format!("cannot reach the agent of {} at {agent}", args.host))?;

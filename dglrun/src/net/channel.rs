@@ -12,6 +12,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
+use dgl_api::duration;
 use dgl_api::wire::{
     self, WireError, AUTH_OK, AUTH_REFUSED, CLIENT_TO_SERVER_LABEL, FRAME_HEADER_LEN, MAC_LEN,
     MAGIC, NONCE_LEN, SERVER_PROOF_CONTEXT, SERVER_TO_CLIENT_LABEL, TAG_LEN,
@@ -40,12 +41,14 @@ pub struct Timeouts {
     /// manifest, a file's header), for the next bytes of a file, and
     /// between a worker's progress reports while it prepares its shard
     /// (it sends one every 2 s). A peer silent for longer is given up on,
-    /// and the error names it and what was awaited.
-    #[arg(long = "peer-timeout", env = "DGLRUN_PEER_TIMEOUT", value_name = "SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(5..))]
+    /// and the error names it and what was awaited. At least 5, capped at
+    /// 1 year.
+    #[arg(long = "peer-timeout", env = "DGLRUN_PEER_TIMEOUT", value_name = "SECONDS", default_value_t = 60, value_parser = duration::parse_secs_min::<5>)]
     pub peer_secs: u64,
     /// Seconds an agent (partitioner, worker) keeps an authenticated
-    /// connection open that sends no request; then it closes it.
-    #[arg(long = "session-idle-timeout", env = "DGLRUN_SESSION_IDLE_TIMEOUT", value_name = "SECONDS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..))]
+    /// connection open that sends no request; then it closes it. At least
+    /// 1, capped at 1 year.
+    #[arg(long = "session-idle-timeout", env = "DGLRUN_SESSION_IDLE_TIMEOUT", value_name = "SECONDS", default_value_t = 300, value_parser = duration::parse_secs_min::<1>)]
     pub session_idle_secs: u64,
 }
 
@@ -60,11 +63,11 @@ impl Default for Timeouts {
 
 impl Timeouts {
     pub fn peer(&self) -> Duration {
-        Duration::from_secs(self.peer_secs)
+        duration::secs(self.peer_secs)
     }
 
     pub fn session_idle(&self) -> Duration {
-        Duration::from_secs(self.session_idle_secs)
+        duration::secs(self.session_idle_secs)
     }
 }
 

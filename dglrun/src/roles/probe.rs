@@ -3,9 +3,9 @@
 //! in partition mode DistParMETIS (its `partitioned` marker exists).
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::Duration;
 
 use anyhow::bail;
+use dgl_api::duration;
 use dgl_api::wire::{Request, Response};
 
 use crate::cli::{Options, ProbeArgs};
@@ -29,7 +29,7 @@ pub async fn run(opts: &Options, p: &ProbeArgs) -> anyhow::Result<()> {
             .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
         SocketAddr::new(ip, opts.runtime.agent_port)
     });
-    let timeout = Duration::from_secs(p.timeout);
+    let timeout = duration::secs(p.timeout);
     let token = opts.token()?;
     let probe = async {
         let mut ch = Channel::connect(addr, &token, timeout).await?;

@@ -3,9 +3,9 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{anyhow, Context};
+use dgl_api::duration;
 use dgl_api::names;
 use dgl_api::wire::TrainSpec;
 use dgl_api::PartitionMode;
@@ -75,11 +75,11 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
         workers,
         partitioner,
         token: opts.token()?,
-        wait_timeout: Duration::from_secs(opts.launch.wait_timeout),
+        wait_timeout: duration::secs(opts.launch.wait_timeout),
         peer_timeout: opts.timeouts.peer(),
         stop_grace: opts.stop_grace(),
         dist_partition,
-        progress_interval: Duration::from_secs(opts.launch.progress_interval),
+        progress_interval: duration::secs(opts.launch.progress_interval),
     })
 }
 

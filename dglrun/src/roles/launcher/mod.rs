@@ -170,7 +170,7 @@ async fn wait_for(
     timeout: Duration,
     peer_timeout: Duration,
 ) -> Result<AgentInfo, LaunchError> {
-    let deadline = Instant::now() + timeout;
+    let deadline = crate::clock::after(timeout);
     let mut last_log = Instant::now();
     loop {
         let attempt = call(addr, token, &Request::Ping, peer_timeout, "a Pong").await;
@@ -191,7 +191,7 @@ async fn wait_for(
             }
             Err(e) => e.to_string(),
         };
-        if Instant::now() + RETRY_INTERVAL >= deadline {
+        if crate::clock::after(RETRY_INTERVAL) >= deadline {
             return Err(LaunchError::Wait {
                 what: what.to_string(),
                 timeout,
@@ -586,7 +586,7 @@ impl<'a> Progress<'a> {
             stopping: false,
             interrupted: None,
             deadline: None,
-            stop_bound: cfg.stop_grace + Duration::from_secs(20),
+            stop_bound: cfg.stop_grace.saturating_add(Duration::from_secs(20)),
             reporter: None,
         }
     }
@@ -615,7 +615,7 @@ impl<'a> Progress<'a> {
                 }
             }
         }
-        self.deadline = Some(Instant::now() + self.stop_bound);
+        self.deadline = Some(crate::clock::after(self.stop_bound));
     }
 
     /// The first failure stops the others.

@@ -1,8 +1,7 @@
 //! The settings of a launcher without workers, from the command line.
 
-use std::time::Duration;
-
 use anyhow::anyhow;
+use dgl_api::duration;
 
 use super::StandaloneConfig;
 use crate::cli::Options;
@@ -30,7 +29,7 @@ pub fn standalone_config(opts: &Options) -> anyhow::Result<StandaloneConfig> {
     Ok(StandaloneConfig {
         spec,
         stop_grace: opts.stop_grace(),
-        progress_interval: Duration::from_secs(opts.launch.progress_interval),
+        progress_interval: duration::secs(opts.launch.progress_interval),
     })
 }
 

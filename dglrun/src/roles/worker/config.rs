@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use dgl_api::duration;
+
 use super::WorkerConfig;
 use crate::cli::Options;
 use crate::dgl::training::TrainContext;
@@ -21,7 +23,7 @@ pub fn worker_config(opts: &Options) -> anyhow::Result<WorkerConfig> {
             shm_path: opts.worker.shm_path.clone(),
             index: opts.worker.index,
             stop_grace: opts.stop_grace(),
-            server_start_timeout: Duration::from_secs(opts.worker.server_start_timeout),
+            server_start_timeout: duration::secs(opts.worker.server_start_timeout),
             server_exit_timeout: Duration::from_secs(120),
             omp_threads: opts.worker.num_omp_threads,
         },

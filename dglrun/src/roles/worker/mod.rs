@@ -95,7 +95,7 @@ impl Shared {
             return;
         }
         self.stop(reason);
-        let bound = self.cfg.train.stop_grace + Duration::from_secs(20);
+        let bound = self.cfg.train.stop_grace.saturating_add(Duration::from_secs(20));
         if tokio::time::timeout(bound, busy.wait_for(|b| !*b))
             .await
             .is_err()
@@ -152,7 +152,7 @@ async fn on_signal(
         shared.stop(&format!("{name} received by the worker"));
         // The session stops the processes (SIGTERM, SIGKILL after the grace
         // period) and reports to the launcher before it hands us the status.
-        let bound = grace + Duration::from_secs(20);
+        let bound = grace.saturating_add(Duration::from_secs(20));
         if let Ok(Some(code)) = tokio::time::timeout(bound, exit_rx.recv()).await {
             return code;
         }
@@ -313,7 +313,7 @@ async fn prepare_reporting(
     let work = prepare(shared, req, received.clone());
     tokio::pin!(work);
     let interval = Duration::from_secs(SHARD_PROGRESS_INTERVAL_SECS);
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    let mut tick = tokio::time::interval_at(crate::clock::after(interval), interval);
     loop {
         tokio::select! {
             r = &mut work => {

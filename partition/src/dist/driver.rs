@@ -55,6 +55,10 @@ pub struct RankConfig {
     pub seed: u64,
     /// Deprecated and ignored (graph.dgl is written natively).
     pub python: String,
+    /// Assign on rank 0 after gathering the whole structure there (the
+    /// single-process pipeline's assignment; needs one rank to hold it)
+    /// instead of the distributed partitioner.
+    pub gather_structure: bool,
 }
 
 /// What one rank did, for its log.
@@ -134,7 +138,13 @@ pub fn run<E: Exchange>(ex: &E, cfg: &RankConfig) -> Result<RankReport> {
     let edge_counts = report.timed("check", || check_shares(ex, &share))?;
     report.num_nodes = share.graph.num_nodes();
     report.num_edges = edge_counts.iter().sum();
-    let (assignment, quality) = report.timed("assign", || assign_on_root(ex, cfg, &share))?;
+    let (assignment, quality) = report.timed("assign", || {
+        if cfg.gather_structure {
+            assign_on_root(ex, cfg, &share)
+        } else {
+            assign_distributed(ex, cfg, &share)
+        }
+    })?;
     report.quality = quality;
     let ids = report.timed("ids", || {
         let owned = count_owned_edges(&share.graph, &assignment.parts, world)?;
@@ -242,6 +252,38 @@ fn check_shares<E: Exchange>(ex: &E, share: &Share) -> Result<Vec<u64>> {
         }
     }
     Ok(totals)
+}
+
+/// Assigns with every rank holding only its share
+/// ([`assign::distributed`]); rank 0 writes the assignment files. The
+/// quality is measured across ranks and reported by rank 0.
+fn assign_distributed<E: Exchange>(
+    ex: &E,
+    cfg: &RankConfig,
+    share: &Share,
+) -> Result<(Assignment, Option<Quality>)> {
+    let opts = assign::distributed::Options {
+        method: &cfg.partitioner,
+        balance_train: cfg.balance_train.as_deref(),
+        balance_edges: cfg.balance_edges,
+        seed: cfg.seed,
+        coarse_nodes: 0,
+        round_edges: 0,
+    };
+    let out = assign::distributed::assign(ex, share, &opts)?;
+    tracing::info!(
+        rank = ex.rank(),
+        owned = out.owned,
+        ghosts = out.ghosts,
+        entries = out.entries,
+        levels = ?out.levels,
+        "distributed assignment"
+    );
+    if ex.rank() == 0 {
+        assign::write_files(&out.assignment, &share.graph, &cfg.out_dir.join(ASSIGNMENT_DIR))?;
+    }
+    let quality = (ex.rank() == 0).then_some(out.quality);
+    Ok((out.assignment, quality))
 }
 
 /// Gathers the structure on rank 0, assigns there, and broadcasts the

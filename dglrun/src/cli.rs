@@ -701,7 +701,7 @@ mod tests {
         /// without a panic.
         #[test]
         fn any_duration_flag_value_is_capped_or_refused(n in proptest::prelude::any::<u64>(), text in "\\PC{0,24}") {
-            for (sub, flag) in seconds_flags().iter().cloned() {
+            for (sub, flag) in seconds_flags() {
                 for value in [n.to_string(), text.clone()] {
                     let mut args = vec!["dglrun".to_string()];
                     args.extend(sub.clone());

@@ -95,7 +95,11 @@ impl Shared {
             return;
         }
         self.stop(reason);
-        let bound = self.cfg.train.stop_grace.saturating_add(Duration::from_secs(20));
+        let bound = self
+            .cfg
+            .train
+            .stop_grace
+            .saturating_add(Duration::from_secs(20));
         if tokio::time::timeout(bound, busy.wait_for(|b| !*b))
             .await
             .is_err()

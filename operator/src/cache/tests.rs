@@ -1,0 +1,217 @@
+use super::*;
+use crate::expectations::EXPECTATION_TTL;
+use dgl_api::ReplicaType;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+fn slim(v: serde_json::Value) -> SlimPod {
+    serde_json::from_value(v).unwrap()
+}
+
+fn pod(name: &str, phase: &str, node: Option<&str>) -> SlimPod {
+    slim(json!({
+        "metadata": {
+            "name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+            "labels": {"dgloperator.io/job-name": "j", "dgloperator.io/replica-type": "worker",
+                       "dgloperator.io/replica-index": "0", "dgloperator.io/run": "0"},
+            "ownerReferences": [{"apiVersion": "dgloperator.io/v1alpha1", "kind": "DGLJob",
+                "name": "j", "uid": "job-uid", "controller": true}],
+            "managedFields": [{"manager": "x", "operation": "Apply", "fieldsV1": {"f:spec": {}}}],
+            "annotations": {"big": "x".repeat(1000)}
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i"}]},
+        "status": {"phase": phase}
+    }))
+}
+
+fn key() -> JobKey {
+    JobKey::new("ns", "j")
+}
+
+fn observed(name: &str, state: PodState) -> ObservedPod {
+    ObservedPod {
+        name: name.into(),
+        role: ReplicaType::Worker,
+        index: 0,
+        epoch: 0,
+        state,
+        ip: None,
+        progress: None,
+        facts: Default::default(),
+    }
+}
+
+#[test]
+fn slim_pod_keeps_what_the_state_machine_reads_only() {
+    let p = pod("j-worker-0", "Pending", None);
+    assert!(p.metadata.managed_fields.is_none());
+    assert!(p.metadata.annotations.is_none());
+    assert_eq!(p.metadata.labels.as_ref().unwrap().len(), 4);
+    assert_eq!(p.status.unwrap().phase.as_deref(), Some("Pending"));
+}
+
+#[test]
+fn pod_events_trigger_only_when_the_observed_state_changes() {
+    let cache = PodCache::default();
+    let job = Some(key().to_reconcile());
+    assert_eq!(cache.apply(pod("j-worker-0", "Pending", None)), job);
+    // Bound to a node: nothing the state machine reads changed.
+    assert_eq!(cache.apply(pod("j-worker-0", "Pending", Some("n1"))), None);
+    assert_eq!(cache.apply(pod("j-worker-0", "Running", Some("n1"))), job);
+    let pods = cache.job_pods("ns", "j", Some("job-uid"));
+    assert_eq!(pods.len(), 1);
+    assert_eq!(pods[0].state, PodState::Running { ready: false });
+    // Another job of the same name (a new uid) sees it as terminating.
+    let other = cache.job_pods("ns", "j", Some("new-uid"));
+    assert_eq!(other[0].state, PodState::Terminating);
+    assert_eq!(cache.delete(&pod("j-worker-0", "Running", None)), job);
+    assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
+    assert!(cache.is_empty());
+}
+
+#[test]
+fn a_launchers_progress_annotation_is_kept_and_triggers() {
+    let launcher = |progress: &str| {
+        slim(json!({
+            "metadata": {
+                "name": "j-launcher", "namespace": "ns", "uid": "uid-l",
+                "labels": {"dgloperator.io/job-name": "j",
+                           "dgloperator.io/replica-type": "launcher"},
+                "annotations": {"other": "x", ANNOTATION_PROGRESS: progress}
+            },
+            "status": {"phase": "Running"}
+        }))
+    };
+    let cache = PodCache::default();
+    let job = Some(key().to_reconcile());
+    let p = launcher(r#"{"epoch":1}"#);
+    let kept = p.metadata.annotations.as_ref().unwrap();
+    assert_eq!(kept.keys().collect::<Vec<_>>(), [ANNOTATION_PROGRESS]);
+    assert_eq!(cache.apply(p), job);
+    assert_eq!(cache.apply(launcher(r#"{"epoch":1}"#)), None, "unchanged");
+    assert_eq!(cache.apply(launcher(r#"{"epoch":2}"#)), job);
+    let pods = cache.job_pods("ns", "j", None);
+    assert_eq!(pods[0].progress.as_deref(), Some(r#"{"epoch":2}"#));
+    // Too large to be a report: not kept at all.
+    let huge = "x".repeat(dgl_api::progress::MAX_JSON + 1);
+    assert!(launcher(&huge).metadata.annotations.is_none());
+}
+
+#[test]
+fn a_relist_reports_the_jobs_that_changed() {
+    let cache = PodCache::default();
+    cache.apply(pod("j-worker-0", "Pending", None));
+    let mut fresh = PodIndex::new();
+    let (k, c) = CachedPod::from_slim(pod("j-worker-0", "Pending", None)).unwrap();
+    fresh.entry(k).or_default().insert("j-worker-0".into(), c);
+    assert!(cache.replace(fresh).is_empty(), "same pods: no reconcile");
+    assert_eq!(cache.replace(PodIndex::new()).len(), 1, "pod gone");
+}
+
+#[test]
+fn created_pods_count_until_the_watch_shows_them() {
+    let cache = PodCache::default();
+    cache.expect_created(&key(), observed("j-worker-0", PodState::Pending));
+    assert_eq!(cache.pending_expectations(), 1);
+    // Not in the cache yet: the reconcile sees it as created.
+    let pods = cache.job_pods("ns", "j", Some("job-uid"));
+    assert_eq!(pods, vec![observed("j-worker-0", PodState::Pending)]);
+    // Its first event is what the reconcile already planned with: no
+    // reconcile for it, and the expectation is satisfied.
+    assert_eq!(cache.apply(pod("j-worker-0", "Pending", None)), None);
+    assert_eq!(cache.pending_expectations(), 0);
+    // Later changes trigger as usual.
+    assert!(cache.apply(pod("j-worker-0", "Running", None)).is_some());
+}
+
+#[test]
+fn a_created_pod_first_seen_in_another_state_triggers() {
+    let cache = PodCache::default();
+    cache.expect_created(&key(), observed("j-worker-0", PodState::Pending));
+    assert!(cache.apply(pod("j-worker-0", "Running", None)).is_some());
+    assert_eq!(cache.pending_expectations(), 0);
+}
+
+#[test]
+fn deleted_pods_are_terminating_until_the_watch_shows_it() {
+    let cache = PodCache::default();
+    cache.apply(pod("j-worker-0", "Running", None));
+    cache.expect_deleted(&key(), "j-worker-0");
+    let pods = cache.job_pods("ns", "j", Some("job-uid"));
+    assert_eq!(pods[0].state, PodState::Terminating);
+    // Still cached as Running (the event is late): still Terminating.
+    assert_eq!(cache.apply(pod("j-worker-0", "Running", Some("n"))), None);
+    assert_eq!(
+        cache.job_pods("ns", "j", Some("job-uid"))[0].state,
+        PodState::Terminating
+    );
+    // Gone: the expectation is satisfied and the job reconciled.
+    assert!(cache.delete(&pod("j-worker-0", "Running", None)).is_some());
+    assert_eq!(cache.pending_expectations(), 0);
+    assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
+}
+
+#[test]
+fn expectations_expire() {
+    let cache = PodCache::default();
+    let old = Instant::now()
+        .checked_sub(EXPECTATION_TTL + Duration::from_secs(1))
+        .unwrap();
+    cache.expected.expect_at(
+        &key(),
+        "j-worker-0".into(),
+        Expect::Created(observed("j-worker-0", PodState::Pending)),
+        old,
+    );
+    assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
+    assert_eq!(cache.pending_expectations(), 0);
+}
+
+#[test]
+fn a_config_maps_launched_run_is_read_from_its_label() {
+    let meta = |labels: serde_json::Value| -> ObjectMeta {
+        serde_json::from_value(serde_json::json!({"name": "j-config", "labels": labels})).unwrap()
+    };
+    let run = |labels| SeenChild::of(&meta(labels)).run;
+    assert_eq!(run(serde_json::json!({"dgloperator.io/run": "3"})), Some(3));
+    assert_eq!(
+        run(serde_json::json!({"dgloperator.io/job-name": "j"})),
+        None
+    );
+    assert_eq!(run(serde_json::json!({"dgloperator.io/run": "x"})), None);
+}
+
+#[test]
+fn child_hashes_prefer_the_own_write_until_the_watch_shows_it() {
+    let c = ChildCache::default();
+    assert_eq!(c.hash("ConfigMap", "ns", "j-config"), ChildState::Absent);
+    let k = ChildCache::key("ConfigMap", "ns", "j-config");
+    let h = |s: &str| SeenChild {
+        hash: Some(s.into()),
+        controller: None,
+        run: None,
+    };
+    assert!(c.saw(k.clone(), h("a")), "new child");
+    assert!(!c.saw(k.clone(), h("a")), "same hash again");
+    c.record("ConfigMap", "ns", "j-config", h("b"));
+    assert_eq!(
+        c.hash("ConfigMap", "ns", "j-config"),
+        ChildState::Present(Some("b".into()))
+    );
+    assert_eq!(
+        c.seen_hash("ConfigMap", "ns", "j-config"),
+        ChildState::Present(Some("a".into()))
+    );
+    // An older version shown again keeps the write pending.
+    c.saw(k.clone(), h("a"));
+    assert_eq!(c.pending_writes(), 1);
+    assert!(c.saw(k.clone(), h("b")));
+    assert_eq!(c.pending_writes(), 0);
+    assert_eq!(
+        c.seen_hash("ConfigMap", "ns", "j-config"),
+        ChildState::Present(Some("b".into()))
+    );
+    c.gone(&k);
+    assert_eq!(c.hash("ConfigMap", "ns", "j-config"), ChildState::Absent);
+    assert!(c.is_empty());
+}

@@ -9,11 +9,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use dgl_api::duration;
 use dgl_api::logging::LogFormat;
 use dgl_api::names;
 use dgl_api::{PartitionMode, ReplicaType};
+use dgl_partition::settings::PartitionArgs;
 
 use crate::net::channel::Token;
 use crate::workers::Workers;
@@ -222,18 +223,18 @@ pub struct JobArgs {
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Native partition pipeline (partition modes ParMETIS, DistParMETIS)")]
 pub struct NativeArgs {
-    /// The chunked graph's metadata.json (or its folder)
-    /// [default: <workspace>/chunked/metadata.json].
-    #[arg(
-        long,
-        env = "DGLRUN_PARTITION_INPUT",
-        value_name = "PATH",
-        conflicts_with = "text_nodes"
-    )]
-    pub partition_input: Option<PathBuf>,
+    /// Input path, partitioner, threads and seed (shared with
+    /// `dgl-partition rank`).
+    #[command(flatten)]
+    pub pipeline: PartitionArgs,
     /// Input in the text format instead (docs/partition-pipeline.md): the xxx_nodes.txt file
     /// (`<node_type> <weights...> <type-wise node id> <attributes...>` per line).
-    #[arg(long, value_name = "FILE", requires = "text_edges")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "text_edges",
+        conflicts_with = "input"
+    )]
     pub text_nodes: Option<PathBuf>,
     /// The text format's xxx_edges.txt file
     /// (`<src id> <dst id> <type-wise edge id> <edge_type> <attributes...>` per line).
@@ -250,34 +251,9 @@ pub struct NativeArgs {
     /// Weight columns per line of the text format's nodes file.
     #[arg(long, value_name = "K", default_value_t = 0, requires = "text_nodes")]
     pub num_node_weights: usize,
-    /// How nodes are assigned to partitions: metis (multilevel k-way with
-    /// the balance constraints of --balance-train / --balance-edges),
-    /// random, or file (a DGL assignment: <ntype>.txt + partition_meta.json
-    /// in --assignment-dir).
-    /// (DGL's `part_method`.)
-    #[arg(long, env = "DGLRUN_PART_METHOD", value_enum, default_value_t = PartitionerKind::Metis)]
-    pub part_method: PartitionerKind,
-    /// Folder of the assignment files for --part-method file.
-    #[arg(long, value_name = "DIR", required_if_eq("part_method", "file"))]
-    pub assignment_dir: Option<PathBuf>,
     /// Node feature that marks training nodes, balanced by --balance-train.
     #[arg(long, value_name = "NAME", default_value = "train_mask")]
     pub train_mask: String,
-    /// Threads of the pipeline [default: the CPUs this process may use,
-    /// honouring the pod's CPU limit].
-    #[arg(long, env = "DGLRUN_PARTITION_THREADS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub partition_threads: Option<u32>,
-    /// Seed of the random choices (random partitioner, METIS).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    pub partition_seed: u64,
-}
-
-/// The partitioners of the native pipeline.
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PartitionerKind {
-    Metis,
-    Random,
-    File,
 }
 
 #[derive(Args, Debug, Clone)]

@@ -22,6 +22,8 @@ pub mod output;
 pub mod pipeline;
 pub mod rmat;
 pub mod run;
+pub mod settings;
 pub mod shuffle;
+pub mod stages;
 
 pub use error::{Error, Result};

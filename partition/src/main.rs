@@ -5,11 +5,11 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use dgl_partition::dist::driver::{self, RankConfig};
 use dgl_partition::dist::{plan::Limits, selftest, Exchange};
 use dgl_partition::input::Source;
-use dgl_partition::run::Choice;
+use dgl_partition::settings::PartitionArgs;
 
 /// Rank program of DGL's distributed partition pipeline.
 #[derive(Parser, Debug)]
@@ -94,11 +94,6 @@ struct RankArgs {
         default_value = "/dgl_workspace"
     )]
     workspace: PathBuf,
-    /// The chunked graph's metadata.json (or its folder); every worker must
-    /// see the same graph (image or shared volume)
-    /// [default: <workspace>/chunked/metadata.json].
-    #[arg(long, value_name = "PATH")]
-    input: Option<PathBuf>,
     /// Let metadata.json list files outside its folder (absolute paths
     /// elsewhere, `..`, symlinks leading out); only for trusted input.
     #[arg(long)]
@@ -110,14 +105,8 @@ struct RankArgs {
     /// Graph name: the partition JSON is <out>/<NAME>.json.
     #[arg(long, value_name = "NAME")]
     graph_name: String,
-    /// How nodes are assigned to partitions (DGL's part_method): metis
-    /// (multilevel k-way with the balance constraints), random, or file
-    /// (DGL's <ntype>.txt + partition_meta.json in --assignment-dir).
-    #[arg(long, value_enum, default_value_t = Method::Metis)]
-    part_method: Method,
-    /// Folder of the assignment files for --part-method file (read by rank 0).
-    #[arg(long, value_name = "DIR", required_if_eq("part_method", "file"))]
-    assignment_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pipeline: PartitionArgs,
     /// Balance training nodes: the node feature that marks them
     /// [default when given without a value: train_mask].
     #[arg(long, value_name = "NAME", num_args = 0..=1, default_missing_value = "train_mask")]
@@ -129,12 +118,6 @@ struct RankArgs {
     /// Still accepted because dglrun passes it.
     #[arg(long, value_name = "PATH", default_value = "python3")]
     python: String,
-    /// Threads of this rank [default: the CPUs this process may use].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    threads: Option<u32>,
-    /// Seed of the random choices (random partitioner, METIS).
-    #[arg(long, value_name = "N", default_value_t = 0)]
-    seed: u64,
     /// The worker this rank runs on (its agent passes it): must equal the
     /// rank, or mpirun placed the ranks out of partition order.
     #[arg(long, env = "DGL_OPERATOR_WORKER_INDEX", value_name = "I")]
@@ -152,13 +135,6 @@ struct RankArgs {
     gather_structure: bool,
 }
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-enum Method {
-    Metis,
-    Random,
-    File,
-}
-
 impl RankArgs {
     fn limits(&self) -> Limits {
         let d = Limits::default();
@@ -168,18 +144,8 @@ impl RankArgs {
         }
     }
 
-    fn threads(&self) -> usize {
-        self.threads
-            .map(|t| t as usize)
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()))
-    }
-
     fn config(&self) -> RankConfig {
-        let metadata = match &self.input {
-            Some(p) if p.is_dir() => p.join("metadata.json"),
-            Some(p) => p.clone(),
-            None => self.workspace.join("chunked").join("metadata.json"),
-        };
+        let metadata = self.pipeline.metadata(&self.workspace);
         RankConfig {
             source: match self.allow_input_outside {
                 true => Source::ChunkedAnywhere { metadata },
@@ -190,15 +156,11 @@ impl RankArgs {
                 .clone()
                 .unwrap_or_else(|| self.workspace.join("dataset")),
             graph_name: self.graph_name.clone(),
-            partitioner: match self.part_method {
-                Method::Metis => Choice::Metis,
-                Method::Random => Choice::Random,
-                Method::File => Choice::File(self.assignment_dir.clone().unwrap_or_default()),
-            },
+            partitioner: self.pipeline.choice(),
             balance_train: self.balance_train.clone(),
             balance_edges: self.balance_edges,
-            threads: self.threads(),
-            seed: self.seed,
+            threads: self.pipeline.threads(),
+            seed: self.pipeline.seed,
             python: self.python.clone(),
             gather_structure: self.gather_structure,
         }

@@ -5,10 +5,10 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
 use crate::assign::{self, Assignment, Partitioner, Request};
 use crate::input::{self, Source};
+use crate::stages::Stages;
 use crate::{csr, pipeline, Error, Result};
 
 /// Folder below the output that holds the assignment in DGL's format
@@ -70,10 +70,8 @@ pub struct Config {
 /// What happened, for the log and the benchmark.
 #[derive(Clone, Debug, Default)]
 pub struct Report {
-    pub stages: Vec<(&'static str, Duration)>,
-    /// CPU time (user + system, every thread of this process) of each
-    /// stage, in the order of `stages`; empty where /proc is not readable.
-    pub stage_cpu: Vec<Duration>,
+    /// Wall and CPU time of each stage.
+    pub stages: Stages,
     pub num_nodes: u64,
     pub num_edges: u64,
     pub quality: Option<assign::Quality>,
@@ -81,32 +79,10 @@ pub struct Report {
 }
 
 impl Report {
-    fn timed<T>(&mut self, stage: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let (t, cpu) = (Instant::now(), process_cpu());
-        let out = f()?;
-        self.stages.push((stage, t.elapsed()));
-        if let (Some(a), Some(b)) = (cpu, process_cpu()) {
-            self.stage_cpu.push(b.saturating_sub(a));
-        }
-        Ok(out)
-    }
-
     /// One line per stage, then the totals and the partition quality.
     pub fn lines(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .stages
-            .iter()
-            .enumerate()
-            .map(|(i, (s, d))| match self.stage_cpu.get(i) {
-                Some(c) => format!(
-                    "stage {s}: {:.2}s (cpu {:.2}s)",
-                    d.as_secs_f64(),
-                    c.as_secs_f64()
-                ),
-                None => format!("stage {s}: {:.2}s", d.as_secs_f64()),
-            })
-            .collect();
-        let total: Duration = self.stages.iter().map(|(_, d)| *d).sum();
+        let mut out = self.stages.lines();
+        let total = self.stages.total();
         out.push(format!(
             "{} nodes, {} edges partitioned in {:.2}s",
             self.num_nodes,
@@ -156,11 +132,18 @@ pub fn run(cfg: &Config) -> Result<Report> {
 }
 
 fn run_stages(cfg: &Config) -> Result<Report> {
-    let mut report = Report::default();
-    let graph = report.timed("read", || input::read(&cfg.source, cfg.threads))?;
+    let mut report = Report {
+        stages: Stages::with_cpu(),
+        ..Default::default()
+    };
+    let graph = report
+        .stages
+        .timed("read", || input::read(&cfg.source, cfg.threads))?;
     report.num_nodes = graph.num_nodes();
     report.num_edges = graph.num_edges();
-    let adjacency = report.timed("adjacency", || Ok(csr::symmetric(&graph, cfg.threads)))?;
+    let adjacency = report
+        .stages
+        .timed("adjacency", || Ok(csr::symmetric(&graph, cfg.threads)))?;
     let req = Request {
         graph: &graph,
         csr: &adjacency,
@@ -170,10 +153,12 @@ fn run_stages(cfg: &Config) -> Result<Report> {
         threads: cfg.threads,
         seed: cfg.seed,
     };
-    let assignment = report.timed("assign", || partitioner(&cfg.partitioner).assign(&req))?;
+    let assignment = report
+        .stages
+        .timed("assign", || partitioner(&cfg.partitioner).assign(&req))?;
     report.quality = Some(req.quality(&assignment)?);
     drop(adjacency);
-    report.timed("write assignment", || {
+    report.stages.timed("write assignment", || {
         write_assignment(cfg, &graph, &assignment)
     })?;
     let out = pipeline::OutputConfig {
@@ -182,23 +167,11 @@ fn run_stages(cfg: &Config) -> Result<Report> {
         threads: cfg.threads,
         save_orig_ids: true,
     };
-    let summary = report.timed("shuffle and write", || {
+    let summary = report.stages.timed("shuffle and write", || {
         pipeline::write_partitions(&graph, &assignment, &out)
     })?;
     report.summary = Some(summary);
     Ok(report)
-}
-
-/// User + system CPU time of this process so far (Linux /proc; its
-/// clock ticks are USER_HZ, 100 per second on every Linux ABI).
-fn process_cpu() -> Option<Duration> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // Fields after the parenthesised command name: state is field 3,
-    // utime and stime are fields 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-    Some(Duration::from_millis(ticks * 10))
 }
 
 pub(crate) fn partitioner(choice: &Choice) -> Box<dyn Partitioner> {
@@ -216,21 +189,4 @@ fn write_assignment(
 ) -> Result<()> {
     std::fs::create_dir_all(&cfg.out_dir).map_err(|e| Error::io(&cfg.out_dir, e))?;
     assign::write_files(assignment, graph, &cfg.out_dir.join(ASSIGNMENT_DIR))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn process_cpu_grows_with_work() {
-        let a = process_cpu().expect("/proc/self/stat is readable on Linux");
-        let t = Instant::now();
-        let mut x = 0u64;
-        while t.elapsed() < Duration::from_millis(120) {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
-        }
-        let b = process_cpu().unwrap();
-        assert!(b > a, "{a:?} then {b:?} after 120 ms of spinning");
-    }
 }

@@ -7,7 +7,7 @@ use anyhow::{anyhow, Context};
 use dgl_api::names;
 
 use super::DistPartition;
-use crate::cli::{Options, PartitionerKind};
+use crate::cli::Options;
 
 /// Partition mode DistParMETIS: mpirun of `dgl-partition rank` on the
 /// workers, through `dglrun rsh` (this binary) with the launcher's token,
@@ -64,23 +64,9 @@ pub fn rank_program(
     let mut a: Vec<String> = vec![program.into(), "rank".into()];
     let mut arg = |k: &str, v: String| a.extend([k.to_string(), v]);
     arg("--graph-name", graph_name.into());
-    let method = match n.part_method {
-        PartitionerKind::Metis => "metis",
-        PartitionerKind::Random => "random",
-        PartitionerKind::File => "file",
-    };
-    arg("--part-method", method.into());
     arg("--python", opts.runtime.python.clone());
-    arg("--seed", n.partition_seed.to_string());
-    if let Some(p) = &n.partition_input {
-        arg("--input", p.display().to_string());
-    }
-    if let Some(d) = &n.assignment_dir {
-        arg("--assignment-dir", d.display().to_string());
-    }
-    if let Some(t) = n.partition_threads {
-        arg("--threads", t.to_string());
-    }
+    // The pipeline's own settings, rendered as dgl-partition parses them.
+    a.extend(n.pipeline.to_args());
     if opts.job.balance_train {
         a.push(format!("--balance-train={}", n.train_mask));
     }

@@ -8,12 +8,9 @@ use dgl_api::names;
 use dgl_api::PartitionMode;
 
 use super::PartitionConfig;
-use crate::cli::{required, Options, PartitionerKind};
+use crate::cli::{required, Options};
 use crate::dgl::command::{Template, Value, Values};
 use crate::workers::{NumParts, Workers};
-
-/// The chunked graph's description file (DGL's name).
-const CHUNKED_METADATA: &str = "metadata.json";
 
 /// The native pipeline's settings from the options: input (chunked by
 /// default at <workspace>/chunked/metadata.json, or the text format), output
@@ -21,7 +18,6 @@ const CHUNKED_METADATA: &str = "metadata.json";
 fn native_config(opts: &Options, graph_name: &str, num_parts: u32) -> dgl_partition::run::Config {
     use dgl_partition::input::{Source, TextSource};
     use dgl_partition::model::DType;
-    use dgl_partition::run::Choice;
     let n = &opts.native;
     let ws = &opts.runtime.workspace;
     let source = match (&n.text_nodes, &n.text_edges) {
@@ -36,32 +32,19 @@ fn native_config(opts: &Options, graph_name: &str, num_parts: u32) -> dgl_partit
         }),
         // The default folder may not exist yet: the loader writes it.
         _ => Source::Chunked {
-            metadata: match &n.partition_input {
-                Some(p) if p.is_dir() => p.join(CHUNKED_METADATA),
-                Some(p) => p.clone(),
-                None => ws.join(names::CHUNKED_DIR).join(CHUNKED_METADATA),
-            },
+            metadata: n.pipeline.metadata(ws),
         },
     };
-    let partitioner = match n.part_method {
-        PartitionerKind::Metis => Choice::Metis,
-        PartitionerKind::Random => Choice::Random,
-        PartitionerKind::File => Choice::File(n.assignment_dir.clone().unwrap_or_default()),
-    };
-    let threads = n
-        .partition_threads
-        .map(|t| t as usize)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()));
     dgl_partition::run::Config {
         source,
         out_dir: ws.join(names::DATASET_DIR),
         graph_name: graph_name.to_string(),
         num_parts,
-        partitioner,
+        partitioner: n.pipeline.choice(),
         balance_train: opts.job.balance_train.then(|| n.train_mask.clone()),
         balance_edges: opts.job.balance_edges,
-        threads,
-        seed: n.partition_seed,
+        threads: n.pipeline.threads(),
+        seed: n.pipeline.seed,
         python: opts.runtime.python.clone(),
     }
 }

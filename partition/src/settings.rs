@@ -1,0 +1,255 @@
+//! The pipeline's settings as both binaries take them (`dglrun` in
+//! partition modes ParMETIS and DistParMETIS, `dgl-partition rank`): the
+//! choice of partitioner, where the chunked input is found by default and
+//! how many threads run, stated once here.
+
+use std::path::{Path, PathBuf};
+
+use crate::run::Choice;
+
+/// The chunked graph's description file (DGL's name).
+pub const CHUNKED_METADATA: &str = "metadata.json";
+
+/// The workspace's folder of the chunked graph (dgl_api::names::CHUNKED_DIR;
+/// restated because dgl-api brings kube into the rank program's build).
+pub const CHUNKED_DIR: &str = "chunked";
+
+/// The pipeline's settings as both binaries take them: `dglrun` (which
+/// spells them `--partition-input`, `--partition-threads`,
+/// `--partition-seed`) and `dgl-partition rank` (`--input`, `--threads`,
+/// `--seed`); each accepts the other's spelling as an alias.
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct PartitionArgs {
+    /// The chunked graph's metadata.json (or its folder); with DistParMETIS
+    /// every worker must see the same graph (image or shared volume)
+    /// [default: <workspace>/chunked/metadata.json].
+    #[arg(
+        long = "partition-input",
+        alias = "input",
+        env = "DGLRUN_PARTITION_INPUT",
+        value_name = "PATH"
+    )]
+    pub input: Option<PathBuf>,
+    /// How nodes are assigned to partitions: metis (multilevel k-way with
+    /// the balance constraints of --balance-train / --balance-edges),
+    /// random, or file (a DGL assignment: <ntype>.txt + partition_meta.json
+    /// in --assignment-dir).
+    /// (DGL's `part_method`.)
+    #[arg(long, env = "DGLRUN_PART_METHOD", value_enum, default_value_t = Method::Metis)]
+    pub part_method: Method,
+    /// Folder of the assignment files for --part-method file.
+    #[arg(long, value_name = "DIR", required_if_eq("part_method", "file"))]
+    pub assignment_dir: Option<PathBuf>,
+    /// Threads of the pipeline [default: the CPUs this process may use,
+    /// honouring the pod's CPU limit].
+    #[arg(
+        long = "partition-threads",
+        alias = "threads",
+        env = "DGLRUN_PARTITION_THREADS",
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    pub threads: Option<u32>,
+    /// Seed of the random choices (random partitioner, METIS).
+    #[arg(
+        long = "partition-seed",
+        alias = "seed",
+        value_name = "N",
+        default_value_t = 0
+    )]
+    pub seed: u64,
+}
+
+impl PartitionArgs {
+    /// The arguments that parse back to these settings, spelled as
+    /// `dgl-partition rank` takes them (what dglrun passes through mpirun).
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--part-method".to_string(),
+            self.part_method.as_str().to_string(),
+            "--seed".to_string(),
+            self.seed.to_string(),
+        ];
+        if let Some(p) = &self.input {
+            a.extend(["--input".to_string(), p.display().to_string()]);
+        }
+        if let Some(d) = &self.assignment_dir {
+            a.extend(["--assignment-dir".to_string(), d.display().to_string()]);
+        }
+        if let Some(t) = self.threads {
+            a.extend(["--threads".to_string(), t.to_string()]);
+        }
+        a
+    }
+
+    /// The chunked input's metadata.json (see [`chunked_metadata`]).
+    pub fn metadata(&self, workspace: &Path) -> PathBuf {
+        chunked_metadata(self.input.as_deref(), workspace)
+    }
+
+    /// The partitioner chosen.
+    pub fn choice(&self) -> Choice {
+        self.part_method.choice(self.assignment_dir.as_deref())
+    }
+
+    /// The threads to run (see [`threads`]).
+    pub fn threads(&self) -> usize {
+        threads(self.threads)
+    }
+}
+
+/// How nodes are assigned to partitions, as users name it (DGL's
+/// `part_method`): metis, random, or file (a DGL assignment folder).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Metis,
+    Random,
+    File,
+}
+
+impl Method {
+    /// The flag value, as `--part-method` takes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Metis => "metis",
+            Method::Random => "random",
+            Method::File => "file",
+        }
+    }
+
+    /// The partitioner; `file` reads `assignment_dir` (clap requires it
+    /// with `--part-method file`).
+    pub fn choice(self, assignment_dir: Option<&Path>) -> Choice {
+        match self {
+            Method::Metis => Choice::Metis,
+            Method::Random => Choice::Random,
+            Method::File => Choice::File(assignment_dir.map(Path::to_path_buf).unwrap_or_default()),
+        }
+    }
+}
+
+/// metadata.json from `--input`/`--partition-input` (the file, or its
+/// folder), by default `<workspace>/chunked/metadata.json` (which may not
+/// exist yet: a loader writes it).
+pub fn chunked_metadata(input: Option<&Path>, workspace: &Path) -> PathBuf {
+    match input {
+        Some(p) if p.is_dir() => p.join(CHUNKED_METADATA),
+        Some(p) => p.to_path_buf(),
+        None => workspace.join(CHUNKED_DIR).join(CHUNKED_METADATA),
+    }
+}
+
+/// The threads asked for, by default the CPUs this process may use.
+pub fn threads(requested: Option<u32>) -> usize {
+    requested
+        .map(|t| t as usize)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[derive(clap::Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        args: PartitionArgs,
+    }
+
+    fn parse(args: &[String]) -> Result<PartitionArgs, clap::Error> {
+        use clap::Parser;
+        let argv = std::iter::once("t".to_string()).chain(args.iter().cloned());
+        Cli::try_parse_from(argv).map(|c| c.args)
+    }
+
+    fn strings(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parse_render_parse_gives_the_same_settings() {
+        let cases: &[&[&str]] = &[
+            &[],
+            &["--part-method", "random", "--partition-seed", "7"],
+            &[
+                "--input",
+                "/g/metadata.json",
+                "--threads",
+                "3",
+                "--seed",
+                "9",
+            ],
+            &["--partition-input", "/g", "--partition-threads", "1"],
+            &["--part-method", "file", "--assignment-dir", "/a b/c"],
+            &["--seed", "18446744073709551615", "--part-method", "metis"],
+        ];
+        for case in cases {
+            let first = parse(&strings(case)).unwrap();
+            let rendered = first.to_args();
+            assert_eq!(parse(&rendered).unwrap(), first, "{case:?} -> {rendered:?}");
+        }
+        assert_eq!(
+            parse(&strings(&["--threads", "2", "--input", "/i"]))
+                .unwrap()
+                .to_args(),
+            strings(&[
+                "--part-method",
+                "metis",
+                "--seed",
+                "0",
+                "--input",
+                "/i",
+                "--threads",
+                "2"
+            ])
+        );
+    }
+
+    #[test]
+    fn bad_settings_are_refused_naming_the_flag() {
+        let e = parse(&strings(&["--part-method", "file"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--assignment-dir"), "{e}");
+        let e = parse(&strings(&["--threads", "0"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--partition-threads"), "{e}");
+        let e = parse(&strings(&["--part-method", "parmetis"]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("metis, random, file"), "{e}");
+    }
+
+    #[test]
+    fn every_method_parses_back_from_its_flag_value() {
+        for m in Method::value_variants() {
+            assert_eq!(Method::from_str(m.as_str(), false), Ok(*m));
+        }
+        let dir = Path::new("/a");
+        assert_eq!(
+            Method::File.choice(Some(dir)),
+            Choice::File(dir.to_path_buf())
+        );
+        assert_eq!(Method::Metis.choice(Some(dir)), Choice::Metis);
+    }
+
+    #[test]
+    fn the_input_defaults_to_the_workspace_and_a_folder_means_its_metadata() {
+        let ws = Path::new("/ws");
+        assert_eq!(
+            chunked_metadata(None, ws),
+            Path::new("/ws/chunked/metadata.json")
+        );
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(
+            chunked_metadata(Some(dir.path()), ws),
+            dir.path().join("metadata.json")
+        );
+        let file = Path::new("/nowhere/m.json");
+        assert_eq!(chunked_metadata(Some(file), ws), file);
+        assert_eq!(threads(Some(3)), 3);
+        assert!(threads(None) >= 1);
+    }
+}

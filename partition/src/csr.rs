@@ -41,7 +41,7 @@ impl Csr {
 /// directed non-loop edge (2 per input edge); duplicates are removed in
 /// place, so the peak is about `16 * E + 16 * N` bytes over the input.
 pub fn symmetric(g: &InputGraph, threads: usize) -> Csr {
-    crate::assign::with_pool(threads, || build(g))
+    crate::settings::with_pool(threads, || build(g))
 }
 
 /// The edges of `g` as homogeneous ids, one slice pair per edge type.

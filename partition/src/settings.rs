@@ -146,6 +146,18 @@ pub fn threads(requested: Option<u32>) -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |p| p.get()))
 }
 
+/// Runs `f` on a pool of `threads` threads (the caller's pool when one
+/// cannot be made).
+pub(crate) fn with_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+    match rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.max(1))
+        .build()
+    {
+        Ok(pool) => pool.install(f),
+        Err(_) => f(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -52,14 +52,5 @@ pub trait Partitioner: Send + Sync {
     fn assign(&self, req: &Request<'_>) -> Result<Assignment>;
 }
 
-/// Runs `f` on a pool of `threads` threads (the caller's pool when one
-/// cannot be made).
-pub(crate) fn with_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
-    match rayon::ThreadPoolBuilder::new()
-        .num_threads(threads.max(1))
-        .build()
-    {
-        Ok(pool) => pool.install(f),
-        Err(_) => f(),
-    }
-}
+// The stages share one thread-pool helper (settings.rs).
+pub(crate) use crate::settings::with_pool;

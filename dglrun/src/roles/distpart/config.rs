@@ -64,9 +64,14 @@ pub fn rank_program(
     let mut a: Vec<String> = vec![program.into(), "rank".into()];
     let mut arg = |k: &str, v: String| a.extend([k.to_string(), v]);
     arg("--graph-name", graph_name.into());
-    arg("--python", opts.runtime.python.clone());
-    // The pipeline's own settings, rendered as dgl-partition parses them.
-    a.extend(n.pipeline.to_args());
+    // The pipeline's own settings, rendered as dgl-partition parses them
+    // (`--part-method M` first); --python after the method, as the command
+    // line has always read.
+    let pipeline = n.pipeline.to_args();
+    let (method, rest) = pipeline.split_at(2);
+    a.extend_from_slice(method);
+    a.extend(["--python".to_string(), opts.runtime.python.clone()]);
+    a.extend_from_slice(rest);
     if opts.job.balance_train {
         a.push(format!("--balance-train={}", n.train_mask));
     }

@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use dgl_partition::dist::driver::{self, RankConfig};
 use dgl_partition::dist::{plan::Limits, selftest, Exchange};
 use dgl_partition::input::Source;
-use dgl_partition::settings::PartitionArgs;
+use dgl_partition::settings::{self, PartitionArgs};
 
 /// Rank program of DGL's distributed partition pipeline.
 #[derive(Parser, Debug)]
@@ -154,7 +154,7 @@ impl RankArgs {
             out_dir: self
                 .out
                 .clone()
-                .unwrap_or_else(|| self.workspace.join("dataset")),
+                .unwrap_or_else(|| self.workspace.join(settings::DATASET_DIR)),
             graph_name: self.graph_name.clone(),
             partitioner: self.pipeline.choice(),
             balance_train: self.balance_train.clone(),

@@ -11,8 +11,13 @@ use crate::run::Choice;
 pub const CHUNKED_METADATA: &str = "metadata.json";
 
 /// The workspace's folder of the chunked graph (dgl_api::names::CHUNKED_DIR;
-/// restated because dgl-api brings kube into the rank program's build).
+/// restated because dgl-api brings kube into the rank program's build;
+/// dglrun's tests check that the two agree).
 pub const CHUNKED_DIR: &str = "chunked";
+
+/// The workspace's folder of the partitions (dgl_api::names::DATASET_DIR,
+/// restated and checked likewise).
+pub const DATASET_DIR: &str = "dataset";
 
 /// The pipeline's settings as both binaries take them: `dglrun` (which
 /// spells them `--partition-input`, `--partition-threads`,

@@ -215,6 +215,13 @@ mod tests {
     }
 
     #[test]
+    fn the_pipelines_folder_names_are_the_apis() {
+        use dgl_partition::settings;
+        assert_eq!(settings::CHUNKED_DIR, names::CHUNKED_DIR);
+        assert_eq!(settings::DATASET_DIR, names::DATASET_DIR);
+    }
+
+    #[test]
     fn a_partition_command_is_filled_at_the_partitioner() {
         let o = opts(&[
             "--graph-name",

@@ -280,7 +280,11 @@ fn assign_distributed<E: Exchange>(
         "distributed assignment"
     );
     if ex.rank() == 0 {
-        assign::write_files(&out.assignment, &share.graph, &cfg.out_dir.join(ASSIGNMENT_DIR))?;
+        assign::write_files(
+            &out.assignment,
+            &share.graph,
+            &cfg.out_dir.join(ASSIGNMENT_DIR),
+        )?;
     }
     let quality = (ex.rank() == 0).then_some(out.quality);
     Ok((out.assignment, quality))

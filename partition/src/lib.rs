@@ -8,9 +8,13 @@
 //! to its destination's partition), assigns shuffled global ids and
 //! part-local ids by prefix sums and cuts the per-partition arrays, features
 //! following their node or edge; [`output`] writes what DGL 2.1.0's
-//! `load_partition` reads. [`pipeline`] runs them in order. [`dist`] is the
-//! transport of the distributed mode (one rank per worker, MPI or a world
-//! of one).
+//! `load_partition` reads. Two drivers run them: [`run`] in one process
+//! (partition mode ParMETIS; [`pipeline`] holds its shuffle-and-write
+//! step), and [`dist::driver`], one rank of partition mode DistParMETIS,
+//! which assigns with [`assign::distributed`] and moves data between ranks
+//! through [`dist`]'s transport (MPI, threads in one process, or a world of
+//! one). [`settings`] holds the flags both binaries take, [`stages`] the
+//! timing of the reports.
 
 pub mod assign;
 pub mod csr;

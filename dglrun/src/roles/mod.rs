@@ -4,7 +4,7 @@
 //! and without ([`standalone`]).
 
 use anyhow::{anyhow, bail};
-use dgl_api::PartitionMode;
+use dgl_api::rules::{graphbolt_conflict, Facts, GraphBoltConflict};
 
 use crate::cli::{Options, ProbeArgs, Role};
 use crate::dgl::command::Template;
@@ -35,16 +35,18 @@ pub async fn run(role: Role, opts: &Options, probe: Option<&ProbeArgs>) -> anyho
 /// What DGL 2.1.0's GraphBolt cannot be given, refused before any worker
 /// starts (the operator's validation says the same for a DGLJob).
 fn check_graphbolt(opts: &Options) -> anyhow::Result<()> {
-    if !opts.job.use_graphbolt {
-        return Ok(());
+    // The rule is dgl_api::rules' (the CRD's CEL and the operator read it
+    // too); the words here name dglrun's flags.
+    let facts = Facts::of_flags(
+        opts.job.partition_mode,
+        opts.job.use_graphbolt,
+        !opts.is_standalone(),
+    );
+    match graphbolt_conflict(&facts) {
+        None => Ok(()),
+        Some(GraphBoltConflict::DistParMetis) => bail!("--use-graphbolt is not supported with partition mode DistParMETIS: each worker holds only its own partition and DGL 2.1.0's converter (dgl_partition_to_graphbolt) needs all of them; use ParMETIS, DGL-API or Skip"),
+        Some(GraphBoltConflict::Standalone) => bail!("--use-graphbolt needs workers (--num-partitions 0 trains in standalone mode, where DGL 2.1.0 has no GraphBolt: dist_graph.py falls back to DGLGraph)"),
     }
-    if opts.job.partition_mode == PartitionMode::DistParMetis {
-        bail!("--use-graphbolt is not supported with partition mode DistParMETIS: each worker holds only its own partition and DGL 2.1.0's converter (dgl_partition_to_graphbolt) needs all of them; use ParMETIS, DGL-API or Skip");
-    }
-    if opts.is_standalone() {
-        bail!("--use-graphbolt needs workers (--num-partitions 0 trains in standalone mode, where DGL 2.1.0 has no GraphBolt: dist_graph.py falls back to DGLGraph)");
-    }
-    Ok(())
 }
 
 /// --train-command, split into words.

@@ -17,14 +17,14 @@
 //! training image's cache key hashes that folder's listing (images.rs), and
 //! GraphStorm's wheels would rebuild its 5 GB Python layers.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
-use std::os::fd::AsRawFd;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 use localkube::image::sha256_hex;
+
+use crate::pyenv::{lock_cache, run_to_stderr, write_atomically};
 
 /// Folder below `<cache>/venv/`: what it holds and what it stands on.
 const VENV_NAME: &str = "graphstorm-0.5.0.post1-on-dgl-2.1.0";
@@ -52,7 +52,7 @@ pub fn ensure(repo_root: &Path, dgl_python: &Path) -> Result<PathBuf> {
     let cache = localkube::cache_dir()?;
     let venv = cache.join("venv").join(VENV_NAME);
     let python = venv.join("bin").join("python");
-    let _lock = lock(&venv)?;
+    let _lock = lock_cache(&venv)?;
 
     let stamp = venv.join(STAMP_FILE);
     let have = fs::read_to_string(&stamp).ok().map(|s| s.trim().to_owned());
@@ -194,61 +194,6 @@ fn verify(python: &Path) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
-}
-
-/// Runs a child with its stdout on our stderr (callers keep stdout).
-fn run_to_stderr(cmd: &mut Command) -> Result<()> {
-    let status = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(io::stderr()))
-        .stderr(Stdio::inherit())
-        .status()
-        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
-    if !status.success() {
-        bail!("{cmd:?} exited with {status}");
-    }
-    Ok(())
-}
-
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut name = path
-        .file_name()
-        .context("path has no file name")?
-        .to_owned();
-    name.push(".tmp");
-    let tmp = path.with_file_name(name);
-    let mut f = File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .with_context(|| format!("writing {}", tmp.display()))?;
-    fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
-}
-
-/// Exclusive flock on `<venv>.lock` until the file is dropped: concurrent
-/// xtask runs build the venv once.
-fn lock(venv: &Path) -> Result<File> {
-    let mut name = venv
-        .file_name()
-        .context("venv path has no file name")?
-        .to_owned();
-    name.push(".lock");
-    let path = venv.with_file_name(name);
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-    }
-    let file = File::options()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening lock file {}", path.display()))?;
-    // SAFETY: flock on a descriptor we own, open for the lock's lifetime.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(io::Error::last_os_error())
-            .with_context(|| format!("locking {}", path.display()));
-    }
-    Ok(file)
 }
 
 #[cfg(test)]

@@ -248,7 +248,7 @@ fn verify(python: &Path) -> Result<String> {
 }
 
 /// Run a child with stdout redirected to our stderr (keeps our stdout clean).
-fn run_to_stderr(cmd: &mut Command) -> Result<()> {
+pub(crate) fn run_to_stderr(cmd: &mut Command) -> Result<()> {
     let status = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::from(io::stderr()))
@@ -270,7 +270,7 @@ fn remove_stamp(venv: &Path) -> Result<()> {
     }
 }
 
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut name = path
         .file_name()
         .context("path has no file name")?
@@ -287,7 +287,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// Exclusive advisory lock next to the venv (`<venv>.lock`), held until the
 /// returned file is dropped. flock is released by the kernel if we die.
-fn lock_cache(venv: &Path) -> Result<File> {
+pub(crate) fn lock_cache(venv: &Path) -> Result<File> {
     // Append rather than with_extension: the venv name ends in ".1".
     let mut name = venv
         .file_name()

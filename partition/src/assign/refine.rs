@@ -37,6 +37,12 @@ impl Balance {
                 pw[p as usize * ncon + c] += w;
             }
         }
+        Self::with_limits(k, ncon, pw, ub)
+    }
+
+    /// The part weights `pw` with limits `ub` times the average part per
+    /// constraint (never below the average rounded up).
+    pub(crate) fn with_limits(k: usize, ncon: usize, pw: Vec<i64>, ub: f64) -> Self {
         let max = (0..ncon)
             .map(|c| {
                 let total: i64 = (0..k).map(|p| pw[p * ncon + c]).sum();
@@ -47,14 +53,14 @@ impl Balance {
         Balance { k, ncon, pw, max }
     }
 
-    fn has_room(&self, p: usize, w: &[i64]) -> bool {
+    pub(crate) fn has_room(&self, p: usize, w: &[i64]) -> bool {
         w.iter()
             .enumerate()
             .all(|(c, &x)| x == 0 || self.pw[p * self.ncon + c] + x <= self.max[c])
     }
 
     /// Whether part `p` is over a limit in a constraint `w` weighs in.
-    fn over_in(&self, p: usize, w: &[i64]) -> bool {
+    pub(crate) fn over_in(&self, p: usize, w: &[i64]) -> bool {
         w.iter()
             .enumerate()
             .any(|(c, &x)| x > 0 && self.pw[p * self.ncon + c] > self.max[c])
@@ -72,7 +78,7 @@ impl Balance {
     /// lower it are allowed to fill `q` beyond a limit a little, which
     /// breaks the deadlock of a part full in one constraint and with room
     /// in another.
-    fn excess_delta(&self, p: usize, q: usize, w: &[i64]) -> f64 {
+    pub(crate) fn excess_delta(&self, p: usize, q: usize, w: &[i64]) -> f64 {
         let row = |x: usize| &self.pw[x * self.ncon..(x + 1) * self.ncon];
         let before = self.excess(row(p).iter().copied()) + self.excess(row(q).iter().copied());
         let after_p = self.excess(row(p).iter().zip(w).map(|(a, b)| a - b));
@@ -84,7 +90,7 @@ impl Balance {
         (0..self.k).any(|p| (0..self.ncon).any(|c| self.pw[p * self.ncon + c] > self.max[c]))
     }
 
-    fn shift(&mut self, from: usize, to: usize, w: &[i64]) {
+    pub(crate) fn shift(&mut self, from: usize, to: usize, w: &[i64]) {
         for (c, x) in w.iter().enumerate() {
             self.pw[from * self.ncon + c] -= x;
             self.pw[to * self.ncon + c] += x;

@@ -14,6 +14,7 @@
 use rayon::prelude::*;
 
 use super::graph::{all_sum_vec, LocalGraph};
+use crate::assign::refine::Balance;
 use crate::dist::Exchange;
 use crate::Result;
 
@@ -22,17 +23,9 @@ const ROUNDS: usize = 10;
 /// Rebalancing rounds per level at most.
 const REBALANCE_ROUNDS: usize = 40;
 
-/// The global limits and this rank's view of the part weights.
-pub struct Balance {
-    pub k: usize,
-    pub ncon: usize,
-    pub pw: Vec<i64>,
-    pub max: Vec<i64>,
-}
-
 impl Balance {
-    /// Limits `ub` times the average part per constraint (never below the
-    /// average rounded up), from the all-reduced part weights.
+    /// The global limits and part weights, from the all-reduced part
+    /// weights (the single-process [`Balance`], shared).
     pub fn global<E: Exchange>(
         ex: &E,
         g: &LocalGraph,
@@ -41,15 +34,7 @@ impl Balance {
         ub: f64,
     ) -> Result<Self> {
         let pw = part_weights(ex, g, parts, k)?;
-        let ncon = g.ncon;
-        let max = (0..ncon)
-            .map(|c| {
-                let total: i64 = (0..k).map(|p| pw[p * ncon + c]).sum();
-                let avg = total as f64 / k as f64;
-                ((avg * ub).floor() as i64).max(avg.ceil() as i64)
-            })
-            .collect();
-        Ok(Balance { k, ncon, pw, max })
+        Ok(Balance::with_limits(k, g.ncon, pw, ub))
     }
 
     /// This rank's share of the room (or the excess) of every part.
@@ -72,43 +57,6 @@ impl Balance {
             ncon: self.ncon,
             pw,
             max: self.max.clone(),
-        }
-    }
-
-    fn has_room(&self, p: usize, w: &[i64]) -> bool {
-        w.iter()
-            .enumerate()
-            .all(|(c, &x)| x == 0 || self.pw[p * self.ncon + c] + x <= self.max[c])
-    }
-
-    fn over_in(&self, p: usize, w: &[i64]) -> bool {
-        w.iter()
-            .enumerate()
-            .any(|(c, &x)| x > 0 && self.pw[p * self.ncon + c] > self.max[c])
-    }
-
-    fn excess(&self, pw: impl Iterator<Item = i64>) -> f64 {
-        pw.zip(&self.max)
-            .map(|(w, &m)| (w - m).max(0) as f64 / m.max(1) as f64)
-            .sum()
-    }
-
-    fn excess_delta(&self, p: usize, q: usize, w: &[i64]) -> f64 {
-        let row = |x: usize| &self.pw[x * self.ncon..(x + 1) * self.ncon];
-        let before = self.excess(row(p).iter().copied()) + self.excess(row(q).iter().copied());
-        let after_p = self.excess(row(p).iter().zip(w).map(|(a, b)| a - b));
-        let after_q = self.excess(row(q).iter().zip(w).map(|(a, b)| a + b));
-        after_p + after_q - before
-    }
-
-    pub fn overweight(&self) -> bool {
-        (0..self.k).any(|p| (0..self.ncon).any(|c| self.pw[p * self.ncon + c] > self.max[c]))
-    }
-
-    fn shift(&mut self, from: usize, to: usize, w: &[i64]) {
-        for (c, x) in w.iter().enumerate() {
-            self.pw[from * self.ncon + c] -= x;
-            self.pw[to * self.ncon + c] += x;
         }
     }
 }

@@ -10,20 +10,21 @@
 //! following their node or edge; [`output`] writes what DGL 2.1.0's
 //! `load_partition` reads. Two drivers run them: [`run`] in one process
 //! (partition mode ParMETIS; [`pipeline`] holds its shuffle-and-write
-//! step), and [`dist::driver`], one rank of partition mode DistParMETIS,
+//! step), and [`rank`], one rank of partition mode DistParMETIS,
 //! which assigns with [`assign::distributed`] and moves data between ranks
-//! through [`dist`]'s transport (MPI, threads in one process, or a world of
+//! through [`exchange`]'s transport (MPI, threads in one process, or a world of
 //! one). [`settings`] holds the flags both binaries take, [`stages`] the
 //! timing of the reports.
 
 pub mod assign;
 pub mod csr;
-pub mod dist;
 pub mod error;
+pub mod exchange;
 pub mod input;
 pub mod model;
 pub mod output;
 pub mod pipeline;
+pub mod rank;
 pub mod rmat;
 pub mod run;
 pub mod settings;

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dgl_partition::dist::driver::{self, RankConfig};
-use dgl_partition::dist::{plan::Limits, selftest, Exchange};
+use dgl_partition::exchange::{plan::Limits, selftest, Exchange};
 use dgl_partition::input::Source;
+use dgl_partition::rank::{self, RankConfig};
 use dgl_partition::settings::{self, PartitionArgs};
 
 /// Rank program of DGL's distributed partition pipeline.
@@ -247,7 +247,7 @@ fn run_rank<E: Exchange>(ex: &E, args: &RankArgs) -> Result<(), String> {
         cfg.partitioner,
         netns()
     );
-    let report = driver::run(ex, &cfg).map_err(|e| fail(e.to_string()))?;
+    let report = rank::run(ex, &cfg).map_err(|e| fail(e.to_string()))?;
     for line in report.lines() {
         println!("rank {rank} of {world}: {line}");
     }
@@ -265,7 +265,7 @@ fn run_rank<E: Exchange>(ex: &E, args: &RankArgs) -> Result<(), String> {
 
 #[cfg(feature = "mpi")]
 fn rank_main(args: &RankArgs) -> ExitCode {
-    let ex = match dgl_partition::dist::MpiExchange::init() {
+    let ex = match dgl_partition::exchange::MpiExchange::init() {
         Ok(ex) => ex.with_limits(args.limits()),
         Err(e) => {
             eprintln!("dgl-partition: {e}");
@@ -286,7 +286,7 @@ fn rank_main(args: &RankArgs) -> ExitCode {
 fn rank_main(args: &RankArgs) -> ExitCode {
     // A world of one: the partitions of a one-worker job, without MPI.
     let _ = args.limits();
-    match run_rank(&dgl_partition::dist::Single, args) {
+    match run_rank(&dgl_partition::exchange::Single, args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("{e}");
@@ -297,7 +297,7 @@ fn rank_main(args: &RankArgs) -> ExitCode {
 
 #[cfg(feature = "mpi")]
 fn selftest_main(args: &SelftestArgs) -> ExitCode {
-    let ex = match dgl_partition::dist::MpiExchange::init() {
+    let ex = match dgl_partition::exchange::MpiExchange::init() {
         Ok(ex) => ex.with_limits(args.limits()),
         Err(e) => {
             eprintln!("dgl-partition: {e}");
@@ -321,7 +321,7 @@ fn selftest_main(args: &SelftestArgs) -> ExitCode {
 fn selftest_main(args: &SelftestArgs) -> ExitCode {
     // A world of one moves nothing: the limits have nothing to split.
     let _ = args.limits();
-    match selftest::run(&dgl_partition::dist::Single, args.scale) {
+    match selftest::run(&dgl_partition::exchange::Single, args.scale) {
         Ok(r) => {
             println!(
                 "selftest ok: {r} (single process, built without mpi, {})",

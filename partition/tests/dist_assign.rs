@@ -1,5 +1,5 @@
 //! The distributed multilevel partitioner of partition mode DistParMETIS
-//! (`assign::distributed`) on 1 to 4 in-process ranks (`dist::Threads`),
+//! (`assign::distributed`) on 1 to 4 in-process ranks (`exchange::Threads`),
 //! each rank reading only its share through the real chunked reader:
 //! every node gets one part on every rank alike, no part is empty, every
 //! constraint stays within 1.03 (or the single-process hybrid's own
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use dgl_partition::assign::distributed::{self, Options, Outcome};
 use dgl_partition::assign::{self, Metis, MetisMode, Partitioner, Random, Request};
 use dgl_partition::csr;
-use dgl_partition::dist::Threads;
+use dgl_partition::exchange::Threads;
 use dgl_partition::input::{read_share, write_chunked, EdgeFormat, Source};
 use dgl_partition::model::{DType, EdgeType, InputGraph, NodeType, Tensor};
 use dgl_partition::rmat;
@@ -122,7 +122,7 @@ fn run_with(
         metadata: metadata.to_path_buf(),
     };
     Threads::run(ranks, |ex| {
-        use dgl_partition::dist::Exchange;
+        use dgl_partition::exchange::Exchange;
         let share = read_share(&source, ex.rank(), ranks, 1)?;
         let opts = Options {
             method,

@@ -4,7 +4,7 @@
 //! same partition JSON, feature files, original ids, graph arrays and
 //! assignment files.
 //!
-//! - a world of one (`dist::Single`, no MPI) through the library;
+//! - a world of one (`exchange::Single`, no MPI) through the library;
 //! - with `--features mpi`: `mpirun -n 2` and `-n 3` of `dgl-partition
 //!   rank` on this machine (TCP only, as between pods; once with a tiny
 //!   count limit that forces chunked rounds), every rank writing into the
@@ -20,10 +20,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dgl_partition::dist::driver::{self, RankConfig};
-use dgl_partition::dist::Single;
+use dgl_partition::exchange::Single;
 use dgl_partition::input::{write_chunked, EdgeFormat, Source};
 use dgl_partition::model::InputGraph;
+use dgl_partition::rank::{self, RankConfig};
 use dgl_partition::run::{self, Choice};
 
 /// The `--python` the callers still pass: ignored since graph.dgl is
@@ -129,7 +129,7 @@ fn a_world_of_one_writes_what_the_single_process_pipeline_writes() {
             python: python.clone(),
             gather_structure: false,
         };
-        let report = driver::run(&Single, &cfg).unwrap();
+        let report = rank::run(&Single, &cfg).unwrap();
         assert_eq!(report.part.inner_nodes, case.graph.num_nodes());
         assert_eq!(report.num_edges, case.graph.num_edges());
         assert!(report.quality.is_some(), "rank 0 reports the quality");
@@ -161,7 +161,7 @@ fn a_bad_input_is_named_and_leaves_no_json() {
         python,
         gather_structure: false,
     };
-    let e = driver::run(&Single, &cfg).unwrap_err().to_string();
+    let e = rank::run(&Single, &cfg).unwrap_err().to_string();
     assert!(
         e.contains("author:writes:paper1.txt") && e.contains("line 1"),
         "{e}"

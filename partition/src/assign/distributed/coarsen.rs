@@ -19,7 +19,7 @@ use rayon::prelude::*;
 
 use super::graph::{self, Compacting, LocalGraph, Owners};
 use super::stage;
-use crate::dist::{Buckets, Exchange};
+use crate::exchange::{Buckets, Exchange};
 use crate::rmat::mix;
 use crate::Result;
 
@@ -206,7 +206,7 @@ fn joins<E: Exchange>(
         .map(|&n| n / (1 + ncon) as u64)
         .collect();
     let got = ex.alltoallv(&Buckets::new(answer, counts)?)?;
-    let mut next = crate::dist::plan::offsets(got.counts());
+    let mut next = crate::exchange::plan::offsets(got.counts());
     let mut left = Vec::new();
     for (&(v, to), &r) in wanted.iter().zip(&dest) {
         let at = next[r as usize] as usize;

@@ -7,7 +7,7 @@
 //! anything) is agreed over all ranks.
 
 use super::stage;
-use crate::dist::Exchange;
+use crate::exchange::Exchange;
 use crate::input::Share;
 use crate::model::{DType, NodeType, Tensor};
 use crate::{Error, Result};

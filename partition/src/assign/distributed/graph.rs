@@ -10,7 +10,7 @@
 use rayon::prelude::*;
 
 use super::stage;
-use crate::dist::{Buckets, Exchange};
+use crate::exchange::{Buckets, Exchange};
 use crate::input::Share;
 use crate::Result;
 
@@ -162,7 +162,7 @@ impl LocalGraph {
     }
 
     /// The ghosts' values of `own` (one per owned vertex) from their owners.
-    pub fn halo_values<E: Exchange, T: crate::dist::Elem>(
+    pub fn halo_values<E: Exchange, T: crate::exchange::Elem>(
         &self,
         ex: &E,
         own: &[T],
@@ -173,7 +173,7 @@ impl LocalGraph {
     }
 
     /// `own` followed by the ghosts' values: one value per local vertex.
-    pub fn with_ghosts<E: Exchange, T: crate::dist::Elem>(
+    pub fn with_ghosts<E: Exchange, T: crate::exchange::Elem>(
         &self,
         ex: &E,
         mut own: Vec<T>,
@@ -542,7 +542,7 @@ fn merge_sorted(a: &[u64], b: &[u64]) -> Vec<u64> {
 
 /// The values of `keys` (global ids of `owners`' graph) from their owners,
 /// who hold `values` (one per owned vertex): one request and one reply.
-pub fn lookup<E: Exchange, T: crate::dist::Elem>(
+pub fn lookup<E: Exchange, T: crate::exchange::Elem>(
     ex: &E,
     owners: &Owners,
     keys: &[u64],
@@ -577,7 +577,7 @@ pub fn lookup<E: Exchange, T: crate::dist::Elem>(
     }
     let got = ex.alltoallv(&Buckets::new(answer, asked.counts().to_vec())?)?;
     // The send was a stable sort by owner: undo it.
-    let mut next = crate::dist::plan::offsets(got.counts());
+    let mut next = crate::exchange::plan::offsets(got.counts());
     Ok(dest
         .iter()
         .map(|&r| {

@@ -6,7 +6,7 @@ use super::graph::LocalGraph;
 use super::stage;
 use crate::assign::coarsen::View;
 use crate::assign::metis::metis_kway;
-use crate::dist::Exchange;
+use crate::exchange::Exchange;
 use crate::Result;
 
 /// The part of every vertex of `g` (replicated on every rank). `like_dgl`:

@@ -35,7 +35,7 @@ use self::graph::{all_sum_vec, LocalGraph, Owners};
 use super::metis::{COARSE_NODES, COARSE_PER_PART, UBFACTOR};
 use super::random::random_parts;
 use super::{read_files, Assignment, Quality};
-use crate::dist::Exchange;
+use crate::exchange::Exchange;
 use crate::input::Share;
 use crate::run::Choice;
 use crate::{Error, Result};

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use super::graph::{all_sum_vec, LocalGraph};
 use crate::assign::refine::Balance;
-use crate::dist::Exchange;
+use crate::exchange::Exchange;
 use crate::Result;
 
 /// Refinement rounds per level at most (two directions per round).

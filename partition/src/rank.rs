@@ -28,8 +28,8 @@ use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::{Buckets, Exchange};
 use crate::assign::{self, Assignment, Quality, Request};
+use crate::exchange::{Buckets, Exchange};
 use crate::input::{self, Share, Source};
 use crate::model::{EdgeType, InputGraph, NodeType, Tensor};
 use crate::output::json::{part_dir, PartitionJson};

@@ -13,7 +13,6 @@
 //! below [`plan::Limits`] (the chunking arithmetic lives in [`plan`], pure
 //! and tested on its own with tiny limits); callers use 64-bit counts only.
 
-pub mod driver;
 pub mod plan;
 pub mod selftest;
 mod single;

@@ -179,7 +179,7 @@ fn all_to_all<E: Exchange, T: Elem + PartialEq + fmt::Debug>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dist::Single;
+    use crate::exchange::Single;
 
     #[test]
     fn the_selftest_passes_on_a_world_of_one() {

@@ -205,7 +205,7 @@ impl Exchange for Threads {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dist::Single;
+    use crate::exchange::Single;
 
     #[test]
     fn one_thread_behaves_like_single() {

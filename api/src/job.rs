@@ -324,6 +324,28 @@ pub struct RunPolicy {
     /// count (Count, the default for a failure no rule matches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_failure_policy: Option<crate::failure_policy::PodFailurePolicy>,
+
+    /// Seconds a pod of the job may be unable to start (Unschedulable,
+    /// ErrImagePull/ImagePullBackOff, CreateContainerConfigError, ...)
+    /// before the job fails with reason `PodStartTimeout`, naming the pod
+    /// and the cause. Condition `PodsNotStarting` names such a pod at once
+    /// either way. Unset: 300. 0: never fail for it (the condition only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub pod_start_timeout_seconds: Option<i32>,
+}
+
+impl RunPolicy {
+    /// [`RunPolicy::pod_start_timeout_seconds`] when unset.
+    pub const DEFAULT_POD_START_TIMEOUT_SECONDS: i32 = 300;
+
+    /// The pod start timeout with the default applied; `None` for 0 (never).
+    pub fn pod_start_timeout(&self) -> Option<i64> {
+        let t = self
+            .pod_start_timeout_seconds
+            .unwrap_or(Self::DEFAULT_POD_START_TIMEOUT_SECONDS);
+        (t > 0).then_some(i64::from(t))
+    }
 }
 
 /// Gang-scheduling settings, turned into a PodGroup.

@@ -26,6 +26,15 @@
 //! under load they do not delay the pods and status writes that make jobs
 //! progress. None waits longer than [`BACKGROUND_MAX_WAIT`] for a spare
 //! token: after that it queues like any other request.
+//!
+//! Every request has a deadline ([`Deadlines`]): connecting and writing are
+//! bounded by kube's connector, and the layer bounds the wait for the
+//! response's headers (a watch's included), so a half-open connection to the
+//! API server fails a reconcile, a lease renewal or a token review instead
+//! of hanging it. A client that never watches (leader election, /metrics
+//! auth) also bounds every read of the body ([`for_requests_only`]); the
+//! reconciles' client does not, since a quiet watch may send nothing for
+//! minutes (kube's watcher has its own idle timeout for those).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -58,16 +67,53 @@ impl RateLimit {
 /// queues for one like every other request.
 pub const BACKGROUND_MAX_WAIT: Duration = Duration::from_secs(30);
 
-/// A client from `config` with request counting and one rate limit for all
-/// its requests.
-pub fn build(config: Config, limit: RateLimit, metrics: Arc<Metrics>) -> kube::Result<Client> {
+/// How long a request to the API server may take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// Opening the TCP (and TLS) connection.
+    pub connect: Duration,
+    /// Sending the request, and then until the response's headers arrive.
+    pub request: Duration,
+}
+
+impl Deadlines {
+    /// `config` with connect and write timeouts set; the read side is the
+    /// layer's (see the module's comment).
+    pub fn apply(&self, mut config: Config) -> Config {
+        config.connect_timeout = Some(self.connect);
+        config.write_timeout = Some(self.request);
+        config
+    }
+}
+
+/// `config` for a client that never watches: every read of a response is
+/// bounded by `deadlines.request` too, counted from when the request was
+/// written (not from when its pooled connection went idle).
+pub fn for_requests_only(config: Config, deadlines: Deadlines) -> Config {
+    let mut config = deadlines.apply(config);
+    config.read_timeout = Some(deadlines.request);
+    config.reset_reader_on_write = true;
+    config
+}
+
+/// A client from `config` with request counting, one rate limit for all
+/// its requests and `deadlines` on each.
+pub fn build(
+    config: Config,
+    limit: RateLimit,
+    deadlines: Deadlines,
+    metrics: Arc<Metrics>,
+) -> kube::Result<Client> {
     let bucket = TokenBucket::new(limit).map(Arc::new);
     let layer = ApiLayer {
         work: bucket.clone(),
         report: bucket,
+        deadline: Some(deadlines.request),
         metrics,
     };
-    Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
+    Ok(ClientBuilder::try_from(deadlines.apply(config))?
+        .with_layer(&layer)
+        .build())
 }
 
 /// A client from `config` with request counting and a rate limit of its own
@@ -77,14 +123,18 @@ pub fn build_split(
     config: Config,
     work: RateLimit,
     report: RateLimit,
+    deadlines: Deadlines,
     metrics: Arc<Metrics>,
 ) -> kube::Result<Client> {
     let layer = ApiLayer {
         work: TokenBucket::new(work).map(Arc::new),
         report: TokenBucket::new(report).map(Arc::new),
+        deadline: Some(deadlines.request),
         metrics,
     };
-    Ok(ClientBuilder::try_from(config)?.with_layer(&layer).build())
+    Ok(ClientBuilder::try_from(deadlines.apply(config))?
+        .with_layer(&layer)
+        .build())
 }
 
 /// Which bucket of a [`build_split`] client a request takes its token from.
@@ -202,13 +252,24 @@ impl TokenBucket {
     }
 }
 
-/// The tower layer: counting and the rate limits (one bucket per
-/// [`Stream`]; the same bucket twice for a client with one limit).
+/// The tower layer: counting, the rate limits (one bucket per [`Stream`];
+/// the same bucket twice for a client with one limit) and the deadline for
+/// a response's headers, counted once the request has its token.
 #[derive(Clone)]
 pub struct ApiLayer {
     work: Option<Arc<TokenBucket>>,
     report: Option<Arc<TokenBucket>>,
+    deadline: Option<Duration>,
     metrics: Arc<Metrics>,
+}
+
+/// The error of a request whose response did not begin within its deadline.
+#[derive(Debug, thiserror::Error)]
+#[error("the API server did not answer {verb} {resource} within {deadline:?}")]
+pub struct DeadlineExceeded {
+    pub verb: &'static str,
+    pub resource: String,
+    pub deadline: Duration,
 }
 
 impl<S> Layer<S> for ApiLayer {
@@ -218,6 +279,7 @@ impl<S> Layer<S> for ApiLayer {
             inner,
             work: self.work.clone(),
             report: self.report.clone(),
+            deadline: self.deadline,
             metrics: self.metrics.clone(),
         }
     }
@@ -227,8 +289,36 @@ pub struct ApiService<S> {
     inner: S,
     work: Option<Arc<TokenBucket>>,
     report: Option<Arc<TokenBucket>>,
+    deadline: Option<Duration>,
     metrics: Arc<Metrics>,
 }
+
+/// `fut` bounded by `deadline` (none: unbounded), its error boxed.
+async fn bounded<F, T, E>(
+    fut: F,
+    deadline: Option<Duration>,
+    verb: &'static str,
+    resource: String,
+) -> Result<T, BoxError>
+where
+    F: Future<Output = Result<T, E>>,
+    E: Into<BoxError>,
+{
+    let Some(deadline) = deadline else {
+        return fut.await.map_err(Into::into);
+    };
+    match tokio::time::timeout(deadline, fut).await {
+        Ok(r) => r.map_err(Into::into),
+        Err(_) => Err(Box::new(DeadlineExceeded {
+            verb,
+            resource,
+            deadline,
+        })),
+    }
+}
+
+/// The error type of kube's HTTP stack, and so of this layer.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -236,13 +326,15 @@ impl<S, B> Service<Request<B>> for ApiService<S>
 where
     S: Service<Request<B>>,
     S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Into<BoxError> + 'static,
 {
     type Response = S::Response;
-    type Error = S::Error;
-    type Future = BoxFuture<Result<S::Response, S::Error>>;
+    type Error = BoxError;
+    type Future = BoxFuture<Result<S::Response, BoxError>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+        self.inner.poll_ready(cx).map_err(Into::into)
     }
 
     fn call(&mut self, req: Request<B>) -> Self::Future {
@@ -256,11 +348,11 @@ where
             .api_requests
             .get_or_create(&ApiRequestLabels {
                 verb: verb.to_string(),
-                resource,
+                resource: resource.clone(),
             })
             .inc();
         // kube's stack is lazy: nothing is sent before the future is polled.
-        let fut = self.inner.call(req);
+        let fut = bounded(self.inner.call(req), self.deadline, verb, resource);
         let Some(bucket) = bucket else {
             return Box::pin(fut);
         };

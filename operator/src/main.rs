@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
 use dgl_api::logging::{self, LogFormat, Output};
-use dgl_operator::client::RateLimit;
+use dgl_operator::client::{self, Deadlines, RateLimit};
 use dgl_operator::controller::{self, Settings};
 use dgl_operator::leader::{LeaderConfig, LeaderElector};
 use dgl_operator::metrics::Metrics;
@@ -116,6 +116,20 @@ struct RunArgs {
     /// client-go's renewDeadline.
     #[arg(long, default_value_t = 10)]
     lease_renew_deadline_seconds: u64,
+
+    /// Seconds to open a connection to the API server before the request
+    /// fails (and is retried by the reconcile's backoff, the next lease
+    /// renewal, or the next scrape).
+    #[arg(long, default_value_t = 10, value_parser = dgl_api::duration::parse_secs_min::<1>, env = "DGL_OPERATOR_KUBE_API_CONNECT_TIMEOUT")]
+    kube_api_connect_timeout_seconds: u64,
+
+    /// Seconds every API request may take to be sent and to begin its answer
+    /// (a watch: until it is open); leader election's and /metrics auth's
+    /// requests also for every read of the answer. A half-open connection
+    /// then fails the request instead of hanging a reconcile, a lease
+    /// renewal or a scrape. Capped at 1 year.
+    #[arg(long, default_value_t = 30, value_parser = dgl_api::duration::parse_secs_min::<1>, env = "DGL_OPERATOR_KUBE_API_TIMEOUT")]
+    kube_api_timeout_seconds: u64,
 
     /// Requests per second of the client that leader election and /metrics
     /// token reviews share: their own, never the reconciles' (--kube-api-qps).
@@ -244,13 +258,19 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     // Leader election and token reviews get a client of their own, so a
     // busy reconcile queue can neither delay a lease renewal nor a scrape.
-    let side = dgl_operator::client::build(config.clone(), side_limit, metrics.clone())
+    let deadlines = Deadlines {
+        connect: dgl_api::duration::secs(args.kube_api_connect_timeout_seconds),
+        request: dgl_api::duration::secs(args.kube_api_timeout_seconds),
+    };
+    // The side client never watches: every read of it is bounded too.
+    let side_config = client::for_requests_only(config.clone(), deadlines);
+    let side = client::build(side_config, side_limit, deadlines, metrics.clone())
         .context("building the Kubernetes client for leader election and /metrics auth")?;
     let report_limit = RateLimit {
         qps: args.report_api_qps.unwrap_or(limit.qps),
         burst: args.report_api_burst.unwrap_or(limit.burst),
     };
-    let client = dgl_operator::client::build_split(config, limit, report_limit, metrics.clone())
+    let client = client::build_split(config, limit, report_limit, deadlines, metrics.clone())
         .context("building the Kubernetes client")?;
     let ready = spawn_server(&args, &side, &metrics);
 

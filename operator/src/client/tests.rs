@@ -147,6 +147,7 @@ async fn a_status_write_does_not_wait_behind_the_work() {
     let layer = ApiLayer {
         work: TokenBucket::new(limit).map(Arc::new),
         report: TokenBucket::new(limit).map(Arc::new),
+        deadline: None,
         metrics: Arc::default(),
     };
     let mut svc = layer.layer(Instant200);
@@ -176,6 +177,7 @@ async fn a_status_write_does_not_wait_behind_the_work() {
     let layer = ApiLayer {
         work: shared.clone(),
         report: shared,
+        deadline: None,
         metrics: Arc::default(),
     };
     let mut svc = layer.layer(Instant200);

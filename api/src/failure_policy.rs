@@ -5,6 +5,7 @@
 //! mpi-operator users in kubeflow/mpi-operator#537.
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -90,7 +91,9 @@ pub struct OnPodCondition {
     pub status: Option<String>,
 }
 
-/// What a failed (or terminating) pod shows that rules can match.
+/// What a failed (or terminating) pod shows that rules can match, and
+/// when it ended (which tells the cause of a run's failure from the pods
+/// that failed because of it).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FailureFacts {
     /// `(container, exit code)` of every container (init containers but
@@ -98,32 +101,69 @@ pub struct FailureFacts {
     pub exits: Vec<(String, i32)>,
     /// `(type, status)` of the pod's conditions.
     pub conditions: Vec<(String, String)>,
+    /// When it failed: the earliest `finishedAt` of those containers; for a
+    /// pod being deleted, when its deletion was asked (deletionTimestamp
+    /// less its grace period). `None` when the pod shows neither.
+    pub ended_at: Option<Timestamp>,
+    /// A pod being deleted: its deletionTimestamp, the end of its grace
+    /// period, by which a kubelet that is alive has stopped and removed it.
+    pub deletion_due: Option<Timestamp>,
 }
+
+/// The condition Kubernetes sets on a pod it evicts, preempts or deletes
+/// from a tainted node.
+pub const DISRUPTION_TARGET: &str = "DisruptionTarget";
 
 impl FailureFacts {
     pub fn of(pod: &Pod) -> FailureFacts {
+        let deletion_due = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0);
+        let asked = deletion_due.map(|due| {
+            let grace = pod.metadata.deletion_grace_period_seconds.unwrap_or(0);
+            due.checked_sub(SignedDuration::from_secs(grace.max(0)))
+                .unwrap_or(due)
+        });
+        let mut facts = FailureFacts {
+            deletion_due,
+            ..FailureFacts::default()
+        };
         let Some(status) = pod.status.as_ref() else {
-            return FailureFacts::default();
+            facts.ended_at = asked;
+            return facts;
         };
         let side = pods::sidecars(pod);
-        let exits = status
+        let mut finished = Vec::new();
+        for c in status
             .init_container_statuses
             .iter()
             .flatten()
             .filter(|c| !side.contains(c.name.as_str()))
             .chain(status.container_statuses.iter().flatten())
-            .filter_map(|c| {
-                let t = c.state.as_ref()?.terminated.as_ref()?;
-                (t.exit_code != 0).then(|| (c.name.clone(), t.exit_code))
-            })
-            .collect();
-        let conditions = status
+        {
+            let Some(t) = c.state.as_ref().and_then(|s| s.terminated.as_ref()) else {
+                continue;
+            };
+            if t.exit_code != 0 {
+                facts.exits.push((c.name.clone(), t.exit_code));
+                finished.extend(t.finished_at.as_ref().map(|f| f.0));
+            }
+        }
+        facts.conditions = status
             .conditions
             .iter()
             .flatten()
             .map(|c| (c.type_.clone(), c.status.clone()))
             .collect();
-        FailureFacts { exits, conditions }
+        // A deletion asked for is the cause of any exit it led to.
+        facts.ended_at = asked.or_else(|| finished.into_iter().min());
+        facts
+    }
+
+    /// Whether Kubernetes disrupted the pod (eviction, preemption, a
+    /// tainted node): condition DisruptionTarget True.
+    pub fn disrupted(&self) -> bool {
+        self.conditions
+            .iter()
+            .any(|(t, s)| t == DISRUPTION_TARGET && s == "True")
     }
 }
 
@@ -173,6 +213,7 @@ mod tests {
                 .iter()
                 .map(|(t, s)| (t.to_string(), s.to_string()))
                 .collect(),
+            ..FailureFacts::default()
         }
     }
 
@@ -231,5 +272,49 @@ mod tests {
             f.conditions,
             vec![("DisruptionTarget".to_string(), "True".to_string())]
         );
+    }
+
+    #[test]
+    fn facts_say_when_a_pod_ended_its_deletion_first() {
+        let at = |s: &str| s.parse::<Timestamp>().unwrap();
+        let exit = |code: i32, at: &str| {
+            json!({"name": format!("c{code}"), "ready": false,
+            "restartCount": 0, "image": "", "imageID": "",
+            "state": {"terminated": {"exitCode": code, "finishedAt": at}}})
+        };
+        let failed: Pod = serde_json::from_value(json!({
+            "spec": {"containers": []},
+            "status": {"containerStatuses": [
+                exit(1, "2026-01-01T00:00:09Z"), exit(2, "2026-01-01T00:00:05Z"),
+                exit(0, "2026-01-01T00:00:01Z")]}
+        }))
+        .unwrap();
+        let f = FailureFacts::of(&failed);
+        // The earliest non-zero exit; the one that exited 0 is no failure.
+        assert_eq!(f.ended_at, Some(at("2026-01-01T00:00:05Z")));
+        assert_eq!(f.deletion_due, None);
+        assert!(!f.disrupted());
+
+        let evicted: Pod = serde_json::from_value(json!({
+            "metadata": {"deletionTimestamp": "2026-01-01T00:00:30Z",
+                         "deletionGracePeriodSeconds": 30},
+            "spec": {"containers": []},
+            "status": {"conditions": [{"type": "DisruptionTarget", "status": "True"}],
+                       "containerStatuses": [exit(143, "2026-01-01T00:00:02Z")]}
+        }))
+        .unwrap();
+        let f = FailureFacts::of(&evicted);
+        // Asked at 00:00, due at 00:30: the deletion caused the exit.
+        assert_eq!(f.ended_at, Some(at("2026-01-01T00:00:00Z")));
+        assert_eq!(f.deletion_due, Some(at("2026-01-01T00:00:30Z")));
+        assert!(f.disrupted());
+
+        let no_status: Pod = serde_json::from_value(json!({
+            "metadata": {"deletionTimestamp": "2026-01-01T00:00:30Z"},
+            "spec": {"containers": []}
+        }))
+        .unwrap();
+        let f = FailureFacts::of(&no_status);
+        assert_eq!(f.ended_at, Some(at("2026-01-01T00:00:30Z")));
     }
 }

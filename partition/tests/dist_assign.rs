@@ -18,7 +18,7 @@ use dgl_partition::exchange::Threads;
 use dgl_partition::input::{read_share, write_chunked, EdgeFormat, Source};
 use dgl_partition::model::{DType, EdgeType, InputGraph, NodeType, Tensor};
 use dgl_partition::rmat;
-use dgl_partition::run::Choice;
+use dgl_partition::settings::Choice;
 
 fn ntype(name: &str, count: u64, train_every: Option<u64>) -> NodeType {
     let mut data = BTreeMap::new();

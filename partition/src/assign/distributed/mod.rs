@@ -37,7 +37,7 @@ use super::random::random_parts;
 use super::{read_files, Assignment, Quality};
 use crate::exchange::Exchange;
 use crate::input::Share;
-use crate::run::Choice;
+use crate::settings::Choice;
 use crate::{Error, Result};
 
 /// Edges one rank sends per round while building and contracting: a

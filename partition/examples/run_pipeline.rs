@@ -5,7 +5,8 @@
 //!     <metadata.json> <out_dir> <python> [parts=4] [threads=2] [train_mask]
 
 use dgl_partition::input::Source;
-use dgl_partition::run::{self, Choice, Config};
+use dgl_partition::run::{self, Config};
+use dgl_partition::settings::Choice;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()

@@ -8,31 +8,13 @@ use std::path::PathBuf;
 
 use crate::assign::{self, Assignment, Partitioner, Request};
 use crate::input::{self, Source};
+use crate::settings::Choice;
 use crate::stages::Stages;
 use crate::{csr, pipeline, Error, Result};
 
 /// Folder below the output that holds the assignment in DGL's format
 /// (`<ntype>.txt` + `partition_meta.json`), so DGL's tools can reuse it.
 pub const ASSIGNMENT_DIR: &str = "partition_assignment";
-
-/// Which partitioner assigns the nodes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Choice {
-    Metis,
-    Random,
-    /// A user's assignment in DGL's format, in this folder.
-    File(PathBuf),
-}
-
-impl fmt::Display for Choice {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Choice::Metis => f.write_str("metis"),
-            Choice::Random => f.write_str("random"),
-            Choice::File(dir) => write!(f, "file {}", dir.display()),
-        }
-    }
-}
 
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

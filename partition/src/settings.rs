@@ -3,9 +3,10 @@
 //! choice of partitioner, where the chunked input is found by default and
 //! how many threads run, stated once here.
 
-use std::path::{Path, PathBuf};
+use std::fmt;
 
-use crate::run::Choice;
+use clap::builder::TypedValueParser;
+use std::path::{Path, PathBuf};
 
 /// The chunked graph's description file (DGL's name).
 pub const CHUNKED_METADATA: &str = "metadata.json";
@@ -40,8 +41,14 @@ pub struct PartitionArgs {
     /// random, or file (a DGL assignment: <ntype>.txt + partition_meta.json
     /// in --assignment-dir).
     /// (DGL's `part_method`.)
-    #[arg(long, env = "DGLRUN_PART_METHOD", value_enum, default_value_t = Method::Metis)]
-    pub part_method: Method,
+    #[arg(
+        long,
+        env = "DGLRUN_PART_METHOD",
+        default_value = "metis",
+        value_parser = clap::builder::PossibleValuesParser::new(Choice::FLAG_VALUES)
+            .map(|v| Choice::from_flag(&v))
+    )]
+    pub part_method: Choice,
     /// Folder of the assignment files for --part-method file.
     #[arg(long, value_name = "DIR", required_if_eq("part_method", "file"))]
     pub assignment_dir: Option<PathBuf>,
@@ -92,9 +99,13 @@ impl PartitionArgs {
         chunked_metadata(self.input.as_deref(), workspace)
     }
 
-    /// The partitioner chosen.
+    /// The partitioner chosen, `file` with its folder (clap requires
+    /// --assignment-dir with `--part-method file`).
     pub fn choice(&self) -> Choice {
-        self.part_method.choice(self.assignment_dir.as_deref())
+        match (&self.part_method, &self.assignment_dir) {
+            (Choice::File(_), Some(dir)) => Choice::File(dir.clone()),
+            (c, _) => c.clone(),
+        }
     }
 
     /// The threads to run (see [`threads`]).
@@ -103,32 +114,46 @@ impl PartitionArgs {
     }
 }
 
-/// How nodes are assigned to partitions, as users name it (DGL's
+/// Which partitioner assigns the nodes, as users name it (DGL's
 /// `part_method`): metis, random, or file (a DGL assignment folder).
-#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
     Metis,
     Random,
-    File,
+    /// A user's assignment in DGL's format, in this folder (empty as
+    /// `--part-method` parses it; [`PartitionArgs::choice`] fills it in).
+    File(PathBuf),
 }
 
-impl Method {
+impl Choice {
+    /// The values `--part-method` takes.
+    pub const FLAG_VALUES: [&'static str; 3] = ["metis", "random", "file"];
+
     /// The flag value, as `--part-method` takes it.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &'static str {
         match self {
-            Method::Metis => "metis",
-            Method::Random => "random",
-            Method::File => "file",
+            Choice::Metis => "metis",
+            Choice::Random => "random",
+            Choice::File(_) => "file",
         }
     }
 
-    /// The partitioner; `file` reads `assignment_dir` (clap requires it
-    /// with `--part-method file`).
-    pub fn choice(self, assignment_dir: Option<&Path>) -> Choice {
+    /// The choice a flag value names (one of [`Self::FLAG_VALUES`]; clap
+    /// refuses any other before this runs, and `file` gets no folder yet).
+    fn from_flag(value: &str) -> Choice {
+        match value {
+            "random" => Choice::Random,
+            "file" => Choice::File(PathBuf::new()),
+            _ => Choice::Metis,
+        }
+    }
+}
+
+impl fmt::Display for Choice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Method::Metis => Choice::Metis,
-            Method::Random => Choice::Random,
-            Method::File => Choice::File(assignment_dir.map(Path::to_path_buf).unwrap_or_default()),
+            Choice::File(dir) => write!(f, "file {}", dir.display()),
+            c => f.write_str(c.as_str()),
         }
     }
 }
@@ -166,7 +191,6 @@ pub(crate) fn with_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::ValueEnum;
 
     #[derive(clap::Parser, Debug)]
     struct Cli {
@@ -240,16 +264,21 @@ mod tests {
     }
 
     #[test]
-    fn every_method_parses_back_from_its_flag_value() {
-        for m in Method::value_variants() {
-            assert_eq!(Method::from_str(m.as_str(), false), Ok(*m));
+    fn every_choice_parses_back_from_its_flag_value() {
+        for v in Choice::FLAG_VALUES {
+            assert_eq!(Choice::from_flag(v).as_str(), v);
         }
-        let dir = Path::new("/a");
-        assert_eq!(
-            Method::File.choice(Some(dir)),
-            Choice::File(dir.to_path_buf())
-        );
-        assert_eq!(Method::Metis.choice(Some(dir)), Choice::Metis);
+        let file = parse(&strings(&[
+            "--part-method",
+            "file",
+            "--assignment-dir",
+            "/a",
+        ]))
+        .unwrap();
+        assert_eq!(file.choice(), Choice::File(PathBuf::from("/a")));
+        assert_eq!(file.choice().to_string(), "file /a");
+        let metis = parse(&strings(&["--assignment-dir", "/a"])).unwrap();
+        assert_eq!(metis.choice(), Choice::Metis);
     }
 
     #[test]

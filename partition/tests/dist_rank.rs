@@ -24,7 +24,8 @@ use dgl_partition::exchange::Single;
 use dgl_partition::input::{write_chunked, EdgeFormat, Source};
 use dgl_partition::model::InputGraph;
 use dgl_partition::rank::{self, RankConfig};
-use dgl_partition::run::{self, Choice};
+use dgl_partition::run;
+use dgl_partition::settings::Choice;
 
 /// The `--python` the callers still pass: ignored since graph.dgl is
 /// written natively (a path that does not exist proves it is not run).

@@ -69,9 +69,10 @@ const TRAINING_IMAGE_FILES: [&str; 6] = [
 ];
 /// The files of the repository the GraphStorm image (examples/graphstorm/
 /// Dockerfile) copies: a change to any of them rebuilds it.
-const GRAPHSTORM_IMAGE_FILES: [&str; 5] = [
+const GRAPHSTORM_IMAGE_FILES: [&str; 6] = [
     "examples/graphstorm/requirements.txt",
     "examples/graphstorm/make_tables.py",
+    "examples/graphstorm/make_chunked.py",
     "examples/graphstorm/gconstruct.json",
     "examples/graphstorm/nc.yaml",
     "examples/graphstorm/progress_hook/sitecustomize.py",

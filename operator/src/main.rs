@@ -185,6 +185,15 @@ struct RunArgs {
     #[arg(long, env = "DGL_OPERATOR_NETWORK_POLICY")]
     network_policy: bool,
 
+    /// Kueue integration (Kueue's external framework
+    /// `DGLJob.v1alpha1.dgloperator.io`): a DGLJob labelled
+    /// `kueue.x-k8s.io/queue-name` waits suspended in a Workload the
+    /// operator owns until Kueue admits it. Needs Kueue's CRDs and RBAC on
+    /// workloads, workloads/status, resourceflavors, workloadpriorityclasses
+    /// (the Helm chart's kueue.enabled sets both). Off: no Kueue request.
+    #[arg(long, env = "DGL_OPERATOR_KUEUE")]
+    kueue: bool,
+
     /// Gang scheduler for runPolicy.schedulingPolicy.
     #[arg(long, value_enum, default_value_t = Gang::Auto)]
     gang_scheduler: Gang,
@@ -303,21 +312,23 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             gang,
             protected_service_accounts: args.protected_service_accounts.clone(),
             network_policy: args.network_policy,
+            kueue: args.kueue,
         },
         instance,
     };
     if settings.build.protected_service_accounts.is_empty() {
         warn!("no --protected-service-accounts: a DGLJob's pod may run as the operator's own ServiceAccount");
     }
-    ready.store(true, Ordering::Relaxed);
+    // Ready once leading and every watch cache has listed once (set by
+    // the controller): not while the caches cannot sync.
     info!(namespace = ?settings.namespace, concurrency = settings.concurrency,
         kube_api_qps = limit.qps, kube_api_burst = limit.burst,
         report_api_qps = report_limit.qps, report_api_burst = report_limit.burst, "starting controller");
     let mut rx = stop_rx.clone();
-    controller::run(client, settings, metrics.clone(), async move {
+    let stop = async move {
         let _ = rx.wait_for(|stop| *stop).await;
-    })
-    .await;
+    };
+    controller::run_reporting(client, settings, metrics.clone(), ready.clone(), stop).await;
     ready.store(false, Ordering::Relaxed);
     if let Some(e) = elector {
         e.release().await;

@@ -28,7 +28,7 @@ use crate::metrics::Metrics;
 #[derive(Clone)]
 pub struct ServerState {
     pub metrics: Arc<Metrics>,
-    /// Set once the controller's caches are running (and leadership, if on, is held).
+    /// Set once leadership (if on) is held and every watch cache has listed once.
     pub ready: Arc<AtomicBool>,
     /// Checks of /metrics tokens; None disables auth.
     pub auth: Option<Arc<MetricsAuth>>,

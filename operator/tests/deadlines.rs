@@ -3,16 +3,18 @@
 //! every connection open and answers nothing (a half-open connection, as
 //! after a network partition). The reconciles' requests, a lease renewal and
 //! a /metrics token review through it must fail within their deadline
-//! instead of hanging.
+//! instead of hanging. /readyz stays false while the watch caches cannot
+//! list through it, and turns true once they have.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dgl_operator::client::{self, Deadlines, RateLimit};
+use dgl_operator::controller::{self, Settings};
 use dgl_operator::leader::{LeaderConfig, LeaderElector};
 use dgl_operator::metrics::Metrics;
-use dgl_operator::server::MetricsAuth;
+use dgl_operator::server::{serve_on, MetricsAuth, ServerState};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -181,4 +183,75 @@ async fn a_silent_api_server_fails_lease_renewal_and_metrics_auth_within_the_dea
     fails_in_time("a lease renewal", elector.try_acquire()).await;
     let auth = MetricsAuth::new(side, RateLimit::UNLIMITED, Duration::from_secs(10));
     fails_in_time("a /metrics token review", auth.check("any-token")).await;
+}
+
+/// The status code of GET `path` on the operator's HTTP server.
+async fn status_of(addr: std::net::SocketAddr, path: &str) -> u16 {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn readyz_is_false_while_the_caches_cannot_sync_and_true_after() {
+    let (config, silent, direct) = proxied().await;
+    localkube::apply_crds(&direct, &dgl_api::crd_yaml())
+        .await
+        .unwrap();
+    let ns = localkube::create_test_namespace(&direct, "readyz")
+        .await
+        .unwrap();
+    silent.store(true, Ordering::SeqCst);
+    let metrics = Arc::new(Metrics::default());
+    let unlimited = RateLimit::UNLIMITED;
+    let c = client::build_split(config, unlimited, unlimited, DEADLINES, metrics.clone()).unwrap();
+    let synced = Arc::new(AtomicBool::new(false));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let state = ServerState {
+        metrics: metrics.clone(),
+        ready: synced.clone(),
+        auth: None,
+    };
+    tokio::spawn(serve_on(listener, state));
+    let settings = Settings {
+        concurrency: 1,
+        namespace: Some(ns),
+        build: Default::default(),
+        instance: "readyz".into(),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let operator = tokio::spawn(controller::run_reporting(
+        c,
+        settings,
+        metrics,
+        synced,
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    // Several list attempts fail (2 s each) while the proxy is silent.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            status_of(addr, "/readyz").await,
+            503,
+            "ready without caches"
+        );
+    }
+    assert_eq!(status_of(addr, "/healthz").await, 200, "alive all the same");
+    silent.store(false, Ordering::SeqCst);
+    let started = Instant::now();
+    while status_of(addr, "/readyz").await != 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "/readyz still not ready 90 s after the API server answered again"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let _ = stop_tx.send(());
+    let _ = operator.await;
 }

@@ -185,15 +185,6 @@ struct RunArgs {
     #[arg(long, env = "DGL_OPERATOR_NETWORK_POLICY")]
     network_policy: bool,
 
-    /// Kueue integration (Kueue's external framework
-    /// `DGLJob.v1alpha1.dgloperator.io`): a DGLJob labelled
-    /// `kueue.x-k8s.io/queue-name` waits suspended in a Workload the
-    /// operator owns until Kueue admits it. Needs Kueue's CRDs and RBAC on
-    /// workloads, workloads/status, resourceflavors, workloadpriorityclasses
-    /// (the Helm chart's kueue.enabled sets both). Off: no Kueue request.
-    #[arg(long, env = "DGL_OPERATOR_KUEUE")]
-    kueue: bool,
-
     /// Gang scheduler for runPolicy.schedulingPolicy.
     #[arg(long, value_enum, default_value_t = Gang::Auto)]
     gang_scheduler: Gang,
@@ -312,7 +303,6 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             gang,
             protected_service_accounts: args.protected_service_accounts.clone(),
             network_policy: args.network_policy,
-            kueue: args.kueue,
         },
         instance,
     };

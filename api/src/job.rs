@@ -75,6 +75,8 @@ use crate::rules;
 ).message("spec.runPolicy.schedulingPolicy.minAvailable: must not exceed the number of pods of the job (workers + launcher + partitioner)"))]
 #[x_kube(validation = rules::GRAPHBOLT_NOT_WITH_DISTPARMETIS.crd_rule())]
 #[x_kube(validation = rules::GRAPHBOLT_NEEDS_WORKERS.crd_rule())]
+#[x_kube(validation = rules::no_launcher_account_rule(ReplicaType::Worker))]
+#[x_kube(validation = rules::no_launcher_account_rule(ReplicaType::Partitioner))]
 // On the spec, not the field: a rule on the field runs only when the old and
 // the new object both have it, so unset (false) → true would pass.
 #[x_kube(validation = Rule::new(
@@ -108,10 +110,8 @@ pub struct DGLJobSpec {
         .message("spec.dglReplicaSpecs.Worker.replicas: must be at least 1"))]
     #[x_kube(validation = Rule::new("!('Partitioner' in self) || !has(self.Partitioner.replicas) || self.Partitioner.replicas <= 1")
         .message("spec.dglReplicaSpecs.Partitioner.replicas: must be 0 or 1"))]
-    #[x_kube(validation = Rule::new("!('Worker' in self) || !('Worker' in oldSelf) || (has(self.Worker.replicas) ? self.Worker.replicas : 1) == (has(oldSelf.Worker.replicas) ? oldSelf.Worker.replicas : 1)")
-        .message("spec.dglReplicaSpecs.Worker.replicas: is immutable (the partitions and the hostfile are made for it); create a new DGLJob to change it"))]
-    #[x_kube(validation = Rule::new("!('Partitioner' in self) || !('Partitioner' in oldSelf) || (has(self.Partitioner.replicas) ? self.Partitioner.replicas : 1) == (has(oldSelf.Partitioner.replicas) ? oldSelf.Partitioner.replicas : 1)")
-        .message("spec.dglReplicaSpecs.Partitioner.replicas: is immutable; create a new DGLJob to change it"))]
+    #[x_kube(validation = rules::replicas_fixed_rule(ReplicaType::Worker))]
+    #[x_kube(validation = rules::replicas_fixed_rule(ReplicaType::Partitioner))]
     pub dgl_replica_specs: BTreeMap<ReplicaType, ReplicaSpec>,
 
     /// Trainer processes per worker pod, written into the hostfile as

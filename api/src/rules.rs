@@ -8,7 +8,7 @@
 //! [`Fact`] or its negation, which has one CEL spelling (over the spec,
 //! `self`) and one Rust reading (over [`Facts`]).
 
-use crate::{DGLJobSpec, PartitionMode, ReplicaType};
+use crate::{DGLJobSpec, PartitionMode, ReplicaSpec, ReplicaType};
 
 /// What the rules read of a job: from its spec ([`Facts::of`]) or from
 /// dglrun's flags.
@@ -195,6 +195,107 @@ pub fn graphbolt_conflict(f: &Facts) -> Option<GraphBoltConflict> {
     ]
     .into_iter()
     .find(|c| !c.rule().kept_by(f))
+}
+
+/// What every launcher's ServiceAccount is named after its job
+/// (`<job>-launcher`, [`crate::names::rbac_name`]): it may patch its pod,
+/// so no other pod may run as one.
+pub const LAUNCHER_ACCOUNT_SUFFIX: &str = "-launcher";
+
+/// The roles whose templates choose their own ServiceAccount (the
+/// operator sets the launcher's).
+pub const ACCOUNT_ROLES: [ReplicaType; 2] = [ReplicaType::Worker, ReplicaType::Partitioner];
+
+/// The pod spec fields that name a ServiceAccount (`serviceAccount` is the
+/// deprecated alias the API server still honours).
+pub const ACCOUNT_FIELDS: [&str; 2] = ["serviceAccountName", "serviceAccount"];
+
+/// "No `role` template runs as a launcher's ServiceAccount" (any job's,
+/// its own included): a CEL rule on `DGLJobSpec`.
+pub fn no_launcher_account_rule(role: ReplicaType) -> kube::core::Rule {
+    let spec = format!("self.dglReplicaSpecs.{role}.template.spec");
+    let fields: Vec<String> = ACCOUNT_FIELDS
+        .iter()
+        .map(|f| format!("(!has({spec}.{f}) || !{spec}.{f}.endsWith('{LAUNCHER_ACCOUNT_SUFFIX}'))"))
+        .collect();
+    let cel = format!(
+        "!('{role}' in self.dglReplicaSpecs) || !has({spec}) || ({})",
+        fields.join(" && ")
+    );
+    kube::core::Rule::new(cel).message(kube::core::Message::Message(launcher_account_message(
+        role,
+        ACCOUNT_FIELDS[0],
+    )))
+}
+
+fn launcher_account_message(role: ReplicaType, field: &str) -> String {
+    format!(
+        "spec.dglReplicaSpecs.{role}.template.spec.{field}: must not name a launcher's ServiceAccount \
+         (a name ending in '{LAUNCHER_ACCOUNT_SUFFIX}'): that account may patch a launcher pod"
+    )
+}
+
+/// The first template (Worker, then Partitioner) that names a launcher's
+/// ServiceAccount: the message [`no_launcher_account_rule`] gives, naming
+/// the field, for a job stored before the CRD had the rule.
+pub fn launcher_account_named(spec: &DGLJobSpec) -> Option<String> {
+    ACCOUNT_ROLES.into_iter().find_map(|role| {
+        let pod = spec.replica_spec(role)?.template.spec.as_ref()?;
+        let named = [
+            pod.service_account_name.as_deref(),
+            pod.service_account.as_deref(),
+        ];
+        ACCOUNT_FIELDS
+            .into_iter()
+            .zip(named)
+            .find(|(_, sa)| sa.is_some_and(|sa| sa.ends_with(LAUNCHER_ACCOUNT_SUFFIX)))
+            .map(|(field, _)| launcher_account_message(role, field))
+    })
+}
+
+/// How many pods of `role` a job has, as its replica specs say: a spec
+/// without `replicas` has 1, a missing spec `absent` (no workers; the
+/// Partitioner defaults to the Launcher's template, so 1).
+fn replica_count(role: ReplicaType) -> i32 {
+    match role {
+        ReplicaType::Worker => 0,
+        _ => 1,
+    }
+}
+
+/// `role`'s pod count as CEL over the replica specs map `map`.
+fn replicas_cel(map: &str, role: ReplicaType) -> String {
+    format!(
+        "('{role}' in {map} ? (has({map}.{role}.replicas) ? {map}.{role}.replicas : 1) : {})",
+        replica_count(role)
+    )
+}
+
+/// `role`'s pod count read the way [`replicas_cel`] reads it.
+pub fn replicas_of(spec: &DGLJobSpec, role: ReplicaType) -> i32 {
+    spec.replica_spec(role)
+        .map(ReplicaSpec::replicas)
+        .unwrap_or(replica_count(role))
+}
+
+/// "`role`'s pod count never changes": a transition rule on
+/// `dglReplicaSpecs`, which counts a spec added or removed after creation
+/// as the change of count it is (a rule on `replicas` itself runs only when
+/// both the old and the new object have it).
+pub fn replicas_fixed_rule(role: ReplicaType) -> kube::core::Rule {
+    let cel = format!(
+        "{} == {}",
+        replicas_cel("self", role),
+        replicas_cel("oldSelf", role)
+    );
+    let why = match role {
+        ReplicaType::Worker => " (the partitions and the hostfile are made for it)",
+        _ => "",
+    };
+    kube::core::Rule::new(cel).message(kube::core::Message::Message(format!(
+        "spec.dglReplicaSpecs.{role}.replicas: is immutable{why}, also by adding or removing \
+         spec.dglReplicaSpecs.{role}; create a new DGLJob to change it"
+    )))
 }
 
 #[cfg(test)]

@@ -124,3 +124,92 @@ fn the_crd_states_every_rule_on_the_spec() {
         assert!(found, "not in the CRD: {}", rule.message);
     }
 }
+
+fn seed() -> DGLJobSpec {
+    let job: crate::DGLJob =
+        serde_yaml::from_str(include_str!("../../../examples/seed-dgljob.yaml")).unwrap();
+    job.spec
+}
+
+fn pod_spec(spec: &mut DGLJobSpec, role: ReplicaType) -> &mut k8s_openapi::api::core::v1::PodSpec {
+    let launcher = spec.dgl_replica_specs[&ReplicaType::Launcher].clone();
+    let replica = spec.dgl_replica_specs.entry(role).or_insert(launcher);
+    replica.template.spec.as_mut().unwrap()
+}
+
+/// The suffix the rules look for is the one the operator names accounts with.
+#[test]
+fn the_suffix_is_the_launchers_account_name() {
+    let name = crate::names::rbac_name("job-a", ReplicaType::Launcher);
+    assert_eq!(name, format!("job-a{LAUNCHER_ACCOUNT_SUFFIX}"));
+}
+
+#[test]
+fn a_template_naming_a_launchers_account_is_named_by_field() {
+    let mut spec = seed();
+    assert_eq!(launcher_account_named(&spec), None);
+    // A name that merely contains the word is someone's own account.
+    pod_spec(&mut spec, ReplicaType::Worker).service_account_name = Some("launcher-reader".into());
+    assert_eq!(launcher_account_named(&spec), None);
+    pod_spec(&mut spec, ReplicaType::Partitioner).service_account = Some("job-b-launcher".into());
+    let m = launcher_account_named(&spec).unwrap();
+    assert!(
+        m.starts_with("spec.dglReplicaSpecs.Partitioner.template.spec.serviceAccount: must not"),
+        "{m}"
+    );
+    pod_spec(&mut spec, ReplicaType::Worker).service_account_name = Some("job-b-launcher".into());
+    let m = launcher_account_named(&spec).unwrap();
+    assert!(
+        m.starts_with("spec.dglReplicaSpecs.Worker.template.spec.serviceAccountName: must not"),
+        "{m}"
+    );
+}
+
+#[test]
+fn the_launcher_account_rule_reads_both_fields_of_its_role() {
+    let cel = no_launcher_account_rule(ReplicaType::Worker).rule;
+    assert_eq!(
+        cel,
+        "!('Worker' in self.dglReplicaSpecs) || !has(self.dglReplicaSpecs.Worker.template.spec) || \
+         ((!has(self.dglReplicaSpecs.Worker.template.spec.serviceAccountName) || \
+         !self.dglReplicaSpecs.Worker.template.spec.serviceAccountName.endsWith('-launcher')) && \
+         (!has(self.dglReplicaSpecs.Worker.template.spec.serviceAccount) || \
+         !self.dglReplicaSpecs.Worker.template.spec.serviceAccount.endsWith('-launcher')))"
+    );
+}
+
+/// The count the transition rule compares is the count the job runs with.
+#[test]
+fn replica_counts_are_the_jobs_pod_counts() {
+    let mut spec = seed();
+    assert_eq!(replicas_of(&spec, ReplicaType::Worker), spec.num_workers());
+    spec.dgl_replica_specs.remove(&ReplicaType::Worker);
+    assert_eq!(replicas_of(&spec, ReplicaType::Worker), 0);
+    assert_eq!(spec.num_workers(), 0);
+    for (replicas, pods) in [(None, 1), (Some(0), 0), (Some(1), 1)] {
+        let mut spec = seed();
+        if let Some(r) = replicas {
+            pod_spec(&mut spec, ReplicaType::Partitioner);
+            spec.dgl_replica_specs
+                .get_mut(&ReplicaType::Partitioner)
+                .unwrap()
+                .replicas = Some(r);
+        } else {
+            spec.dgl_replica_specs.remove(&ReplicaType::Partitioner);
+        }
+        assert_eq!(replicas_of(&spec, ReplicaType::Partitioner), pods);
+        assert_eq!(spec.has_partitioner(), pods == 1);
+    }
+}
+
+#[test]
+fn the_replicas_rule_counts_a_missing_spec() {
+    let w = replicas_fixed_rule(ReplicaType::Worker).rule;
+    assert_eq!(
+        w,
+        "('Worker' in self ? (has(self.Worker.replicas) ? self.Worker.replicas : 1) : 0) == \
+         ('Worker' in oldSelf ? (has(oldSelf.Worker.replicas) ? oldSelf.Worker.replicas : 1) : 0)"
+    );
+    let p = replicas_fixed_rule(ReplicaType::Partitioner).rule;
+    assert!(p.ends_with(": 1)"), "{p}");
+}

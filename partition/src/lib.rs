@@ -9,7 +9,7 @@
 //! part-local ids by prefix sums and cuts the per-partition arrays, features
 //! following their node or edge; [`output`] writes what DGL 2.1.0's
 //! `load_partition` reads. Two drivers run them: [`run`] in one process
-//! (partition mode ParMETIS; [`pipeline`] holds its shuffle-and-write
+//! (partition mode ParMETIS; [`shuffle_write`] holds its shuffle-and-write
 //! step), and [`rank`], one rank of partition mode DistParMETIS,
 //! which assigns with [`assign::distributed`] and moves data between ranks
 //! through [`exchange`]'s transport (MPI, threads in one process, or a world of
@@ -23,12 +23,12 @@ pub mod exchange;
 pub mod input;
 pub mod model;
 pub mod output;
-pub mod pipeline;
 pub mod rank;
 pub mod rmat;
 pub mod run;
 pub mod settings;
 pub mod shuffle;
+pub mod shuffle_write;
 pub mod stages;
 
 pub use error::{Error, Result};

@@ -29,16 +29,16 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::assign::{self, Assignment, Quality, Request};
-use crate::exchange::{Buckets, Exchange};
+use crate::exchange::{edges_to_owners, Buckets, Exchange, Received};
 use crate::input::{self, Share, Source};
 use crate::model::{EdgeType, InputGraph, NodeType, Tensor};
+use crate::output::files::{dir_bytes, prepare_out, write_assignment, write_json, Staging};
 use crate::output::json::{part_dir, PartitionJson};
 use crate::output::write_owned_part;
-use crate::pipeline::{self, PartSummary, Staging};
-use crate::run::ASSIGNMENT_DIR;
 use crate::settings::Choice;
 use crate::shuffle::part::inner_nodes;
 use crate::shuffle::{build_partition, count_owned_edges, IdMaps, OwnedEdges};
+use crate::shuffle_write::{self, PartSummary};
 use crate::{csr, Error, Result};
 
 /// What a rank needs; every rank gets the same.
@@ -131,11 +131,11 @@ pub fn run<E: Exchange>(ex: &E, cfg: &RankConfig) -> Result<RankReport> {
         ..Default::default()
     };
     // Before the first collective: no rank can have written the new JSON yet.
-    let json = prepare_out(cfg)?;
+    let json = prepare_out(&cfg.out_dir, &cfg.graph_name)?;
     let share = report.timed("read", || {
         input::read_share(&cfg.source, rank, world, cfg.threads)
     })?;
-    pipeline::validate_names(&share.graph, &cfg.graph_name)?;
+    shuffle_write::validate_names(&share.graph, &cfg.graph_name)?;
     let edge_counts = report.timed("check", || check_shares(ex, &share))?;
     report.num_nodes = share.graph.num_nodes();
     report.num_edges = edge_counts.iter().sum();
@@ -178,18 +178,10 @@ pub fn run<E: Exchange>(ex: &E, cfg: &RankConfig) -> Result<RankReport> {
         let tmp = cfg
             .out_dir
             .join(format!(".{}.json.rank{rank}.tmp", cfg.graph_name));
-        pipeline::write_json(&tmp, &json, &doc.render())
+        write_json(&tmp, &json, &doc.render())
     })?;
     report.json = json;
     Ok(report)
-}
-
-/// Creates the output folder and removes an earlier partition JSON.
-fn prepare_out(cfg: &RankConfig) -> Result<PathBuf> {
-    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| Error::io(&cfg.out_dir, e))?;
-    let json = cfg.out_dir.join(format!("{}.json", cfg.graph_name));
-    pipeline::remove_if_exists(&json)?;
-    Ok(json)
 }
 
 /// What every rank must agree on: types, counts, feature names, dtypes and
@@ -281,11 +273,7 @@ fn assign_distributed<E: Exchange>(
         "distributed assignment"
     );
     if ex.rank() == 0 {
-        assign::write_files(
-            &out.assignment,
-            &share.graph,
-            &cfg.out_dir.join(ASSIGNMENT_DIR),
-        )?;
+        write_assignment(&cfg.out_dir, &out.assignment, &share.graph)?;
     }
     let quality = (ex.rank() == 0).then_some(out.quality);
     Ok((out.assignment, quality))
@@ -323,7 +311,7 @@ fn assign_on_root<E: Exchange>(
         }
         quality = Some(req.quality(&a)?);
         drop(adjacency);
-        assign::write_files(&a, &g, &cfg.out_dir.join(ASSIGNMENT_DIR))?;
+        write_assignment(&cfg.out_dir, &a, &g)?;
         (parts, name) = (a.parts, a.algo_name.into_bytes());
     }
     ex.broadcast(0, &mut parts)?;
@@ -442,16 +430,10 @@ fn exchange<E: Exchange>(
     for (e, mut et) in share.graph.etypes.into_iter().enumerate() {
         let off = offsets[et.dst_type] as usize;
         let dest: Vec<u32> = et.dst.iter().map(|&d| parts[off + d as usize]).collect();
-        let first = share.edge_first[e];
-        let rows: Vec<u64> = (0..et.src.len())
-            .flat_map(|i| [first + i as u64, et.src[i], et.dst[i]])
-            .collect();
-        (et.src, et.dst) = (Vec::new(), Vec::new());
-        let send = Buckets::by_destination(&rows, 3, &dest, world)?;
-        drop(rows);
-        let got = ex.alltoallv(&send)?.into_data();
-        drop(send);
-        owned.push(split_edges(&got, &local, &et)?);
+        let (src, dst) = (std::mem::take(&mut et.src), std::mem::take(&mut et.dst));
+        // In rounds, the lists released as they go: one copy of the edges.
+        let got = edges_to_owners(ex, share.edge_first[e], src, dst, &dest, EDGE_ROUND)?;
+        owned.push(split_edges(got, &local, &et)?);
         let (s, end) = ids.edge_map[e][rank];
         let data = std::mem::take(&mut et.data);
         et.data = move_features(ex, data, &dest, world, end - s)?;
@@ -460,15 +442,17 @@ fn exchange<E: Exchange>(
     Ok((local, owned))
 }
 
+/// Edges per round of the exchange (24 bytes each sent, as many received).
+const EDGE_ROUND: usize = 1 << 21;
+
 /// Received `[eid, src, dst]` rows as owned edges, checked to be in edge id
 /// order (the feature rows arrive in the same order).
-fn split_edges(rows: &[u64], g: &InputGraph, et: &EdgeType) -> Result<OwnedEdges> {
-    let mut o = OwnedEdges::default();
-    for r in rows.chunks_exact(3) {
-        o.eids.push(r[0]);
-        o.src.push(r[1]);
-        o.dst.push(r[2]);
-    }
+fn split_edges(got: Received, g: &InputGraph, et: &EdgeType) -> Result<OwnedEdges> {
+    let o = OwnedEdges {
+        eids: got.eids,
+        src: got.src,
+        dst: got.dst,
+    };
     if !o.eids.windows(2).all(|w| w[0] < w[1]) {
         let name = format!(
             "{}:{}:{}",
@@ -536,7 +520,7 @@ fn write_own_part(
     let staging = Staging::create(&cfg.out_dir, &format!("{}.rank{rank}", cfg.graph_name))?;
     let dir = staging.dir.join(part_dir(rank));
     write_owned_part(local, &part, &dir, true)?;
-    let bytes = pipeline::dir_bytes(&dir)?;
+    let bytes = dir_bytes(&dir)?;
     staging.move_parts(&cfg.out_dir, &[rank])?;
     staging.finish()?;
     Ok(PartSummary {

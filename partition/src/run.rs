@@ -6,15 +6,12 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use crate::assign::{self, Assignment, Partitioner, Request};
+use crate::assign::{self, Partitioner, Request};
 use crate::input::{self, Source};
+use crate::output::files::write_assignment;
 use crate::settings::Choice;
 use crate::stages::Stages;
-use crate::{csr, pipeline, Error, Result};
-
-/// Folder below the output that holds the assignment in DGL's format
-/// (`<ntype>.txt` + `partition_meta.json`), so DGL's tools can reuse it.
-pub const ASSIGNMENT_DIR: &str = "partition_assignment";
+use crate::{csr, shuffle_write, Error, Result};
 
 impl fmt::Display for Source {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -57,7 +54,7 @@ pub struct Report {
     pub num_nodes: u64,
     pub num_edges: u64,
     pub quality: Option<assign::Quality>,
-    pub summary: Option<pipeline::Summary>,
+    pub summary: Option<shuffle_write::Summary>,
 }
 
 impl Report {
@@ -141,16 +138,16 @@ fn run_stages(cfg: &Config) -> Result<Report> {
     report.quality = Some(req.quality(&assignment)?);
     drop(adjacency);
     report.stages.timed("write assignment", || {
-        write_assignment(cfg, &graph, &assignment)
+        write_assignment(&cfg.out_dir, &assignment, &graph)
     })?;
-    let out = pipeline::OutputConfig {
+    let out = shuffle_write::OutputConfig {
         out_dir: cfg.out_dir.clone(),
         graph_name: cfg.graph_name.clone(),
         threads: cfg.threads,
         save_orig_ids: true,
     };
     let summary = report.stages.timed("shuffle and write", || {
-        pipeline::write_partitions(&graph, &assignment, &out)
+        shuffle_write::write_partitions(&graph, &assignment, &out)
     })?;
     report.summary = Some(summary);
     Ok(report)
@@ -162,13 +159,4 @@ pub(crate) fn partitioner(choice: &Choice) -> Box<dyn Partitioner> {
         Choice::Random => Box::new(assign::Random),
         Choice::File(dir) => Box::new(assign::FromFiles::new(dir.clone())),
     }
-}
-
-fn write_assignment(
-    cfg: &Config,
-    graph: &crate::model::InputGraph,
-    assignment: &Assignment,
-) -> Result<()> {
-    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| Error::io(&cfg.out_dir, e))?;
-    assign::write_files(assignment, graph, &cfg.out_dir.join(ASSIGNMENT_DIR))
 }

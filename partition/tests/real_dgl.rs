@@ -11,7 +11,7 @@ use std::process::Command;
 use dgl_partition::assign::Assignment;
 use dgl_partition::model::{DType, EdgeType, InputGraph, NodeType, Tensor};
 use dgl_partition::output::tensors::{write_npy, Rows};
-use dgl_partition::pipeline::{write_partitions, OutputConfig};
+use dgl_partition::shuffle_write::{write_partitions, OutputConfig};
 
 fn python() -> PathBuf {
     match std::env::var_os("DGLRUN_TEST_PYTHON") {

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use dgl_partition::assign::Assignment;
 use dgl_partition::model::{DType, EdgeType, InputGraph, NodeType, Tensor};
-use dgl_partition::pipeline::{write_partitions, OutputConfig};
+use dgl_partition::shuffle_write::{write_partitions, OutputConfig};
 
 /// splitmix64.
 fn mix(x: u64) -> u64 {

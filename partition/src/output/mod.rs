@@ -1,8 +1,10 @@
 //! Writers of what DGL 2.1.0 loads, all native: per part `node_feat.dgl`,
 //! `edge_feat.dgl` (and `orig_nids.dgl` / `orig_eids.dgl`) in DGL's
 //! `save_tensors` format, `graph.dgl` in its `save_graphs` format, and the
-//! partition JSON.
+//! partition JSON; [`files`] keeps half-written output from looking
+//! complete.
 
+pub mod files;
 pub mod graph_dgl;
 pub mod json;
 pub mod tensors;

@@ -1,11 +1,12 @@
-//! The stages in order: from a graph and its assignment to the partitions
-//! DGL 2.1.0 loads, every file written natively (no Python).
+//! Shuffle and write, in one process (partition mode ParMETIS): from a
+//! graph and its assignment to the partitions DGL 2.1.0 loads, every file
+//! written natively (no Python). Ownership, ids and each part's arrays
+//! come from [`crate::shuffle`]; parts are built and written in parallel.
 //!
-//! Nothing half-written looks complete: a previous `<graph>.json` is removed
-//! first, every part is written into a staging folder inside the output
-//! folder, and only when all parts (including `graph.dgl`) are done are they
-//! renamed into place and the JSON written (itself through a rename). An
-//! error leaves no `<graph>.json`.
+//! Nothing half-written looks complete ([`crate::output::files`]): every
+//! part is staged, and only when all parts (including `graph.dgl`) are done
+//! are they renamed into place and the JSON written. An error leaves no
+//! `<graph>.json`.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::assign::Assignment;
 use crate::model::InputGraph;
+use crate::output::files::{dir_bytes, prepare_out, Staging};
 use crate::output::json::{part_dir, PartitionJson};
 use crate::output::write_part;
 use crate::shuffle::{build_partition, ids::IdMaps, owned_edges, part::inner_nodes};
@@ -79,9 +81,7 @@ pub fn write_partitions(
     let start = Instant::now();
     validate(graph, cfg)?;
     let pool = pool(cfg.threads)?;
-    let json_path = cfg.out_dir.join(format!("{}.json", cfg.graph_name));
-    std::fs::create_dir_all(&cfg.out_dir).map_err(|e| Error::io(&cfg.out_dir, e))?;
-    remove_if_exists(&json_path)?;
+    let json_path = prepare_out(&cfg.out_dir, &cfg.graph_name)?;
     let staging = Staging::create(&cfg.out_dir, &cfg.graph_name)?;
     let t = Instant::now();
     let ids = pool.install(|| IdMaps::for_graph(graph, &assignment.parts, assignment.num_parts))?;
@@ -104,7 +104,8 @@ pub fn write_partitions(
         s.bytes = dir_bytes(&staging.dir.join(part_dir(s.part)))?;
         bytes += s.bytes;
     }
-    bytes += staging.publish(&cfg.out_dir, &parts, &json_path, &doc.render())?;
+    let done: Vec<u32> = parts.iter().map(|s| s.part).collect();
+    bytes += staging.publish(&cfg.out_dir, &done, &json_path, &doc.render())?;
     timings.publish = t.elapsed();
     timings.total = start.elapsed();
     Ok(Summary {
@@ -254,67 +255,6 @@ fn check_tensor(what: &str, name: &str, x: &crate::model::Tensor, rows: u64) -> 
     Ok(())
 }
 
-/// The staging folder inside the output folder (same filesystem, so the
-/// final renames are atomic); removed on drop unless published.
-pub(crate) struct Staging {
-    pub(crate) dir: PathBuf,
-    published: bool,
-}
-
-impl Staging {
-    /// `.<tag>.partial-<pid>` inside `out`.
-    pub(crate) fn create(out: &Path, graph: &str) -> Result<Self> {
-        let dir = out.join(format!(".{graph}.partial-{}", std::process::id()));
-        remove_dir_if_exists(&dir)?;
-        std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;
-        Ok(Staging {
-            dir,
-            published: false,
-        })
-    }
-
-    /// Moves the parts into `out` and writes the JSON last; returns the
-    /// JSON's bytes.
-    fn publish(self, out: &Path, parts: &[PartSummary], json: &Path, text: &str) -> Result<u64> {
-        let ids: Vec<u32> = parts.iter().map(|s| s.part).collect();
-        self.move_parts(out, &ids)?;
-        write_json(&self.dir.join("partition.json"), json, text)?;
-        self.finish()?;
-        Ok(text.len() as u64)
-    }
-
-    /// Moves the staged `part<i>` folders into `out`, replacing old ones.
-    pub(crate) fn move_parts(&self, out: &Path, parts: &[u32]) -> Result<()> {
-        for &p in parts {
-            let (from, to) = (self.dir.join(part_dir(p)), out.join(part_dir(p)));
-            remove_dir_if_exists(&to)?;
-            std::fs::rename(&from, &to).map_err(|e| Error::io(&to, e))?;
-        }
-        Ok(())
-    }
-
-    /// Removes the (published) staging folder.
-    pub(crate) fn finish(mut self) -> Result<()> {
-        self.published = true;
-        std::fs::remove_dir_all(&self.dir).map_err(|e| Error::io(&self.dir, e))
-    }
-}
-
-/// Writes the partition JSON to `tmp` (same filesystem) and renames it,
-/// so that it appears whole or not at all.
-pub(crate) fn write_json(tmp: &Path, json: &Path, text: &str) -> Result<()> {
-    std::fs::write(tmp, text).map_err(|e| Error::io(tmp, e))?;
-    std::fs::rename(tmp, json).map_err(|e| Error::io(json, e))
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        if !self.published {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
 fn pool(threads: usize) -> Result<rayon::ThreadPool> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
@@ -330,32 +270,6 @@ fn poisoned() -> Error {
         stage: "shuffle",
         message: "a partition worker panicked".into(),
     }
-}
-
-pub(crate) fn remove_if_exists(p: &Path) -> Result<()> {
-    match std::fs::remove_file(p) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(p, e)),
-        _ => Ok(()),
-    }
-}
-
-pub(crate) fn remove_dir_if_exists(p: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(p) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(p, e)),
-        _ => Ok(()),
-    }
-}
-
-pub(crate) fn dir_bytes(dir: &Path) -> Result<u64> {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-        let entry = entry.map_err(|e| Error::io(dir, e))?;
-        total += entry
-            .metadata()
-            .map_err(|e| Error::io(entry.path(), e))?
-            .len();
-    }
-    Ok(total)
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ mod images;
 mod pyenv;
 mod stack;
 mod test;
+mod test_binaries;
 
 #[derive(Parser)]
 #[command(about = "dgl-operator developer tasks")]

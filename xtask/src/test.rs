@@ -3,6 +3,13 @@
 //! binaries from the Go module proxy, the DGL venv from PyPI, the images),
 //! all cached, so a warm run only runs the tests. Last comes the end-to-end
 //! tier (`cargo xtask e2e`): real DGLJobs on a real node.
+//!
+//! Order, and what overlaps: lint; the venv beside the test control plane;
+//! `cargo test --no-run`; then the test binaries (two at a time,
+//! `test_binaries`) while the node cluster starts and the images are built
+//! and imported into it (disk and podman, mostly waiting, beside tests that
+//! mostly wait on their processes); the small partition benchmark; the
+//! e2e scenarios on the stack made ready meanwhile.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,7 +28,15 @@ pub struct Args {
     /// Skip the end-to-end tier (`cargo xtask e2e`: images, a real node, Helm, real jobs).
     #[arg(long)]
     no_e2e: bool,
-    /// Extra arguments for `cargo test` (e.g. a test name filter).
+    /// Test binaries that run at once (1: a plain `cargo test`, binaries in
+    /// a row, with the e2e tier's images built after it).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+    lanes: u32,
+    /// e2e scenarios that run side by side (see `cargo xtask e2e --help`).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
+    parallel: u32,
+    /// Extra arguments for `cargo test`: before a `--` for the build (e.g.
+    /// `-p dglrun`), after it for the test binaries (e.g. a name filter).
     #[arg(last = true)]
     cargo_test_args: Vec<String>,
 }
@@ -177,17 +192,54 @@ pub fn run(args: Args) -> Result<()> {
     println!("    kubeconfig: {}", info.kubeconfig.display());
     done(t);
 
-    let t = step("cargo test --workspace");
-    let result = run_cmd(
-        Command::new(&cargo)
-            // Every failing test in one run, not just the first binary's.
-            .args(["test", "--workspace", "--no-fail-fast"])
-            .args(["--features", WORKSPACE_FEATURES])
-            .args(&args.cargo_test_args)
-            .env("DGLRUN_TEST_PYTHON", &python)
-            .env("DGLRUN_TEST_GRAPHSTORM_PYTHON", &graphstorm),
-    );
-    done(t);
+    let (build_args, test_args) = split_test_args(&args.cargo_test_args);
+    let envs: [(&str, &Path); 2] = [
+        ("DGLRUN_TEST_PYTHON", &python),
+        ("DGLRUN_TEST_GRAPHSTORM_PYTHON", &graphstorm),
+    ];
+    let e2e_args = crate::e2e::Args {
+        name: crate::stack::DEFAULT_CLUSTER.into(),
+        keep_cluster: args.keep_cluster,
+        only: Vec::new(),
+        // The binaries `cargo test` just built: no second (release) compile.
+        profile: crate::images::Profile::Dev,
+        parallel: args.parallel,
+    };
+    let e2e_rt = crate::stack::runtime()?;
+    let lanes = args.lanes as usize;
+
+    let result = if lanes > 1 {
+        let t = step("cargo test --workspace --no-run");
+        let bins = crate::test_binaries::build(&cargo, &build_args)?;
+        done(t);
+        std::thread::scope(|scope| {
+            // The node, the images and the operator's install, beside the tests.
+            let stack = with_e2e.then(|| {
+                scope.spawn(|| {
+                    let t =
+                        step("end-to-end stack (beside the tests): node cluster, images, operator");
+                    let s = crate::e2e::start(&e2e_rt, &e2e_args);
+                    done(t);
+                    s
+                })
+            });
+            let t = step(&format!("test binaries, {lanes} at a time"));
+            let tests =
+                crate::test_binaries::run_all(&cargo, bins, &build_args, &test_args, &envs, lanes);
+            done(t);
+            let stack = stack.map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("the e2e stack thread panicked"))?
+            });
+            (tests, stack.transpose())
+        })
+    } else {
+        let t = step("cargo test --workspace");
+        let tests = crate::test_binaries::run_in_a_row(&cargo, &build_args, &test_args, &envs);
+        done(t);
+        (tests, Ok(None))
+    };
+    let (tests, stack) = result;
 
     if !args.keep_cluster {
         if let Some(dir) = info.state_dir.as_ref() {
@@ -202,26 +254,60 @@ pub fn run(args: Args) -> Result<()> {
             done(t);
         }
     }
-    result?;
+    if let Err(e) = tests {
+        stop_node(&e2e_rt, &e2e_args, stack.is_ok_and(|s| s.is_some()));
+        return Err(e);
+    }
+    let stack = stack?;
 
     // The partition benchmark's small run: DGL's partition_graph, the
     // ParMETIS pipeline and DistParMETIS's ranks on one 20 k-node graph, each
     // output loaded and evaluated (the full run: `cargo xtask bench partition`).
     let t = step("partition benchmark, small (cargo xtask bench partition --dev)");
-    crate::bench_partition::run(crate::bench_partition::PartitionArgs::small())?;
+    if let Err(e) = crate::bench_partition::run(crate::bench_partition::PartitionArgs::small()) {
+        stop_node(&e2e_rt, &e2e_args, stack.is_some());
+        return Err(e);
+    }
     done(t);
 
-    if !args.no_e2e {
+    if with_e2e {
         let t = step("end-to-end: cargo xtask e2e");
-        crate::e2e::run(crate::e2e::Args {
-            name: crate::stack::DEFAULT_CLUSTER.into(),
-            keep_cluster: args.keep_cluster,
-            only: Vec::new(),
-            // The binaries `cargo test` just built: no second (release) compile.
-            profile: crate::images::Profile::Dev,
-        })?;
+        let stack = match stack {
+            Some(s) => s,
+            None => crate::e2e::start(&e2e_rt, &e2e_args)?,
+        };
+        crate::e2e::finish(&e2e_rt, stack, &e2e_args, Instant::now())?;
         done(t);
     }
     println!("\nall checks passed in {:.0}s", all.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// `cargo_test_args` split at `--`: cargo's build arguments, then the test
+/// binaries' arguments.
+fn split_test_args(all: &[String]) -> (Vec<String>, Vec<String>) {
+    let mut build = vec!["--features".to_string(), WORKSPACE_FEATURES.to_string()];
+    match all.iter().position(|a| a == "--") {
+        Some(i) => {
+            build.extend_from_slice(&all[..i]);
+            (build, all[i + 1..].to_vec())
+        }
+        None => {
+            build.extend_from_slice(all);
+            (build, Vec::new())
+        }
+    }
+}
+
+/// Stops the node cluster started beside the tests when a later step failed
+/// (unless asked to keep it).
+fn stop_node(rt: &tokio::runtime::Runtime, args: &crate::e2e::Args, started: bool) {
+    if !started || args.keep_cluster {
+        return;
+    }
+    if let Ok(c) = crate::cluster::node_cluster(&args.name) {
+        if let Err(e) = rt.block_on(c.down(false)) {
+            eprintln!("test: stopping node cluster {:?}: {e:#}", args.name);
+        }
+    }
 }

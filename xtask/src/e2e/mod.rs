@@ -44,12 +44,22 @@
 //!      GraphStorm's gsgnn_np trains on two workers to Succeeded, its loss
 //!      falls by epoch and status.progress moves through the epochs
 //!      (`graphstorm.rs`).
-//!    - `chaos`: every fault of `cargo xtask chaos` once (`crate::chaos`).
+//!    - `chaos-job`: every fault of `cargo xtask chaos` confined to one
+//!      job (a worker deleted, the partitioner killed, a shard corrupted,
+//!      the network cut), once each;
+//!    - `chaos`: every fault that disturbs the whole cluster (the operator
+//!      killed, churn, kube-apiserver / etcd / kubelet restarted), once each.
 //!    - `namespaced` (last): the Helm release is replaced by the
 //!      single-namespace install `deploy/namespaced` (kustomize), whose
 //!      namespace enforces Pod Security "restricted"; the example must train
 //!      to Succeeded there, so every container the operator injects passes
 //!      admission (`namespaced.rs`).
+//!
+//! Scenarios run side by side (`--parallel`, default 3) where they only
+//! touch their own namespace; `train` (which replaces the operator's pod),
+//! `chaos` and `namespaced` run alone, in that order, after them. Most of a
+//! scenario's time is waiting for pods, so side by side the tier takes
+//! about half the time it takes in a row (docs/benchmarks.md, "Test command").
 //!
 //! On a failure, the job's status, its pods, Events and the operator's and
 //! pods' logs are printed before the cluster is stopped.
@@ -61,9 +71,11 @@ mod scenarios;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use futures::StreamExt;
 
+use crate::chaos::Fault;
 use crate::cluster::node_cluster;
-use crate::stack::{dump_operator, prepare, runtime, DEFAULT_CLUSTER};
+use crate::stack::{dump_operator, prepare, runtime, Stack, DEFAULT_CLUSTER};
 use crate::test::{done, step};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
@@ -84,18 +96,65 @@ pub enum Scenario {
     Graphbolt,
     /// The GraphStorm example (gconstruct, then gsgnn_np on two workers) trains to Succeeded; then delete it.
     Graphstorm,
-    /// Every `cargo xtask chaos` fault once.
+    /// Every `cargo xtask chaos` fault confined to one job, once each.
+    ChaosJob,
+    /// Every `cargo xtask chaos` fault that disturbs the whole cluster, once each. Runs alone.
     Chaos,
     /// Replaces the Helm release with deploy/namespaced (PSA restricted) and trains the example there. Runs last.
     Namespaced,
 }
 
+impl Scenario {
+    /// Every scenario, in the order they start.
+    const ALL: [Scenario; 11] = [
+        Scenario::ChaosJob,
+        Scenario::Graphstorm,
+        Scenario::Distparmetis,
+        Scenario::Parmetis,
+        Scenario::Launchpy,
+        Scenario::Fail,
+        Scenario::Graphbolt,
+        Scenario::Standalone,
+        Scenario::Train,
+        Scenario::Chaos,
+        Scenario::Namespaced,
+    ];
+
+    /// Whether the scenario disturbs what every job depends on (the
+    /// operator's pod, the control plane, the node, the Helm release), so
+    /// that it must run with no other scenario beside it.
+    fn alone(self) -> bool {
+        matches!(
+            self,
+            Scenario::Train | Scenario::Chaos | Scenario::Namespaced
+        )
+    }
+}
+
+/// Whether a chaos fault stays inside its own job (so it may run beside
+/// other jobs) rather than disturbing the operator, the control plane or
+/// the node every job shares.
+fn confined(f: Fault) -> bool {
+    match f {
+        Fault::WorkerDelete | Fault::PartitionerKill | Fault::ShardCorrupt | Fault::NetworkCut => {
+            true
+        }
+        Fault::OperatorKill
+        | Fault::Churn
+        | Fault::ApiserverRestart
+        | Fault::EtcdPause
+        | Fault::KubeletRestart => false,
+    }
+}
+
 #[derive(clap::Args)]
 #[command(
     long_about = "End-to-end tests on a real node: builds and loads the images, \
-    installs the operator with Helm, and runs the GraphSAGE example as DGLJobs \
-    (a training run during which the operator's pod is replaced, and a run whose \
-    trainer fails).\n\n\
+    installs the operator with Helm, and runs the examples as DGLJobs, the chaos \
+    faults once each and the single-namespace install (see `--only`).\n\n\
+    Scenarios that touch only their own namespace run side by side (--parallel); \
+    those that disturb every job (the operator replaced, cluster-wide faults, the \
+    Helm release replaced) run alone after them.\n\n\
     Needs root (containerd, network namespaces, iptables). Only one node cluster \
     runs per host: stop another one first (`cargo xtask cluster down --name <it>`). \
     Cold, this builds Kubernetes and the images (about 35 min on 2 cores); warm \
@@ -114,76 +173,49 @@ pub struct Args {
     /// Binaries in the operator and runtime images (see `cargo xtask images --help`).
     #[arg(long, value_enum, default_value_t = crate::images::Profile::Release)]
     pub profile: crate::images::Profile,
+    /// How many scenarios that touch only their own namespace run at once
+    /// (1: one after another, as a slow machine may need).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub parallel: u32,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
     let rt = runtime()?;
-    let stack = match prepare(&rt, &args.name, args.profile) {
-        Ok(s) => s,
-        Err(e) => {
-            if !args.keep_cluster {
-                // Leave no node behind; the cluster's logs stay in its state dir.
-                if let Ok(c) = node_cluster(&args.name) {
-                    if let Err(down) = rt.block_on(c.down(false)) {
-                        eprintln!("e2e: stopping node cluster {:?}: {down:#}", args.name);
-                    }
+    let stack = start(&rt, &args)?;
+    finish(&rt, stack, &args, started)
+}
+
+/// Starts the node cluster, loads the images and installs the operator;
+/// on a failure, stops the cluster again unless asked to keep it.
+pub(crate) fn start(rt: &tokio::runtime::Runtime, args: &Args) -> Result<Stack> {
+    prepare(rt, &args.name, args.profile).inspect_err(|_| {
+        if !args.keep_cluster {
+            // Leave no node behind; the cluster's logs stay in its state dir.
+            if let Ok(c) = node_cluster(&args.name) {
+                if let Err(down) = rt.block_on(c.down(false)) {
+                    eprintln!("e2e: stopping node cluster {:?}: {down:#}", args.name);
                 }
             }
-            return Err(e);
         }
-    };
-    let scenarios = if args.only.is_empty() {
-        vec![
-            Scenario::Train,
-            Scenario::Fail,
-            Scenario::Parmetis,
-            Scenario::Distparmetis,
-            Scenario::Launchpy,
-            Scenario::Standalone,
-            Scenario::Graphbolt,
-            Scenario::Graphstorm,
-            Scenario::Chaos,
-            Scenario::Namespaced,
-        ]
-    } else {
-        let mut s = args.only.clone();
-        s.sort();
-        s.dedup();
-        s
-    };
-    let mut result = Ok(());
+    })
+}
+
+/// Runs the scenarios on a started stack, then stops the cluster (unless
+/// kept) and prints one line per scenario.
+pub(crate) fn finish(
+    rt: &tokio::runtime::Runtime,
+    stack: Stack,
+    args: &Args,
+    started: Instant,
+) -> Result<()> {
     let mut report = Vec::new();
-    for s in scenarios {
-        let t = step(&format!("scenario {s:?}"));
-        let r = rt.block_on(async {
-            match s {
-                Scenario::Train => scenarios::train(&stack.client).await,
-                Scenario::Fail => scenarios::fail(&stack.client).await,
-                Scenario::Parmetis => scenarios::parmetis(&stack.client).await,
-                Scenario::Distparmetis => scenarios::distparmetis(&stack.client).await,
-                Scenario::Launchpy => scenarios::launchpy(&stack.client).await,
-                Scenario::Standalone => scenarios::standalone(&stack.client).await,
-                Scenario::Graphbolt => scenarios::graphbolt(&stack.client).await,
-                Scenario::Graphstorm => graphstorm::graphstorm(&stack.client).await,
-                Scenario::Chaos => {
-                    use crate::chaos::Fault;
-                    crate::chaos::run_all(&stack.client, &stack.cluster, &Fault::ALL, 1, 4).await
-                }
-                Scenario::Namespaced => {
-                    namespaced::namespaced(&stack.client, &stack.kubeconfig).await
-                }
-            }
-        });
-        done(t);
-        match r {
-            Ok(line) => report.push(format!("{s:?}: {line}")),
-            Err(e) => {
-                result = Err(e.context(format!("e2e scenario {s:?} failed")));
-                break;
-            }
-        }
-    }
+    let result = rt.block_on(run_scenarios(
+        &stack,
+        &chosen(&args.only),
+        args.parallel,
+        &mut report,
+    ));
     if result.is_err() {
         rt.block_on(dump_operator(&stack.client));
     }
@@ -206,4 +238,97 @@ pub fn run(args: Args) -> Result<()> {
         println!("  {line}");
     }
     Ok(())
+}
+
+/// The scenarios asked for, in `Scenario::ALL`'s order.
+fn chosen(only: &[Scenario]) -> Vec<Scenario> {
+    Scenario::ALL
+        .into_iter()
+        .filter(|s| only.is_empty() || only.contains(s))
+        .collect()
+}
+
+/// The scenarios that may share the node first, `parallel` at a time, then
+/// each one that must run alone. Stops at the first group with a failure
+/// (every scenario of a side-by-side group is waited for, so its namespaces
+/// are left in a known state for the dump).
+async fn run_scenarios(
+    stack: &Stack,
+    scenarios: &[Scenario],
+    parallel: u32,
+    report: &mut Vec<String>,
+) -> Result<()> {
+    let (alone, shared): (Vec<Scenario>, Vec<Scenario>) = scenarios.iter().partition(|s| s.alone());
+    if !shared.is_empty() {
+        let t = step(&format!(
+            "scenarios side by side, {parallel} at a time: {shared:?}"
+        ));
+        let mut results: Vec<(Scenario, Result<String>)> = futures::stream::iter(shared)
+            .map(|s| async move { (s, timed(stack, s).await) })
+            .buffer_unordered(parallel as usize)
+            .collect()
+            .await;
+        done(t);
+        results.sort_by_key(|(s, _)| Scenario::ALL.iter().position(|a| a == s));
+        let mut first_err = None;
+        for (s, r) in results {
+            match r {
+                Ok(line) => report.push(format!("{s:?}: {line}")),
+                Err(e) => {
+                    eprintln!("e2e scenario {s:?} failed: {e:#}");
+                    first_err.get_or_insert(e.context(format!("e2e scenario {s:?} failed")));
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+    }
+    for s in alone {
+        let t = step(&format!("scenario {s:?}"));
+        let r = timed(stack, s).await;
+        done(t);
+        report.push(format!(
+            "{s:?}: {}",
+            r.context(format!("e2e scenario {s:?} failed"))?
+        ));
+    }
+    Ok(())
+}
+
+/// One scenario, its wall time printed when it ends (side by side, the
+/// step's own timer covers the whole group).
+async fn timed(stack: &Stack, s: Scenario) -> Result<String> {
+    let t = Instant::now();
+    println!("    [{s:?}] started");
+    let r = scenario(stack, s).await;
+    let outcome = if r.is_ok() { "passed" } else { "FAILED" };
+    println!("    [{s:?}] {outcome} in {:.1}s", t.elapsed().as_secs_f64());
+    r
+}
+
+async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
+    let faults = |want: bool| -> Vec<Fault> {
+        Fault::ALL
+            .into_iter()
+            .filter(|&f| confined(f) == want)
+            .collect()
+    };
+    match s {
+        Scenario::Train => scenarios::train(&stack.client).await,
+        Scenario::Fail => scenarios::fail(&stack.client).await,
+        Scenario::Parmetis => scenarios::parmetis(&stack.client).await,
+        Scenario::Distparmetis => scenarios::distparmetis(&stack.client).await,
+        Scenario::Launchpy => scenarios::launchpy(&stack.client).await,
+        Scenario::Standalone => scenarios::standalone(&stack.client).await,
+        Scenario::Graphbolt => scenarios::graphbolt(&stack.client).await,
+        Scenario::Graphstorm => graphstorm::graphstorm(&stack.client).await,
+        Scenario::ChaosJob => {
+            crate::chaos::run_all(&stack.client, &stack.cluster, &faults(true), 1, 4).await
+        }
+        Scenario::Chaos => {
+            crate::chaos::run_all(&stack.client, &stack.cluster, &faults(false), 1, 4).await
+        }
+        Scenario::Namespaced => namespaced::namespaced(&stack.client, &stack.kubeconfig).await,
+    }
 }

@@ -5,7 +5,18 @@
 //! passes without a successful renewal, each attempt bounded by what is
 //! left of it, so an old leader has stopped before a standby can take over
 //! even when the API server is slow.
+//!
+//! Clocks are not trusted across machines: a replica that does not hold the
+//! lease never compares the lease's renewTime with its own wall clock.
+//! As client-go's leader election does, it notes when (on its own monotonic
+//! clock) it last saw the lease record change (holder, renewTime,
+//! resourceVersion), and judges it expired once the lease's duration has
+//! passed on that clock without a change. A holder whose clock runs hours
+//! ahead or behind is then neither waited for for hours nor robbed while it
+//! renews. The cost, as in client-go: a replica that starts (or first sees
+//! a lease) waits a full lease duration before it may take it over.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -32,6 +43,17 @@ pub struct LeaderConfig {
 pub struct LeaderElector {
     api: Api<Lease>,
     cfg: LeaderConfig,
+    /// The lease record last seen and when it was first seen so, on this
+    /// process's monotonic clock.
+    observed: Mutex<Option<(Record, Instant)>>,
+}
+
+/// What identifies one renewal of a lease: any renewal changes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    holder: String,
+    renew_time: Option<MicroTime>,
+    resource_version: Option<String>,
 }
 
 impl LeaderElector {
@@ -39,7 +61,30 @@ impl LeaderElector {
         LeaderElector {
             api: Api::namespaced(client, &cfg.namespace),
             cfg,
+            observed: Mutex::new(None),
         }
+    }
+
+    /// Whether `lease`'s holder has gone its lease duration without a
+    /// renewal, as this process has watched it (never by the timestamps).
+    fn expired(&self, lease: &Lease, now: Instant) -> bool {
+        let spec = lease.spec.clone().unwrap_or_default();
+        let record = Record {
+            holder: spec.holder_identity.unwrap_or_default(),
+            renew_time: spec.renew_time,
+            resource_version: lease.metadata.resource_version.clone(),
+        };
+        let secs = spec.lease_duration_seconds.unwrap_or(15);
+        let duration = Duration::from_secs(u64::try_from(secs).unwrap_or(0));
+        let mut observed = self.observed.lock().expect("leader lock");
+        let since = match observed.as_ref() {
+            Some((seen, at)) if *seen == record => *at,
+            _ => {
+                *observed = Some((record, now));
+                now
+            }
+        };
+        now.saturating_duration_since(since) >= duration
     }
 
     /// Tries once to take or renew the lease; true when this replica holds it.
@@ -64,16 +109,8 @@ impl LeaderElector {
         };
         let spec = lease.spec.clone().unwrap_or_default();
         let holder = spec.holder_identity.clone().unwrap_or_default();
-        let expired = spec
-            .renew_time
-            .as_ref()
-            .map(|t| {
-                let secs = i64::from(spec.lease_duration_seconds.unwrap_or(15));
-                t.0.as_second().saturating_add(secs) < now.as_second()
-            })
-            .unwrap_or(true);
         let mine = holder == self.cfg.identity;
-        if !mine && !holder.is_empty() && !expired {
+        if !mine && !holder.is_empty() && !self.expired(&lease, Instant::now()) {
             return Ok(false);
         }
         let acquire = if mine {

@@ -13,6 +13,7 @@
 //! below [`plan::Limits`] (the chunking arithmetic lives in [`plan`], pure
 //! and tested on its own with tiny limits); callers use 64-bit counts only.
 
+mod edges;
 pub mod plan;
 pub mod selftest;
 mod single;
@@ -23,6 +24,7 @@ mod mpi;
 
 #[cfg(feature = "mpi")]
 pub use self::mpi::MpiExchange;
+pub use edges::{edges_to_owners, Received};
 pub use single::Single;
 pub use threads::Threads;
 

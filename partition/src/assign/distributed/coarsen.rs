@@ -38,6 +38,7 @@ pub fn coarsen<E: Exchange>(
     round_edges: u64,
 ) -> Result<(LocalGraph, Vec<u64>)> {
     let labels = cluster(ex, g, max_w, seed)?;
+    super::log_memory(ex.rank(), "clustered");
     let (cmap, owners) = number(ex, g, &labels)?;
     drop(labels);
     let coarse = contract(ex, g, &cmap, owners, round_edges)?;
@@ -371,10 +372,11 @@ fn contract<E: Exchange>(
                     "rank {rank} got an edge of a coarse vertex it does not own"
                 )));
             }
-            acc.push((row[0] as u32, row[1], row[2]));
+            acc.push(row[0] as u32, row[1], row[2])?;
         }
         acc.maybe_compact(true);
     }
+    super::log_memory(rank, "contraction received");
     let (xadj, nbrs, w) = acc.finish(n_coarse);
     let mut coarse = graph::assemble(ex, owners, n_coarse, xadj, nbrs, w)?;
     coarse.vwgt = vwgt;

@@ -380,16 +380,25 @@ impl EdgeCursor {
 }
 
 /// Received `(local, global neighbour, weight)` entries, kept about the size
-/// of their distinct pairs: sorted and merged whenever they have grown by half.
+/// of their distinct pairs: sorted and merged whenever they have grown by
+/// half. 16 bytes each: the pair packed into one word (coarse vertices are
+/// numbered below 2^32).
 #[derive(Default)]
 pub struct Compacting {
-    entries: Vec<(u32, u64, u64)>,
+    entries: Vec<(u64, u64)>,
     compacted: usize,
 }
 
 impl Compacting {
-    pub fn push(&mut self, e: (u32, u64, u64)) {
-        self.entries.push(e);
+    pub fn push(&mut self, local: u32, nbr: u64, w: u64) -> Result<()> {
+        let nbr = u32::try_from(nbr).map_err(|_| {
+            stage(format!(
+                "coarse vertex {nbr}: a coarse graph has at most 2^32 vertices"
+            ))
+        })?;
+        self.entries
+            .push(((u64::from(local) << 32) | u64::from(nbr), w));
+        Ok(())
     }
 
     /// Compacts when the entries have grown by half since the last time;
@@ -402,29 +411,40 @@ impl Compacting {
     }
 
     /// The merged entries as rows over `n` owned vertices: offsets,
-    /// neighbours, weights.
+    /// neighbours, weights. Filled from the back while the entries are cut
+    /// and released, so the two never both stand whole.
     pub fn finish(mut self, n: usize) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
         compact(&mut self.entries, true);
         let mut xadj = vec![0u64; n + 1];
         for e in &self.entries {
-            xadj[e.0 as usize + 1] += 1;
+            xadj[(e.0 >> 32) as usize + 1] += 1;
         }
         for i in 0..n {
             xadj[i + 1] += xadj[i];
         }
-        let nbrs = self.entries.iter().map(|e| e.1).collect();
-        let w = self.entries.iter().map(|e| e.2).collect();
+        let len = self.entries.len();
+        // Zeroed pages are not resident until written.
+        let (mut nbrs, mut w) = (vec![0u64; len], vec![0u64; len]);
+        while !self.entries.is_empty() {
+            let keep = self.entries.len().saturating_sub(1 << 20);
+            for (i, e) in self.entries[keep..].iter().enumerate() {
+                nbrs[keep + i] = e.0 & LOCAL;
+                w[keep + i] = e.1;
+            }
+            self.entries.truncate(keep);
+            self.entries.shrink_to_fit();
+        }
         (xadj, nbrs, w)
     }
 }
 
-fn compact(e: &mut Vec<(u32, u64, u64)>, sum: bool) {
-    e.par_sort_unstable_by_key(|x| (x.0, x.1));
+fn compact(e: &mut Vec<(u64, u64)>, sum: bool) {
+    e.par_sort_unstable_by_key(|x| x.0);
     let mut w = 0usize;
     for r in 0..e.len() {
-        if w > 0 && (e[w - 1].0, e[w - 1].1) == (e[r].0, e[r].1) {
+        if w > 0 && e[w - 1].0 == e[r].0 {
             if sum {
-                e[w - 1].2 += e[r].2;
+                e[w - 1].1 += e[r].1;
             }
         } else {
             e[w] = e[r];
@@ -481,18 +501,21 @@ pub fn assemble<E: Exchange>(
             remote.len()
         )));
     }
+    let index = GhostIndex::new(&remote);
     let mut adj = Vec::with_capacity(nbrs.len());
     for &v in &nbrs {
         let (r, l) = find(v)?;
         let idx = if r == rank {
             l
         } else {
-            let at = remote.partition_point(|x| (x.0, x.1) < (r, v));
-            n_own as u64 + at as u64
+            let at = index
+                .find(v)
+                .ok_or_else(|| stage(format!("rank {rank} lost ghost {v}")))?;
+            n_own as u64 + u64::from(at)
         };
         adj.push(idx as u32);
     }
-    drop(nbrs);
+    drop((nbrs, index));
     let mut ghost_counts = vec![0u64; world];
     remote.iter().for_each(|g| ghost_counts[g.0 as usize] += 1);
     let want: Vec<u64> = remote.iter().map(|g| g.2).collect();
@@ -519,6 +542,67 @@ pub fn assemble<E: Exchange>(
         vwgt: Vec::new(),
         ncon: 0,
     })
+}
+
+/// Ghost numbers by global id: the ids sorted, with a directory of about
+/// one bucket per four ids over their range, so that a lookup reads a few
+/// entries instead of a binary search over millions (the cost of mapping
+/// every adjacency entry).
+struct GhostIndex {
+    keys: Vec<u64>,
+    /// Ghost number (position in owner order) of each key.
+    slot: Vec<u32>,
+    dir: Vec<u32>,
+    lo: u64,
+    span: u128,
+}
+
+impl GhostIndex {
+    /// `remote` as `assemble` sorts it: (owner, global id, local there);
+    /// fewer than 2^32 of them (checked by the caller).
+    fn new(remote: &[(u32, u64, u64)]) -> GhostIndex {
+        let mut pairs: Vec<(u64, u32)> = remote
+            .iter()
+            .enumerate()
+            .map(|(i, g)| (g.1, i as u32))
+            .collect();
+        pairs.par_sort_unstable();
+        let (keys, slot): (Vec<u64>, Vec<u32>) = pairs.into_iter().unzip();
+        let lo = keys.first().copied().unwrap_or(0);
+        let span = u128::from(keys.last().copied().unwrap_or(0) - lo) + 1;
+        let mut index = GhostIndex {
+            dir: Vec::new(),
+            keys,
+            slot,
+            lo,
+            span,
+        };
+        let buckets = index.keys.len() / 4 + 1;
+        let mut dir = vec![0u32; buckets + 1];
+        for &k in &index.keys {
+            dir[index.bucket(k, buckets) + 1] += 1;
+        }
+        for b in 0..buckets {
+            dir[b + 1] += dir[b];
+        }
+        index.dir = dir;
+        index
+    }
+
+    fn bucket(&self, v: u64, buckets: usize) -> usize {
+        (u128::from(v - self.lo) * buckets as u128 / self.span) as usize
+    }
+
+    fn find(&self, v: u64) -> Option<u32> {
+        let buckets = self.dir.len() - 1;
+        if v < self.lo || u128::from(v - self.lo) >= self.span {
+            return None;
+        }
+        let b = self.bucket(v, buckets);
+        let (a, z) = (self.dir[b] as usize, self.dir[b + 1] as usize);
+        let i = a + self.keys[a..z].binary_search(&v).ok()?;
+        Some(self.slot[i])
+    }
 }
 
 /// The sorted union of two sorted lists without repeats.
@@ -599,4 +683,50 @@ pub fn all_sum_vec<E: Exchange>(ex: &E, v: &[i64]) -> Result<Vec<i64>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every ghost is found at its place in owner order, nothing else is.
+    #[test]
+    fn ghost_index_finds_each_ghost_in_owner_order() {
+        for n in [0u64, 1, 5, 1000] {
+            // Owners interleave the ids, so owner order is not id order.
+            let mut remote: Vec<(u32, u64, u64)> =
+                (0..n).map(|i| ((i % 3) as u32, i * i * 7 + 3, i)).collect();
+            remote.sort_unstable();
+            let index = GhostIndex::new(&remote);
+            for (at, g) in remote.iter().enumerate() {
+                assert_eq!(index.find(g.1), Some(at as u32), "{n} ghosts, id {}", g.1);
+            }
+            for absent in [0u64, 1, 4, 2, u64::MAX, n * n * 7 + 4] {
+                if !remote.iter().any(|g| g.1 == absent) {
+                    assert_eq!(index.find(absent), None, "{n} ghosts, id {absent}");
+                }
+            }
+        }
+    }
+
+    /// Repeats are merged with their weights summed, rows come out by
+    /// local vertex and neighbour, whatever the push order.
+    #[test]
+    fn compacting_merges_repeats_and_fills_rows() {
+        let mut c = Compacting::default();
+        for (l, v, w) in [
+            (1u32, 9u64, 2u64),
+            (0, 5, 1),
+            (1, 3, 1),
+            (1, 9, 4),
+            (0, 5, 1),
+        ] {
+            c.push(l, v, w).unwrap();
+        }
+        assert!(c.push(0, 1 << 32, 1).is_err());
+        let (xadj, nbrs, w) = c.finish(3);
+        assert_eq!(xadj, [0, 1, 3, 3]);
+        assert_eq!(nbrs, [5, 3, 9]);
+        assert_eq!(w, [2, 1, 6]);
+    }
 }

@@ -80,6 +80,28 @@ pub struct Outcome {
     pub entries: u64,
 }
 
+/// Logs this rank's resident memory and its high-water mark at `phase`:
+/// where the peak grows is where a pod's limit bites.
+pub(crate) fn log_memory(rank: u32, phase: &str) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mib = |key: &str| {
+        let kb = status.lines().find_map(|l| l.strip_prefix(key))?;
+        kb.trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(|k| k / 1024)
+    };
+    tracing::info!(
+        rank,
+        phase,
+        rss_mib = mib("VmRSS:"),
+        peak_mib = mib("VmHWM:"),
+        "memory"
+    );
+}
+
 pub(crate) fn stage(message: String) -> Error {
     Error::Stage {
         stage: "distributed assign",
@@ -113,6 +135,7 @@ pub fn assign<E: Exchange>(ex: &E, share: &Share, opts: &Options<'_>) -> Result<
         ghosts = g.ghosts.len(),
         "local graph"
     );
+    log_memory(ex.rank(), "local graph");
     let own_globals = g.owners.globals(g.rank);
     let mut levels = vec![g.n_global()];
     let (own_parts, whole, algo_name) = match opts.method {
@@ -140,6 +163,7 @@ pub fn assign<E: Exchange>(ex: &E, share: &Share, opts: &Options<'_>) -> Result<
         Some(p) => p,
         None => gather_parts(ex, &g.owners, &own_parts)?,
     };
+    log_memory(ex.rank(), "assigned");
     Ok(Outcome {
         assignment: Assignment {
             num_parts: k,
@@ -193,6 +217,7 @@ fn multilevel<E: Exchange>(
         let stalled = next.n_global() as f64 > 0.9 * cur.n_global() as f64;
         sizes.push(next.n_global());
         levels.push((next, cmap));
+        log_memory(ex.rank(), "coarsened");
         if stalled {
             break;
         }
@@ -207,6 +232,7 @@ fn multilevel<E: Exchange>(
         .map(|&v| all[v as usize])
         .collect();
     drop(all);
+    log_memory(ex.rank(), "initial");
     let t_initial = t.elapsed().as_secs_f64() - t_coarse;
     while let Some((level, cmap)) = levels.pop() {
         let finer = levels.last().map_or(g0, |l| &l.0);
@@ -221,6 +247,7 @@ fn multilevel<E: Exchange>(
             "refined"
         );
         parts = fine;
+        log_memory(ex.rank(), "refined");
     }
     tracing::info!(
         coarsen = t_coarse,

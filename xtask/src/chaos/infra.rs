@@ -49,11 +49,11 @@ async fn wait_until(
     }
 }
 
-fn running(job: &DGLJob) -> bool {
+pub(super) fn running(job: &DGLJob) -> bool {
     job.status.as_ref().and_then(|s| s.phase) == Some(JobPhase::Running)
 }
 
-fn condition_true(job: &DGLJob, kind: &str) -> bool {
+pub(super) fn condition_true(job: &DGLJob, kind: &str) -> bool {
     job.status.as_ref().is_some_and(|s| {
         s.conditions
             .iter()
@@ -63,7 +63,7 @@ fn condition_true(job: &DGLJob, kind: &str) -> bool {
 
 /// Applies the example, waits for `until`, injects `fault`, follows the job
 /// to its end and checks it Succeeded with at most `restarts` restarts.
-async fn during<F, Fut>(
+pub(super) async fn during<F, Fut>(
     client: &Client,
     ns: &str,
     job: DGLJob,
@@ -95,7 +95,7 @@ where
     Ok((applied.elapsed(), done, note))
 }
 
-fn condition_message(job: &DGLJob, kind: &str) -> Option<String> {
+pub(super) fn condition_message(job: &DGLJob, kind: &str) -> Option<String> {
     job.status
         .as_ref()?
         .conditions
@@ -105,7 +105,7 @@ fn condition_message(job: &DGLJob, kind: &str) -> Option<String> {
 }
 
 /// The example job named `name` with `backoff_limit`.
-fn example(name: &str, backoff_limit: i32) -> Result<DGLJob> {
+pub(super) fn example(name: &str, backoff_limit: i32) -> Result<DGLJob> {
     let mut job = example_job(name)?;
     job.spec
         .run_policy
@@ -114,7 +114,7 @@ fn example(name: &str, backoff_limit: i32) -> Result<DGLJob> {
     Ok(job)
 }
 
-fn restarts(job: &DGLJob) -> i32 {
+pub(super) fn restarts(job: &DGLJob) -> i32 {
     job.status
         .as_ref()
         .and_then(|s| s.restart_count)
@@ -287,7 +287,7 @@ fn launcher_delayed(mut job: DGLJob, secs: u32) -> DGLJob {
     job
 }
 
-fn truncate(s: &str, n: usize) -> String {
+pub(super) fn truncate(s: &str, n: usize) -> String {
     match s.char_indices().nth(n) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_owned(),

@@ -10,6 +10,9 @@
 //! - `churn`: jobs applied and deleted in a loop while the operator's pod is
 //!   killed: afterwards no pod, Secret, ConfigMap, Service or RBAC object of
 //!   any of them may remain.
+//! - `evict`, `drain`, `kubelet-hang` (`evict.rs`): a worker evicted through
+//!   the Eviction API, the node drained, the kubelet frozen while the job's
+//!   pods are deleted.
 //!
 //! The test command runs every scenario once (`e2e` scenario `chaos`); the
 //! full figures (`--runs 5`) go to docs/reliability.md.
@@ -25,6 +28,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};
 use localkube::{Component, LocalCluster};
 
+mod evict;
 mod infra;
 
 use crate::stack::jobs::{
@@ -43,10 +47,13 @@ pub enum Fault {
     PartitionerKill,
     ShardCorrupt,
     NetworkCut,
+    Evict,
+    Drain,
+    KubeletHang,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 12] = [
         Fault::OperatorKill,
         Fault::WorkerDelete,
         Fault::Churn,
@@ -56,6 +63,9 @@ impl Fault {
         Fault::PartitionerKill,
         Fault::ShardCorrupt,
         Fault::NetworkCut,
+        Fault::Evict,
+        Fault::Drain,
+        Fault::KubeletHang,
     ];
 }
 
@@ -83,6 +93,9 @@ pub struct Args {
     /// Binaries in the operator and runtime images.
     #[arg(long, value_enum, default_value_t = crate::images::Profile::Release)]
     pub profile: crate::images::Profile,
+    /// Leave the cluster running afterwards (it is shared: the e2e tier's).
+    #[arg(long)]
+    pub keep_cluster: bool,
 }
 
 pub fn run(args: Args) -> Result<()> {
@@ -100,7 +113,11 @@ pub fn run(args: Args) -> Result<()> {
         args.runs,
         args.churn_jobs,
     ));
-    let down = rt.block_on(stack.cluster.down(false));
+    let down = if args.keep_cluster {
+        Ok(())
+    } else {
+        rt.block_on(stack.cluster.down(false)).map(drop)
+    };
     let table = r?;
     down?;
     println!("\n{table}");
@@ -148,6 +165,9 @@ pub async fn run_all(
                 Fault::PartitionerKill => infra::partitioner_kill(client, &ns).await,
                 Fault::ShardCorrupt => infra::shard_corrupt(client, cluster, &ns).await,
                 Fault::NetworkCut => infra::network_cut(client, &ns).await,
+                Fault::Evict => evict::evict(client, &ns).await,
+                Fault::Drain => evict::drain(client, &ns).await,
+                Fault::KubeletHang => evict::kubelet_hang(client, cluster, &ns).await,
             };
             let row = rows.entry(f).or_default();
             row.runs += 1;

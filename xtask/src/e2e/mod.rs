@@ -136,9 +136,13 @@ impl Scenario {
 /// the node every job shares.
 fn confined(f: Fault) -> bool {
     match f {
-        Fault::WorkerDelete | Fault::PartitionerKill | Fault::ShardCorrupt | Fault::NetworkCut => {
-            true
-        }
+        Fault::WorkerDelete
+        | Fault::PartitionerKill
+        | Fault::ShardCorrupt
+        | Fault::NetworkCut
+        | Fault::Evict => true,
+        // Drain cordons the node; KubeletHang freezes it.
+        Fault::Drain | Fault::KubeletHang => false,
         Fault::OperatorKill
         | Fault::Churn
         | Fault::ApiserverRestart

@@ -1,0 +1,303 @@
+//! Evictions, as `kubectl drain` makes them (issue #25 item 2): a worker
+//! evicted through the Eviction API, the node drained (cordoned, every pod
+//! of the job evicted, uncordoned), and a node that stops answering while
+//! the job's pods are being deleted (the kubelet frozen).
+//!
+//! The Eviction API sets DisruptionTarget on the pod, so a
+//! `runPolicy.podFailurePolicy` rule `Ignore` on it makes the restart
+//! uncounted; without the rule it counts against backoffLimit. Each eviction
+//! fault runs the job both ways, one after the other.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context, Result};
+use dgl_api::names::{worker_name, LABEL_JOB_NAME};
+use dgl_api::{DGLJob, JobPhase};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, EvictParams, ListParams};
+use kube::{Client, ResourceExt};
+use localkube::{Component, LocalCluster};
+
+use super::infra::{during, example, restarts, running, truncate};
+use super::Outcome;
+use crate::stack::jobs::{delete_and_count_left, expect_phase};
+
+/// With or without the rule `Ignore` on DisruptionTarget.
+#[derive(Clone, Copy, Debug)]
+enum Rule {
+    Ignore,
+    None,
+}
+
+/// The example job: with the Ignore rule and backoffLimit 0 (so a counted
+/// restart would fail it), or without a rule and backoffLimit 1.
+fn job(name: &str, rule: Rule) -> Result<DGLJob> {
+    let mut job = example(name, if matches!(rule, Rule::Ignore) { 0 } else { 1 })?;
+    if let Rule::Ignore = rule {
+        let policy = serde_json::from_value(serde_json::json!({"rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}
+        ]}))?;
+        job.spec
+            .run_policy
+            .get_or_insert_with(Default::default)
+            .pod_failure_policy = Some(policy);
+    }
+    Ok(job)
+}
+
+/// Succeeded after exactly one restart, uncounted under the Ignore rule
+/// and counted without it.
+fn expect_one_restart(done: &DGLJob, rule: Rule) -> Result<()> {
+    expect_phase(done, JobPhase::Succeeded)?;
+    let ignored = done
+        .status
+        .as_ref()
+        .and_then(|s| s.ignored_restarts)
+        .unwrap_or(0);
+    let want = if matches!(rule, Rule::Ignore) { 1 } else { 0 };
+    ensure!(
+        restarts(done) == 1 && ignored == want,
+        "{rule:?}: expected one restart, {want} of them ignored; status says \
+         restartCount {}, ignoredRestarts {ignored}",
+        restarts(done)
+    );
+    Ok(())
+}
+
+/// POST pods/<pod>/eviction (the pod's own grace period).
+async fn evict_pod(client: &Client, ns: &str, pod: &str) -> Result<()> {
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .evict(pod, &EvictParams::default())
+        .await
+        .with_context(|| format!("evicting pod {ns}/{pod}"))?;
+    Ok(())
+}
+
+/// Worker 0 evicted while the job trains, with and without the Ignore
+/// rule: one restart each, named after worker 0 (not the launcher that
+/// lost it), uncounted / counted; the job Succeeds.
+pub async fn evict(client: &Client, ns: &str) -> Result<Outcome> {
+    let mut notes = Vec::new();
+    let mut left = 0;
+    let started = Instant::now();
+    for (name, rule) in [
+        ("chaos-evict-ignore", Rule::Ignore),
+        ("chaos-evict-count", Rule::None),
+    ] {
+        let victim = worker_name(name, 0);
+        let (_, done, note) = during(
+            client,
+            ns,
+            job(name, rule)?,
+            |j, _| running(j),
+            || async {
+                evict_pod(client, ns, &victim).await?;
+                Ok(format!("{victim} evicted while Running"))
+            },
+        )
+        .await?;
+        expect_one_restart(&done, rule)?;
+        let why = note.split("; restarted: ").nth(1).unwrap_or_default();
+        ensure!(
+            why.contains(&victim),
+            "{rule:?}: the restart does not name the evicted {victim}: {why:?}"
+        );
+        left += delete_and_count_left(client, ns, name).await?;
+        notes.push(format!("{rule:?}: {}", truncate(&note, 240)));
+    }
+    Ok(Outcome {
+        terminal: Some(started.elapsed()),
+        left,
+        note: notes.join(" / "),
+    })
+}
+
+/// The node drained while the job trains: cordoned, every pod of the job
+/// evicted, uncordoned once they are gone. With and without the Ignore
+/// rule: one restart each, uncounted / counted; the job Succeeds.
+pub async fn drain(client: &Client, ns: &str) -> Result<Outcome> {
+    let mut notes = Vec::new();
+    let mut left = 0;
+    let started = Instant::now();
+    for (name, rule) in [
+        ("chaos-drain-ignore", Rule::Ignore),
+        ("chaos-drain-count", Rule::None),
+    ] {
+        let (_, done, note) = during(
+            client,
+            ns,
+            job(name, rule)?,
+            |j, _| running(j),
+            || drain_job(client, ns, name),
+        )
+        .await?;
+        expect_one_restart(&done, rule)?;
+        left += delete_and_count_left(client, ns, name).await?;
+        notes.push(format!("{rule:?}: {}", truncate(&note, 240)));
+    }
+    Ok(Outcome {
+        terminal: Some(started.elapsed()),
+        left,
+        note: notes.join(" / "),
+    })
+}
+
+/// The pods of job `name`.
+async fn job_pods(client: &Client, ns: &str, name: &str) -> Result<Vec<Pod>> {
+    let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={name}"));
+    Ok(Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&lp)
+        .await?
+        .items)
+}
+
+/// Cordons the job's node, evicts every pod of the job, waits (at most
+/// 120 s) until they are gone and uncordons the node, also on an error.
+async fn drain_job(client: &Client, ns: &str, name: &str) -> Result<String> {
+    let pods = job_pods(client, ns, name).await?;
+    let node = pods
+        .iter()
+        .find_map(|p| p.spec.as_ref()?.node_name.clone())
+        .context("no pod of the job is on a node")?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .cordon(&node)
+        .await
+        .with_context(|| format!("cordoning {node}"))?;
+    let t = Instant::now();
+    let evicted = evict_all(client, ns, &pods).await;
+    let uncordoned = nodes.uncordon(&node).await;
+    let evicted = evicted?;
+    uncordoned.with_context(|| format!("uncordoning {node}"))?;
+    Ok(format!(
+        "node {node} cordoned, {evicted} pods evicted, uncordoned after {:.1}s",
+        t.elapsed().as_secs_f64()
+    ))
+}
+
+/// Evicts `pods` and waits until none of them (by uid) is left.
+async fn evict_all(client: &Client, ns: &str, pods: &[Pod]) -> Result<usize> {
+    for p in pods {
+        evict_pod(client, ns, &p.name_any()).await?;
+    }
+    let uids: Vec<String> = pods.iter().filter_map(|p| p.uid()).collect();
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let mut alive = 0;
+        for p in pods {
+            if api
+                .get_opt(&p.name_any())
+                .await?
+                .is_some_and(|now| now.uid().is_some_and(|u| uids.contains(&u)))
+            {
+                alive += 1;
+            }
+        }
+        if alive == 0 {
+            return Ok(pods.len());
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "{alive} evicted pods still there after 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// How long the kubelet is frozen: worker 0's default grace (30 s) and
+/// the operator's one minute past it, with a minute to spare.
+const HANG: Duration = Duration::from_secs(150);
+
+/// The node stops answering (its kubelet frozen with SIGSTOP for [`HANG`])
+/// while the job trains, and worker 0 is deleted (default grace 30 s): its
+/// pods stay Terminating, as on a NotReady node. The operator must delete
+/// them with grace 0 a minute past their grace (not wait for the kubelet),
+/// so worker 0's old uid must be gone before the kubelet answers again;
+/// then the run restarts (backoffLimit 1) and Succeeds.
+pub async fn kubelet_hang(client: &Client, cluster: &LocalCluster, ns: &str) -> Result<Outcome> {
+    let name = "chaos-hang";
+    let (terminal, done, note) = during(
+        client,
+        ns,
+        example(name, 1)?,
+        |j, _| running(j),
+        || hang_and_delete(client, cluster, ns, name),
+    )
+    .await?;
+    expect_phase(&done, JobPhase::Succeeded)?;
+    ensure!(restarts(&done) == 1, "restarted {} times", restarts(&done));
+    let left = delete_and_count_left(client, ns, name).await?;
+    Ok(Outcome {
+        terminal: Some(terminal),
+        left,
+        note,
+    })
+}
+
+async fn hang_and_delete(
+    client: &Client,
+    cluster: &LocalCluster,
+    ns: &str,
+    name: &str,
+) -> Result<String> {
+    let victim = worker_name(name, 0);
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let uid = api.get(&victim).await?.uid().unwrap_or_default();
+    let node = api
+        .get(&victim)
+        .await?
+        .spec
+        .and_then(|s| s.node_name)
+        .unwrap_or_default();
+    let frozen = Instant::now();
+    let watch = async {
+        // Give the kubelet's freeze a moment to take.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        api.delete(&victim, &DeleteParams::default())
+            .await
+            .with_context(|| format!("deleting {victim}"))?;
+        let deleted = Instant::now();
+        let mut not_ready = None;
+        loop {
+            if not_ready.is_none() && !node_ready(client, &node).await? {
+                not_ready = Some(frozen.elapsed());
+            }
+            let gone = api
+                .get_opt(&victim)
+                .await?
+                .is_none_or(|p| p.uid().as_deref() != Some(uid.as_str()));
+            if gone {
+                return Ok::<_, anyhow::Error>((deleted.elapsed(), not_ready));
+            }
+            ensure!(
+                frozen.elapsed() < HANG,
+                "{victim} (uid {uid}) still Terminating after the kubelet was frozen {}s",
+                HANG.as_secs()
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    let (paused, watched) = tokio::join!(cluster.pause_component(Component::Kubelet, HANG), watch);
+    paused.context("freezing the kubelet")?;
+    let (gone_after, not_ready) = watched?;
+    let not_ready = not_ready.map_or("not seen".into(), |d| {
+        format!("after {:.0}s", d.as_secs_f64())
+    });
+    Ok(format!(
+        "kubelet frozen {}s, {victim} deleted: its old pod gone {:.0}s after the delete \
+         (node NotReady {not_ready})",
+        HANG.as_secs(),
+        gone_after.as_secs_f64()
+    ))
+}
+
+/// Whether `node`'s Ready condition is True.
+async fn node_ready(client: &Client, node: &str) -> Result<bool> {
+    let n = Api::<Node>::all(client.clone()).get(node).await?;
+    Ok(n.status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True"))
+}

@@ -12,9 +12,11 @@ use dgl_operator::client::{self, Deadlines, RateLimit};
 use dgl_operator::controller::{self, Settings};
 use dgl_operator::leader::{LeaderConfig, LeaderElector};
 use dgl_operator::metrics::Metrics;
-use dgl_operator::pure::settings::{BuildConfig, GangScheduler, ProtectedServiceAccount};
+use dgl_operator::pure::settings::{BuildConfig, GangScheduler, ProtectedServiceAccount, TokenKey};
 use dgl_operator::server::{self, ServerState};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::ByteString;
 use kube::{Api, Client};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
@@ -185,6 +187,18 @@ struct RunArgs {
     #[arg(long, env = "DGL_OPERATOR_NETWORK_POLICY")]
     network_policy: bool,
 
+    /// Secret in the operator's namespace (--leader-election-namespace's)
+    /// holding the key every job's token is derived from (HMAC of the job's
+    /// UID), so that a deleted `<job>-token` comes back with the token the
+    /// running pods hold. Created (immutable, 32 random bytes) when absent;
+    /// whoever can read it can derive every job's token.
+    #[arg(
+        long,
+        default_value = "dgl-operator-token-key",
+        env = "DGL_OPERATOR_TOKEN_KEY_SECRET"
+    )]
+    token_key_secret: String,
+
     /// Gang scheduler for runPolicy.schedulingPolicy.
     #[arg(long, value_enum, default_value_t = Gang::Auto)]
     gang_scheduler: Gang,
@@ -295,6 +309,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(g) = gang {
         info!(scheduler = ?g, "gang scheduling: PodGroups will be created");
     }
+    let key_ns = operator_namespace(&args);
+    let token_key = load_token_key(&client, &key_ns, &args.token_key_secret)
+        .await
+        .with_context(|| {
+            format!(
+                "the jobs' token key, Secret {key_ns}/{} (key {TOKEN_KEY_FIELD})",
+                args.token_key_secret
+            )
+        })?;
     let settings = Settings {
         concurrency: args.concurrency,
         namespace: args.namespace.clone(),
@@ -303,6 +326,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             gang,
             protected_service_accounts: args.protected_service_accounts.clone(),
             network_policy: args.network_policy,
+            token_key: Some(token_key),
         },
         instance,
     };
@@ -360,6 +384,60 @@ fn spawn_server(args: &RunArgs, client: &kube::Client, metrics: &Arc<Metrics>) -
     ready
 }
 
+/// The operator's own namespace: the leader Lease's and the token key's.
+fn operator_namespace(args: &RunArgs) -> String {
+    args.leader_election_namespace
+        .clone()
+        .or_else(in_cluster_namespace)
+        .unwrap_or_else(|| "default".into())
+}
+
+/// The field of the token key Secret that holds the key.
+const TOKEN_KEY_FIELD: &str = "key";
+/// The shortest key accepted: HMAC-SHA256's block of security.
+const TOKEN_KEY_MIN: usize = 32;
+
+/// Reads the jobs' token key from Secret `ns/name`, creating it (immutable,
+/// 32 random bytes) when absent; a replica that loses the race to create it
+/// reads the winner's.
+async fn load_token_key(client: &Client, ns: &str, name: &str) -> anyhow::Result<TokenKey> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), ns);
+    if let Some(s) = api.get_opt(name).await? {
+        return key_of(&s);
+    }
+    let mut key = vec![0u8; TOKEN_KEY_MIN];
+    getrandom::fill(&mut key).map_err(|e| anyhow::anyhow!("no random bytes: {e}"))?;
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        immutable: Some(true),
+        data: Some([(TOKEN_KEY_FIELD.to_string(), ByteString(key))].into()),
+        ..Default::default()
+    };
+    match api.create(&Default::default(), &secret).await {
+        Ok(s) => key_of(&s),
+        Err(kube::Error::Api(e)) if e.code == 409 => key_of(&api.get(name).await?),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn key_of(secret: &Secret) -> anyhow::Result<TokenKey> {
+    let key = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(TOKEN_KEY_FIELD))
+        .map(|b| b.0.clone())
+        .unwrap_or_default();
+    anyhow::ensure!(
+        key.len() >= TOKEN_KEY_MIN,
+        "the key has {} bytes; at least {TOKEN_KEY_MIN} expected",
+        key.len()
+    );
+    Ok(TokenKey(key))
+}
+
 /// How this process came to reconcile.
 enum Leadership {
     /// No leader election (--leader-elect=false).
@@ -384,11 +462,7 @@ async fn lead(
         metrics.is_leader.set(1);
         return Leadership::Alone;
     }
-    let namespace = args
-        .leader_election_namespace
-        .clone()
-        .or_else(in_cluster_namespace)
-        .unwrap_or_else(|| "default".into());
+    let namespace = operator_namespace(args);
     let identity = format!("{instance}_{:08x}", std::process::id() ^ rand_u32());
     let elector = Arc::new(LeaderElector::new(
         client.clone(),

@@ -307,10 +307,18 @@ pub(super) async fn apply_children(
 }
 
 /// The job's Secret exists and is this job's: the watch (metadata only)
-/// shows it, or it is created (POST) now with a fresh random token. Never
-/// rewritten: the pods that mounted it hold its token.
+/// shows it, or it is created (POST) now, with the token derived from the
+/// operator's key and the job's UID: deleted mid-run, it comes back with
+/// the token the running pods hold. Never rewritten.
 async fn ensure_secret(ctx: &Context, job: &DGLJob, ns: &str) -> Result<(), Error> {
-    let secret = builders::secret(job, &random_token());
+    let token = ctx
+        .settings
+        .build
+        .token_key
+        .as_ref()
+        .and_then(|key| builders::job_token(key, job))
+        .unwrap_or_else(random_token);
+    let secret = builders::secret(job, &token);
     ensure_exists(ctx, job, ns, &secret).await.map(|_| ())
 }
 

@@ -21,6 +21,20 @@ pub struct BuildConfig {
     /// Give every job a NetworkPolicy admitting only its own pods
     /// ([`network_policy`](super::builders::network_policy)).
     pub network_policy: bool,
+    /// The key every job's control-channel token is derived from (the
+    /// binary always has one; None: a random token per job).
+    pub token_key: Option<TokenKey>,
+}
+
+/// The operator's key for the jobs' tokens (`--token-key-secret`); never
+/// shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenKey(pub Vec<u8>);
+
+impl std::fmt::Debug for TokenKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "TokenKey({} bytes)", self.0.len())
+    }
 }
 
 /// Supported gang schedulers (their PodGroup CRDs).

@@ -60,7 +60,7 @@ pub fn with_hash<T: serde::Serialize + Resource>(mut obj: T) -> T {
 mod objects;
 mod pods;
 
-pub use objects::{config_map, launcher_rbac, network_policy, pod_group, secret};
+pub use objects::{config_map, job_token, launcher_rbac, network_policy, pod_group, secret};
 pub use pods::{launcher_pod, parse_quantity_bytes, partitioner_pod, shm_size_limit, worker_pod};
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use k8s_openapi::ByteString;
 use kube::ResourceExt;
 
 use crate::pure::observe::ObservedPod;
-use crate::pure::settings::GangScheduler;
+use crate::pure::settings::{GangScheduler, TokenKey};
 
 use super::{job_labels, meta, with_hash};
 
@@ -100,18 +100,37 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod], launch: Option<i32>) -> Co
     })
 }
 
-/// `<job>-token`: the control channel's shared secret. Created once with a
-/// random token and never rewritten (rewriting would cut running pods off).
+/// `<job>-token`: the control channel's shared secret. Never rewritten
+/// (rewriting would cut running pods off), and immutable, so nobody else
+/// can either; deleted, it is created again with the same token when the
+/// token is [`job_token`]'s.
 pub fn secret(job: &DGLJob, token: &str) -> Secret {
     Secret {
         metadata: meta(job, secret_name(&job.name_any()), job_labels(job)),
         type_: Some("Opaque".into()),
+        immutable: Some(true),
         data: Some(BTreeMap::from([(
             SECRET_TOKEN_KEY.to_string(),
             ByteString(token.as_bytes().to_vec()),
         )])),
         ..Default::default()
     }
+}
+
+/// The job's token: HMAC-SHA256 of its UID under the operator's key, in
+/// hex (64 characters, as the random tokens were). A function of the key
+/// and the UID alone, so a deleted Secret is restored byte for byte and the
+/// running pods' token stays valid; a job of the same name created again
+/// has a new UID, so a new token. None for a job without a UID (one the
+/// API server has not stored).
+pub fn job_token(key: &TokenKey, job: &DGLJob) -> Option<String> {
+    use hmac::{Hmac, Mac};
+    let uid = job.metadata.uid.as_deref()?;
+    // Any key length is valid for HMAC: this cannot fail.
+    let mut mac = Hmac::<sha2::Sha256>::new_from_slice(&key.0).ok()?;
+    mac.update(b"dgl-operator job token\0");
+    mac.update(uid.as_bytes());
+    Some(hex::encode(mac.finalize().into_bytes()))
 }
 
 /// ServiceAccount, Role and RoleBinding of the launcher: its watcher-loop

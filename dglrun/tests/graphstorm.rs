@@ -43,6 +43,28 @@ const TRAIN_COMMAND: &str = "python3 -m graphstorm.run.gsgnn_np.gsgnn_np --cf nc
 /// The workers' PYTHONPATH in the example's dgljob.yaml, below /opt/graphstorm.
 const HOOK_DIR: &str = "progress_hook";
 
+/// examples/graphstorm/dgljob-parmetis.yaml: the loader that writes the
+/// tables in DGL's chunked format for the native pipeline, and the training
+/// command, which saves the model to the volume both jobs mount.
+const PARMETIS_LOADER: &str = "make_chunked.py";
+const PARMETIS_TRAIN_COMMAND: &str = "python3 -m graphstorm.run.gsgnn_np.gsgnn_np --cf nc.yaml \
+     --ip-config {ip_config} --part-config {part_config} --save-model-path /data/gsexample/model";
+/// examples/graphstorm/dgljob-infer.yaml: GraphStorm's embedding entry point
+/// (the one gs_gen_node_embedding starts) on the training job's partitions
+/// and model, writing the embeddings to the same volume.
+/// Its --part-config is a folder holding only the JSON and the part<i>/
+/// folders of the training job's dataset (subPath mounts in the pods):
+/// GraphStorm counts every entry named part* as a part when it reads the id
+/// mapping, and the native pipeline's dataset also holds
+/// partition_assignment/.
+const INFER_COMMAND: &str = "python3 -m graphstorm.run.gsgnn_emb.gsgnn_node_emb --cf nc.yaml \
+     --ip-config {ip_config} --part-config /gs-partitions/gsexample.json \
+     --restore-model-path /data/gsexample/model/epoch-3 --save-embed-path /data/gsexample/embeddings";
+/// The volume both jobs mount (hostPath or PVC in the pods).
+const VOLUME: &str = "/data/gsexample";
+/// Where the inference job's workers see the partitions for GraphStorm.
+const PARTS_VIEW: &str = "/gs-partitions";
+
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -88,12 +110,17 @@ fn words(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The command as the test runs it: the image's `python3` is the venv's.
-fn with_python(command: &str, python: &Path) -> String {
+/// The command as the test runs it: the image's `python3` is the venv's,
+/// and the pods' mounts (the shared volume, the partitions' view) are
+/// folders of the job's temporary directory `dir`.
+fn with_python(command: &str, python: &Path, dir: &Path) -> String {
     let rest = command
         .strip_prefix("python3 ")
         .expect("the example's commands start with python3");
-    format!("{} {}", python.display(), words(rest))
+    let rest = words(rest)
+        .replace(VOLUME, &dir.join("volume").display().to_string())
+        .replace(PARTS_VIEW, &dir.join("infer-parts").display().to_string());
+    format!("{} {rest}", python.display())
 }
 
 #[test]
@@ -111,6 +138,37 @@ fn the_example_job_runs_these_commands() {
     }
     let env = format!("{{ name: PYTHONPATH, value: /opt/graphstorm/{HOOK_DIR} }}");
     assert!(yaml.contains(&env), "the workers' {env}");
+}
+
+#[test]
+fn the_parmetis_and_inference_jobs_run_these_commands() {
+    let train = words(&std::fs::read_to_string(example("dgljob-parmetis.yaml")).unwrap());
+    for want in [
+        "partitionMode: ParMETIS".to_string(),
+        format!("- --partition-entry-point={PARMETIS_LOADER}"),
+        format!("- --train-command - >- {}", words(PARMETIS_TRAIN_COMMAND)),
+        format!("mountPath: {VOLUME}"),
+    ] {
+        assert!(
+            train.contains(&want),
+            "examples/graphstorm/dgljob-parmetis.yaml lacks {want:?}, as the test runs it"
+        );
+    }
+    let infer = words(&std::fs::read_to_string(example("dgljob-infer.yaml")).unwrap());
+    for want in [
+        "partitionMode: Skip".to_string(),
+        format!("- --train-command - >- {}", words(INFER_COMMAND)),
+        format!("mountPath: {VOLUME}"),
+        "mountPath: /dgl_workspace/dataset".to_string(),
+        format!("mountPath: {PARTS_VIEW}/gsexample.json, subPath: dataset/gsexample.json"),
+        format!("mountPath: {PARTS_VIEW}/part0, subPath: dataset/part0"),
+        format!("mountPath: {PARTS_VIEW}/part1, subPath: dataset/part1"),
+    ] {
+        assert!(
+            infer.contains(&want),
+            "examples/graphstorm/dgljob-infer.yaml lacks {want:?}, as the test runs it"
+        );
+    }
 }
 
 /// A temporary job folder: token, hostfile, the example's working directory
@@ -143,10 +201,12 @@ impl Job {
         std::fs::write(job.path("hosts.txt"), format!("{}\n{}\n", ips[0], ips[1])).unwrap();
         std::fs::create_dir_all(job.path("example")).unwrap();
         std::fs::create_dir_all(job.path("example").join(HOOK_DIR)).unwrap();
+        std::fs::create_dir_all(job.path("volume")).unwrap();
         for f in [
             "gconstruct.json",
             "nc.yaml",
             "progress_hook/sitecustomize.py",
+            PARMETIS_LOADER,
         ] {
             std::fs::copy(example(f), job.path("example").join(f)).unwrap();
         }
@@ -187,47 +247,57 @@ impl Job {
         .to_vec()
     }
 
-    fn partition_args(&self, ip: &str) -> Vec<String> {
+    /// The partitioner with gconstruct as its command (`gconstruct`), or the
+    /// native pipeline fed by make_chunked.py (partition mode ParMETIS).
+    fn partition_args(&self, ip: &str, gconstruct: bool) -> Vec<String> {
         let mut a = vec!["partition".to_string()];
         a.extend(self.common("partitioner"));
         a.extend(["--graph-name", GRAPH, "--num-partitions", "2"].map(String::from));
-        a.push("--partition-command".into());
-        a.push(with_python(PARTITION_COMMAND, &self.python));
+        if gconstruct {
+            a.push("--partition-command".into());
+            a.push(self.command(PARTITION_COMMAND));
+        } else {
+            a.extend(["--partition-mode", "ParMETIS", "--partition-entry-point"].map(String::from));
+            a.push(PARMETIS_LOADER.into());
+        }
         a.extend(["--listen", ip, "--agent-port", PARTITIONER_PORT].map(String::from));
         a
     }
 
-    fn worker_args(&self, i: usize, ip: &str) -> Vec<String> {
+    /// A user's command as this test runs it (see [`with_python`]).
+    fn command(&self, command: &str) -> String {
+        with_python(command, &self.python, self.dir.path())
+    }
+
+    fn worker_args(&self, i: usize, ip: &str, workspace: &str, port: &str) -> Vec<String> {
         let mut a = vec!["worker".to_string()];
-        a.extend(self.common(&format!("w{i}")));
+        a.extend(self.common(workspace));
         let index = i.to_string();
-        a.extend(
-            [
-                "--listen",
-                ip,
-                "--agent-port",
-                AGENT_PORT,
-                "--index",
-                &index,
-            ]
-            .map(String::from),
-        );
+        a.extend(["--listen", ip, "--agent-port", port, "--index", &index].map(String::from));
         a
     }
 
-    fn launch_args(&self, partitioner_ip: &str) -> Vec<String> {
+    /// The launcher: after the partitioner at `partitioner_ip` (None: partition
+    /// mode Skip, the partitions already in the workers' workspaces).
+    fn launch_args(
+        &self,
+        partitioner_ip: Option<&str>,
+        port: &str,
+        train_command: &str,
+    ) -> Vec<String> {
         let mut a = vec!["launch".to_string()];
         a.extend(self.common("launcher"));
         let hostfile = self.path("hosts.txt").display().to_string();
-        let partitioner = format!("{partitioner_ip}:{PARTITIONER_PORT}");
+        match partitioner_ip {
+            Some(ip) => a.extend(["--partitioner".into(), format!("{ip}:{PARTITIONER_PORT}")]),
+            None => a.extend(["--partition-mode", "Skip"].map(String::from)),
+        }
         a.extend(
             [
                 "--hostfile",
                 &hostfile,
                 "--agent-port",
-                AGENT_PORT,
-                "--partitioner",
-                &partitioner,
+                port,
                 "--graph-name",
                 GRAPH,
                 "--num-trainers",
@@ -242,7 +312,7 @@ impl Job {
             .map(String::from),
         );
         a.push("--train-command".into());
-        a.push(with_python(TRAIN_COMMAND, &self.python));
+        a.push(self.command(train_command));
         a
     }
 }
@@ -347,84 +417,112 @@ fn epoch_means(losses: &[(u32, f64)]) -> Vec<(u32, f64)> {
         .collect()
 }
 
-#[test]
-fn graphstorm_node_classification_trains_on_two_machines() {
-    common::netns::require_root();
-    let ips = ["10.214.0.1", "10.214.0.2"];
-    let job = Job::new(ips);
+/// One training run: a partitioner (gconstruct or the native pipeline), two
+/// workers and the launcher; every process must exit 0. Returns the time
+/// from start to the launcher's exit.
+fn train(job: &Job, m: &mut Machines, ips: [&str; 2], gconstruct: bool, command: &str) -> Duration {
     let cwd = job.path("example");
-    let mut m = Machines::create(ips);
-    let started = Instant::now();
     let part = m.spawn(
         0,
-        &job.partition_args(ips[0]),
+        &job.partition_args(ips[0], gconstruct),
         &cwd,
         &job.path("partitioner.log"),
     );
     let workers: Vec<usize> = (0..2)
         .map(|i| {
             let log = job.path(&format!("worker-{i}.log"));
-            m.spawn(i, &job.worker_args(i, ips[i]), &cwd, &log)
+            m.spawn(
+                i,
+                &job.worker_args(i, ips[i], &format!("w{i}"), AGENT_PORT),
+                &cwd,
+                &log,
+            )
         })
         .collect();
-    let launcher = m.spawn(0, &job.launch_args(ips[0]), &cwd, &job.path("launcher.log"));
-
-    let status = m.wait(launcher, Duration::from_secs(1200));
-    let elapsed = started.elapsed();
-    let all = log_tails(job.dir.path(), 60);
-    let status = status.unwrap_or_else(|| panic!("the launcher did not finish in 1200 s{all}"));
-    assert!(status.success(), "the launcher failed: {status}{all}");
-    for (name, idx) in [
+    let launch = job.launch_args(Some(ips[0]), AGENT_PORT, command);
+    let launcher = m.spawn(0, &launch, &cwd, &job.path("launcher.log"));
+    let mut all = [
         ("worker-0", workers[0]),
         ("worker-1", workers[1]),
         ("partitioner", part),
-    ] {
-        let s = m.wait(idx, Duration::from_secs(60));
-        assert!(s.is_some_and(|s| s.success()), "{name}: {s:?}{all}");
-    }
-
-    let part_log = std::fs::read_to_string(job.path("partitioner.log")).unwrap();
-    assert!(
-        part_log.contains("Train/val/test on _N with mask train_mask, val_mask, test_mask"),
-        "gconstruct read the tables and split the labels{all}"
-    );
+    ];
+    let elapsed = finish(job, m, launcher, &mut all);
     // Each worker received the JSON and its own partition only.
     for i in 0..2 {
         let ds = job.path(&format!("w{i}/dataset"));
+        let tails = log_tails(job.dir.path(), 60);
         assert!(
             ds.join(format!("{GRAPH}.json")).is_file(),
-            "worker {i}'s JSON{all}"
+            "worker {i}'s JSON{tails}"
         );
         assert!(
             ds.join(format!("part{i}/graph.dgl")).is_file(),
-            "worker {i}'s part{all}"
+            "worker {i}'s part{tails}"
         );
         assert!(
             !ds.join(format!("part{}", 1 - i)).exists(),
             "worker {i} got the other part"
         );
     }
+    elapsed
+}
 
-    let log = std::fs::read_to_string(job.path("launcher.log")).unwrap();
+/// Waits for the launcher (1200 s), then for `others` (60 s each); every
+/// one must exit 0. Returns the launcher's time.
+fn finish(job: &Job, m: &mut Machines, launcher: usize, others: &mut [(&str, usize)]) -> Duration {
+    let started = Instant::now();
+    let status = m.wait(launcher, Duration::from_secs(1200));
+    let elapsed = started.elapsed();
+    let all = log_tails(job.dir.path(), 60);
+    let status = status.unwrap_or_else(|| panic!("the launcher did not finish in 1200 s{all}"));
+    assert!(status.success(), "the launcher failed: {status}{all}");
+    for (name, idx) in others.iter() {
+        let s = m.wait(*idx, Duration::from_secs(60));
+        assert!(s.is_some_and(|s| s.success()), "{name}: {s:?}{all}");
+    }
+    elapsed
+}
+
+/// GraphStorm's loss by epoch in the launcher's log; it must fall over at
+/// least 2 epochs, and validation accuracy must beat chance (4 balanced
+/// classes: 0.25) clearly.
+fn check_training(log: &str, all: &str) -> (Vec<(u32, f64)>, Vec<f64>) {
     assert!(!log.contains("unrecognized arguments"), "{all}");
-    let per_epoch = epoch_means(&losses(&log));
+    let per_epoch = epoch_means(&losses(log));
     assert!(
         per_epoch.len() >= 2,
         "GraphStorm's loss lines of at least 2 epochs in the launcher's log: {per_epoch:?}{all}"
     );
     let (first, last) = (per_epoch[0].1, per_epoch[per_epoch.len() - 1].1);
     assert!(last < first, "the loss did not fall: {per_epoch:?}{all}");
-    let val = validation_scores(&log);
+    let val = validation_scores(log);
     assert!(
         !val.is_empty(),
         "no validation accuracy in the launcher's log{all}"
     );
-    // 4 balanced classes: chance is 0.25.
     let best = val.iter().copied().fold(0.0, f64::max);
     assert!(
         best > 0.5,
         "validation accuracy {val:?} is near chance{all}"
     );
+    (per_epoch, val)
+}
+
+#[test]
+fn graphstorm_node_classification_trains_on_two_machines() {
+    common::netns::require_root();
+    let ips = ["10.214.0.1", "10.214.0.2"];
+    let job = Job::new(ips);
+    let mut m = Machines::create(ips);
+    let elapsed = train(&job, &mut m, ips, true, TRAIN_COMMAND);
+    let all = log_tails(job.dir.path(), 60);
+    let part_log = std::fs::read_to_string(job.path("partitioner.log")).unwrap();
+    assert!(
+        part_log.contains("Train/val/test on _N with mask train_mask, val_mask, test_mask"),
+        "gconstruct read the tables and split the labels{all}"
+    );
+    let log = std::fs::read_to_string(job.path("launcher.log")).unwrap();
+    let (per_epoch, val) = check_training(&log, &all);
     // nc.yaml: 4 epochs; one report at the end of each, from rank 0.
     let reports = progress_reports(&log);
     let epochs: Vec<u32> = reports.iter().map(|r| r.0).collect();
@@ -438,4 +536,126 @@ fn graphstorm_node_classification_trains_on_two_machines() {
     eprintln!(
         "graphstorm on two machines: {elapsed:?}; loss by epoch {per_epoch:?}; validation accuracy {val:?}; progress {reports:?}"
     );
+}
+
+/// Issue #27 items 2 and 3: the example's tables in DGL's chunked format
+/// (make_chunked.py, as the partition entry point) partitioned by the
+/// native pipeline (partition mode ParMETIS); GraphStorm's gsgnn_np trains
+/// on them and saves its model to the "volume"; then, as a second job in
+/// partition mode Skip whose workers see the partitioner's whole dataset
+/// folder (the volume in the pods), GraphStorm's embedding entry point
+/// restores the model and writes one embedding per node, in the tables'
+/// node ids (GraphStorm remaps them through the pipeline's
+/// part<i>/orig_nids.dgl, which it reads for every part on rank 0).
+#[test]
+fn graphstorm_trains_on_native_partitions_then_infers_embeddings() {
+    common::netns::require_root();
+    let ips = ["10.215.0.1", "10.215.0.2"];
+    let job = Job::new(ips);
+    let mut m = Machines::create(ips);
+    let train_time = train(&job, &mut m, ips, false, PARMETIS_TRAIN_COMMAND);
+    let all = log_tails(job.dir.path(), 60);
+    let part_log = std::fs::read_to_string(job.path("partitioner.log")).unwrap();
+    assert!(
+        part_log.contains("3000 nodes, 29828 edges"),
+        "make_chunked.py's report{all}"
+    );
+    let dataset = job.path("partitioner/dataset");
+    for i in 0..2 {
+        let f = dataset.join(format!("part{i}/orig_nids.dgl"));
+        assert!(f.is_file(), "the native pipeline's {}{all}", f.display());
+    }
+    let log = std::fs::read_to_string(job.path("launcher.log")).unwrap();
+    let (per_epoch, val) = check_training(&log, &all);
+    let model = job.path("volume/model/epoch-3");
+    assert!(
+        model.is_dir(),
+        "GraphStorm saved no model at {}{all}",
+        model.display()
+    );
+
+    let infer_time = infer(&job, &mut m, ips, &dataset);
+    let all = log_tails(job.dir.path(), 60);
+    let report = check_embeddings(&job, &all);
+    let left = [m.hosts.ns_pids(), m.hosts.marked()].concat();
+    assert!(left.is_empty(), "processes left behind: {left:?}{all}");
+    eprintln!(
+        "graphstorm on native partitions: training {train_time:?}, loss by epoch {per_epoch:?}, validation accuracy {val:?}; inference {infer_time:?}: {report}"
+    );
+}
+
+/// The inference job: two Skip-mode workers whose `dataset` is the
+/// partitioner's folder (every part, as the volume the pods mount), and the
+/// launcher running GraphStorm's embedding entry point.
+fn infer(job: &Job, m: &mut Machines, ips: [&str; 2], dataset: &Path) -> Duration {
+    // The training job's agents have exited; DGL's servers take 30050 on.
+    const PORT: &str = AGENT_PORT;
+    let cwd = job.path("example");
+    // The subPath mounts of dgljob-infer.yaml: the JSON and the parts only.
+    let view = job.path("infer-parts");
+    std::fs::create_dir_all(&view).unwrap();
+    for name in [format!("{GRAPH}.json"), "part0".into(), "part1".into()] {
+        std::os::unix::fs::symlink(dataset.join(&name), view.join(&name)).unwrap();
+    }
+    let workers: Vec<usize> = (0..2)
+        .map(|i| {
+            let ws = format!("infer-w{i}");
+            std::fs::create_dir_all(job.path(&ws)).unwrap();
+            std::os::unix::fs::symlink(dataset, job.path(&format!("{ws}/dataset"))).unwrap();
+            let log = job.path(&format!("infer-worker-{i}.log"));
+            m.spawn(i, &job.worker_args(i, ips[i], &ws, PORT), &cwd, &log)
+        })
+        .collect();
+    let launch = job.launch_args(None, PORT, INFER_COMMAND);
+    let launcher = m.spawn(0, &launch, &cwd, &job.path("infer-launcher.log"));
+    let mut others = [
+        ("infer-worker-0", workers[0]),
+        ("infer-worker-1", workers[1]),
+    ];
+    finish(job, m, launcher, &mut others)
+}
+
+/// Reads GraphStorm's embeddings (emb_info.json, _N/embed-<rank>.pt) with
+/// torch: one finite row per node of the tables, and, since they are in
+/// the tables' ids, a nearest-class-centroid accuracy against the tables'
+/// labels far above chance (a wrong id mapping would scramble it to ~0.25).
+fn check_embeddings(job: &Job, all: &str) -> String {
+    const CHECK: &str = r#"
+import glob, json, os, sys
+import numpy as np, pyarrow.parquet as pq, torch as th
+emb_dir, tables = sys.argv[1], sys.argv[2]
+info = json.load(open(os.path.join(emb_dir, "emb_info.json")))
+files = sorted(glob.glob(os.path.join(emb_dir, "_N", "embed-*.pt")))
+assert len(files) == info["world_size"], (files, info)
+emb = th.cat([th.load(f) for f in files]).numpy()
+labels = pq.read_table(os.path.join(tables, "nodes.parquet")).column("label").to_numpy()
+assert emb.shape[0] == len(labels), f"{emb.shape[0]} rows for {len(labels)} nodes"
+assert np.isfinite(emb).all(), "non-finite values"
+cent = np.stack([emb[labels == c].mean(axis=0) for c in range(labels.max() + 1)])
+pred = ((emb[:, None, :] - cent[None]) ** 2).sum(-1).argmin(1)
+print(f"rows={emb.shape[0]} dim={emb.shape[1]} files={len(files)} "
+      f"centroid_accuracy={(pred == labels).mean():.3f}")
+"#;
+    let out = Command::new(&job.python)
+        .args(["-c", CHECK])
+        .arg(job.path("volume/embeddings"))
+        .arg(job.path("example/data"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        out.status.success(),
+        "the embeddings: {text}{}{all}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let accuracy: f64 = text
+        .split("centroid_accuracy=")
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no accuracy in {text:?}"));
+    assert!(
+        accuracy > 0.6,
+        "embeddings do not follow the tables' ids: {text}{all}"
+    );
+    text
 }

@@ -36,10 +36,11 @@ pub(crate) const WHEELS_DIR: &str = "wheels-graphstorm";
 const STAMP_FILE: &str = ".dgl-operator-requirements.sha256";
 /// The `.pth` file that puts the DGL venv's site-packages on `sys.path`.
 const PTH_FILE: &str = "dgl_operator_dgl_venv.pth";
-/// What must import: GraphStorm's node-prediction entry point and its
-/// graph construction, on the DGL venv's DGL and torch.
+/// What must import: GraphStorm's node-prediction and embedding entry
+/// points and its graph construction, on the DGL venv's DGL and torch.
 const VERIFY_SNIPPET: &str = "import graphstorm, dgl, torch, torchdata; \
 import graphstorm.gconstruct.construct_graph, graphstorm.run.gsgnn_np.gsgnn_np; \
+import graphstorm.run.gsgnn_emb.gsgnn_node_emb; \
 from importlib.metadata import version; \
 print('graphstorm', version('graphstorm'), 'dgl', dgl.__version__, 'torch', torch.__version__, \
 'torchdata', torchdata.__version__)";

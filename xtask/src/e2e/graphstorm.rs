@@ -4,6 +4,17 @@
 //! Succeeded with GraphStorm's loss falling by epoch in the launcher's log
 //! and `status.progress` (from the example's sitecustomize hook) moving
 //! through the epochs to the last one of its nc.yaml.
+//!
+//! Then two jobs on one volume (a hostPath folder, [`SHARED_DIR`], made
+//! fresh and writable for the pods' uid): `dgljob-parmetis.yaml` (the tables
+//! in DGL's chunked format, partitioned by the native pipeline, partition
+//! mode ParMETIS, the partitions kept on the volume; gsgnn_np trains and
+//! saves its model there) must Succeed with its loss falling and leave the
+//! model and every part's orig_nids.dgl; then `dgljob-infer.yaml` (partition
+//! mode Skip on those partitions, GraphStorm's gsgnn_node_emb restoring the
+//! model) must Succeed and leave emb_info.json and, per worker, its
+//! embedding rows (at least 4 bytes per node and hidden unit in all) and
+//! their node ids. (dglrun/tests/graphstorm.rs checks their values.)
 
 use std::time::Duration;
 
@@ -13,19 +24,143 @@ use kube::api::Api;
 use kube::Client;
 
 use super::scenarios::in_namespace;
-use crate::stack::jobs::{delete_and_check_children, example_succeeds, launcher_log};
+use crate::stack::jobs::{delete_and_check_children, dump_job, example_succeeds, launcher_log};
 use crate::test::repo_root;
 
 const EXAMPLE_GRAPHSTORM: &str = "examples/graphstorm/dgljob.yaml";
 /// GraphStorm's config, whose `num_epochs` the progress must reach.
 const NC_YAML: &str = "examples/graphstorm/nc.yaml";
+/// The native partitions' training job and the inference job after it.
+const EXAMPLE_PARMETIS: &str = "examples/graphstorm/dgljob-parmetis.yaml";
+const EXAMPLE_INFER: &str = "examples/graphstorm/dgljob-infer.yaml";
+/// The hostPath both of those jobs mount (their YAML's `path:`).
+const SHARED_DIR: &str = "/var/tmp/dgl-gsexample";
+/// Nodes of the example's tables (make_tables.py's default).
+const NODES: u64 = 3000;
 
 pub(super) async fn graphstorm(client: &Client) -> Result<String> {
     let job = "gsexample";
     in_namespace(client, "e2e-graphstorm", job, |ns| async move {
-        graphstorm_in(client, &ns, job).await
+        let gconstruct = graphstorm_in(client, &ns, job).await?;
+        let native = native_then_infer(client, &ns).await?;
+        Ok(format!("gconstruct: {gconstruct}; {native}"))
     })
     .await
+}
+
+/// The ParMETIS training job, then the inference job, on a fresh
+/// [`SHARED_DIR`]; kept (and both jobs dumped) when something fails.
+async fn native_then_infer(client: &Client, ns: &str) -> Result<String> {
+    let dir = std::path::Path::new(SHARED_DIR);
+    fresh_shared_dir(dir)?;
+    let (train, infer) = ("gsexample-pm", "gsexample-infer");
+    let r = native_then_infer_in(client, ns, dir, train, infer).await;
+    match &r {
+        Ok(_) => {
+            std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?
+        }
+        Err(_) => {
+            dump_job(client, ns, train).await;
+            dump_job(client, ns, infer).await;
+            println!("    kept {} for inspection", dir.display());
+        }
+    }
+    r
+}
+
+/// `dir` and `dir/dataset` (the partitioner's subPath) empty and writable
+/// by the pods' uid (1000): a hostPath folder keeps the host's owner.
+fn fresh_shared_dir(dir: &std::path::Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
+    }
+    for d in [dir.to_path_buf(), dir.join("dataset")] {
+        std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777))
+            .with_context(|| format!("chmod 777 {}", d.display()))?;
+    }
+    Ok(())
+}
+
+async fn native_then_infer_in(
+    client: &Client,
+    ns: &str,
+    dir: &std::path::Path,
+    train: &str,
+    infer: &str,
+) -> Result<String> {
+    let nc = repo_root().join(NC_YAML);
+    let epochs = config_number(&nc, "num_epochs")?;
+    let took = example_succeeds(client, ns, train, EXAMPLE_PARMETIS, |_, _, _| {}).await?;
+    let log = launcher_log(client, ns, train).await?;
+    let per_epoch = epoch_means(&loss_lines(&log));
+    ensure!(
+        per_epoch.len() >= 2 && per_epoch[per_epoch.len() - 1].1 < per_epoch[0].1,
+        "GraphStorm's loss on the native partitions did not fall over 2+ epochs: {per_epoch:?}:\n{log}"
+    );
+    println!("    native partitions: loss by epoch {per_epoch:?}");
+    let model = dir.join(format!("model/epoch-{}", epochs.saturating_sub(1)));
+    ensure!(model.is_dir(), "no model saved at {}", model.display());
+    for i in 0..2 {
+        let f = dir.join(format!("dataset/part{i}/orig_nids.dgl"));
+        ensure!(f.is_file(), "the native pipeline left no {}", f.display());
+    }
+    delete_and_check_children(client, ns, train).await?;
+
+    let inferred = example_succeeds(client, ns, infer, EXAMPLE_INFER, |_, _, _| {}).await?;
+    let hidden = config_number(&nc, "hidden_size")?;
+    let (files, bytes) = embeddings_written(&dir.join("embeddings"), NODES * hidden * 4)?;
+    delete_and_check_children(client, ns, infer).await?;
+    Ok(format!(
+        "native partitions (ParMETIS): Succeeded {:.0}s after apply, loss {:.3} -> {:.3}; inference: Succeeded {:.0}s after apply, {files} embedding files, {bytes} bytes",
+        took.as_secs_f64(),
+        per_epoch[0].1,
+        per_epoch[per_epoch.len() - 1].1,
+        inferred.as_secs_f64()
+    ))
+}
+
+/// GraphStorm's embedding folder: emb_info.json with world_size 2 (one
+/// file per worker), `_N/embed-<rank>.pt` (rows) and
+/// `_N/embed_nids-<rank>.pt` (their node ids) for each rank, the rows
+/// together at least `min_bytes` (float32 rows of every node). Returns
+/// (files, bytes of rows).
+fn embeddings_written(dir: &std::path::Path, min_bytes: u64) -> Result<(usize, u64)> {
+    let info_path = dir.join("emb_info.json");
+    let info: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&info_path)
+            .with_context(|| format!("reading {}", info_path.display()))?,
+    )
+    .with_context(|| format!("parsing {}", info_path.display()))?;
+    let world = info["world_size"]
+        .as_u64()
+        .with_context(|| format!("{} has no world_size: {info}", info_path.display()))?;
+    ensure!(
+        world == 2,
+        "{}: world_size {world}, expected 2",
+        info_path.display()
+    );
+    let mut bytes = 0u64;
+    for rank in 0..world {
+        let f = dir.join(format!("_N/embed-{rank:05}.pt"));
+        let len = std::fs::metadata(&f)
+            .with_context(|| format!("the embeddings of rank {rank}: {}", f.display()))?
+            .len();
+        bytes = bytes.saturating_add(len);
+        let ids = dir.join(format!("_N/embed_nids-{rank:05}.pt"));
+        ensure!(
+            ids.is_file(),
+            "the node ids of rank {rank}: no {}",
+            ids.display()
+        );
+    }
+    ensure!(
+        bytes >= min_bytes,
+        "the embedding files in {} hold {bytes} bytes, fewer than {min_bytes} (4 per node and hidden unit)",
+        dir.display()
+    );
+    Ok((world as usize, bytes))
 }
 
 async fn graphstorm_in(client: &Client, ns: &str, name: &str) -> Result<String> {
@@ -95,15 +230,21 @@ async fn check_progress(
 
 /// `num_epochs: N` of GraphStorm's YAML config.
 fn num_epochs(path: &std::path::Path) -> Result<u32> {
+    let n = config_number(path, "num_epochs")?;
+    u32::try_from(n).with_context(|| format!("{}: num_epochs {n} is too large", path.display()))
+}
+
+/// `<key>: N` of GraphStorm's YAML config (its first line of that key).
+fn config_number(path: &std::path::Path, key: &str) -> Result<u64> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let value = text
         .lines()
-        .find_map(|l| l.trim().strip_prefix("num_epochs:"))
-        .with_context(|| format!("{} has no num_epochs", path.display()))?;
+        .find_map(|l| l.trim().strip_prefix(key)?.strip_prefix(':'))
+        .with_context(|| format!("{} has no {key}", path.display()))?;
     value.trim().parse().with_context(|| {
         format!(
-            "{}: num_epochs {:?} is not a whole number",
+            "{}: {key} {:?} is not a whole number",
             path.display(),
             value.trim()
         )

@@ -3,9 +3,12 @@
 //!
 //! cargo run --release -p dgl-partition --example run_pipeline -- \
 //!     <metadata.json> <out_dir> <python> [parts=4] [threads=2] [train_mask]
+//!
+//! (`<python>` is ignored: graph.dgl is written natively.)
 
+use dgl_partition::config::{AllParts, Config};
 use dgl_partition::input::Source;
-use dgl_partition::run::{self, Config};
+use dgl_partition::run;
 use dgl_partition::settings::Choice;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -26,13 +29,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
         out_dir: args[2].clone().into(),
         graph_name: "g".into(),
-        num_parts: num(4, 4) as u32,
         partitioner: Choice::Metis,
         balance_train: Some(args.get(6).cloned().unwrap_or("train_mask".into())),
         balance_edges: true,
         threads: num(5, 2),
         seed: 0,
-        python: args[3].clone(),
+        driver: AllParts {
+            num_parts: num(4, 4) as u32,
+        },
     };
     let report = run::run(&cfg)?;
     for line in report.lines() {

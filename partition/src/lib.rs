@@ -17,6 +17,7 @@
 //! timing of the reports.
 
 pub mod assign;
+pub mod config;
 pub mod csr;
 pub mod error;
 pub mod exchange;
@@ -24,6 +25,7 @@ pub mod input;
 pub mod model;
 pub mod output;
 pub mod rank;
+pub mod report;
 pub mod rmat;
 pub mod run;
 pub mod settings;

@@ -6,9 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use dgl_partition::config::{Config, OwnPart};
 use dgl_partition::exchange::{plan::Limits, selftest, Exchange};
 use dgl_partition::input::Source;
-use dgl_partition::rank::{self, RankConfig};
+use dgl_partition::rank;
 use dgl_partition::settings::{self, PartitionArgs};
 
 /// Rank program of DGL's distributed partition pipeline.
@@ -94,10 +95,6 @@ struct RankArgs {
         default_value = "/dgl_workspace"
     )]
     workspace: PathBuf,
-    /// Let metadata.json list files outside its folder (absolute paths
-    /// elsewhere, `..`, symlinks leading out); only for trusted input.
-    #[arg(long)]
-    allow_input_outside: bool,
     /// Where this rank writes <graph>.json and part<rank>/
     /// [default: <workspace>/dataset].
     #[arg(long, value_name = "DIR")]
@@ -122,12 +119,8 @@ struct RankArgs {
     /// rank, or mpirun placed the ranks out of partition order.
     #[arg(long, env = "DGL_OPERATOR_WORKER_INDEX", value_name = "I")]
     worker_index: Option<u32>,
-    /// Largest element count of one transport call [default: i32::MAX].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    max_count: Option<u64>,
-    /// Memory budget of one staged round, in bytes [default: 256 MiB].
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
-    round_bytes: Option<u64>,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Gather the whole structure on rank 0 and assign there, as ParMETIS
     /// mode does (one rank must hold every edge), instead of the
     /// distributed partitioner.
@@ -136,33 +129,40 @@ struct RankArgs {
 }
 
 impl RankArgs {
+    fn config(&self) -> Config<OwnPart> {
+        let out = self.out.clone();
+        let mut cfg = self.pipeline.config(
+            self.pipeline.chunked_source(&self.workspace),
+            out.unwrap_or_else(|| self.workspace.join(settings::DATASET_DIR)),
+            &self.graph_name,
+            OwnPart {
+                gather_structure: self.gather_structure,
+            },
+        );
+        cfg.balance_train = self.balance_train.clone();
+        cfg.balance_edges = self.balance_edges;
+        cfg
+    }
+}
+
+/// The transport's limits (the selftest forces small ones to test the
+/// chunked rounds large data needs).
+#[derive(clap::Args, Debug)]
+struct LimitArgs {
+    /// Largest element count of one transport call [default: i32::MAX].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    max_count: Option<u64>,
+    /// Memory budget of one staged round, in bytes [default: 256 MiB].
+    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
+    round_bytes: Option<u64>,
+}
+
+impl LimitArgs {
     fn limits(&self) -> Limits {
         let d = Limits::default();
         Limits {
             max_count: self.max_count.unwrap_or(d.max_count),
             round_bytes: self.round_bytes.unwrap_or(d.round_bytes),
-        }
-    }
-
-    fn config(&self) -> RankConfig {
-        let metadata = self.pipeline.metadata(&self.workspace);
-        RankConfig {
-            source: match self.allow_input_outside {
-                true => Source::ChunkedAnywhere { metadata },
-                false => Source::Chunked { metadata },
-            },
-            out_dir: self
-                .out
-                .clone()
-                .unwrap_or_else(|| self.workspace.join(settings::DATASET_DIR)),
-            graph_name: self.graph_name.clone(),
-            partitioner: self.pipeline.choice(),
-            balance_train: self.balance_train.clone(),
-            balance_edges: self.balance_edges,
-            threads: self.pipeline.threads(),
-            seed: self.pipeline.seed,
-            python: self.python.clone(),
-            gather_structure: self.gather_structure,
         }
     }
 }
@@ -172,23 +172,8 @@ struct SelftestArgs {
     /// Data size: elements per pair of ranks grow linearly with it.
     #[arg(long, default_value_t = 1000)]
     scale: u64,
-    /// Largest element count of one transport call (smaller values force
-    /// the chunked rounds that large data needs) [default: i32::MAX].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    max_count: Option<u64>,
-    /// Memory budget of one staged round, in bytes [default: 256 MiB].
-    #[arg(long, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..))]
-    round_bytes: Option<u64>,
-}
-
-impl SelftestArgs {
-    fn limits(&self) -> Limits {
-        let d = Limits::default();
-        Limits {
-            max_count: self.max_count.unwrap_or(d.max_count),
-            round_bytes: self.round_bytes.unwrap_or(d.round_bytes),
-        }
-    }
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 /// This process's resident high-water mark (VmHWM), in bytes.
@@ -214,13 +199,6 @@ fn netns() -> String {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // Logs (e.g. the distributed assignment's memory per phase) on stderr,
-    // as RUST_LOG asks; none by default.
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
     match cli.command {
         Command::Selftest(args) => selftest_main(&args),
         Command::Rank(args) => rank_main(&args),
@@ -273,7 +251,7 @@ fn run_rank<E: Exchange>(ex: &E, args: &RankArgs) -> Result<(), String> {
 #[cfg(feature = "mpi")]
 fn rank_main(args: &RankArgs) -> ExitCode {
     let ex = match dgl_partition::exchange::MpiExchange::init() {
-        Ok(ex) => ex.with_limits(args.limits()),
+        Ok(ex) => ex.with_limits(args.limits.limits()),
         Err(e) => {
             eprintln!("dgl-partition: {e}");
             return ExitCode::FAILURE;
@@ -292,7 +270,7 @@ fn rank_main(args: &RankArgs) -> ExitCode {
 #[cfg(not(feature = "mpi"))]
 fn rank_main(args: &RankArgs) -> ExitCode {
     // A world of one: the partitions of a one-worker job, without MPI.
-    let _ = args.limits();
+    let _ = args.limits.limits();
     match run_rank(&dgl_partition::exchange::Single, args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -305,7 +283,7 @@ fn rank_main(args: &RankArgs) -> ExitCode {
 #[cfg(feature = "mpi")]
 fn selftest_main(args: &SelftestArgs) -> ExitCode {
     let ex = match dgl_partition::exchange::MpiExchange::init() {
-        Ok(ex) => ex.with_limits(args.limits()),
+        Ok(ex) => ex.with_limits(args.limits.limits()),
         Err(e) => {
             eprintln!("dgl-partition: {e}");
             return ExitCode::FAILURE;
@@ -327,7 +305,7 @@ fn selftest_main(args: &SelftestArgs) -> ExitCode {
 #[cfg(not(feature = "mpi"))]
 fn selftest_main(args: &SelftestArgs) -> ExitCode {
     // A world of one moves nothing: the limits have nothing to split.
-    let _ = args.limits();
+    let _ = args.limits.limits();
     match selftest::run(&dgl_partition::exchange::Single, args.scale) {
         Ok(r) => {
             println!(

@@ -25,96 +25,21 @@
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::assign::{self, Assignment, Quality, Request};
+use crate::config::{Config, OwnPart};
 use crate::exchange::{edges_to_owners, Buckets, Exchange, Received};
-use crate::input::{self, Share, Source};
+use crate::input::{self, Share};
 use crate::model::{EdgeType, InputGraph, NodeType, Tensor};
 use crate::output::files::{dir_bytes, prepare_out, write_assignment, write_json, Staging};
 use crate::output::json::{part_dir, PartitionJson};
 use crate::output::write_owned_part;
-use crate::settings::Choice;
+use crate::report::{Report, Written};
 use crate::shuffle::part::inner_nodes;
 use crate::shuffle::{build_partition, count_owned_edges, IdMaps, OwnedEdges};
 use crate::shuffle_write::{self, PartSummary};
 use crate::{csr, Error, Result};
-
-/// What a rank needs; every rank gets the same.
-#[derive(Clone, Debug)]
-pub struct RankConfig {
-    pub source: Source,
-    /// This worker's output folder (`<graph>.json`, `part<rank>/`).
-    pub out_dir: PathBuf,
-    pub graph_name: String,
-    pub partitioner: Choice,
-    /// The node feature marking training nodes, when they are balanced.
-    pub balance_train: Option<String>,
-    pub balance_edges: bool,
-    pub threads: usize,
-    pub seed: u64,
-    /// Deprecated and ignored (graph.dgl is written natively).
-    pub python: String,
-    /// Assign on rank 0 after gathering the whole structure there (the
-    /// single-process pipeline's assignment; needs one rank to hold it)
-    /// instead of the distributed partitioner.
-    pub gather_structure: bool,
-}
-
-/// What one rank did, for its log.
-#[derive(Clone, Debug, Default)]
-pub struct RankReport {
-    pub rank: u32,
-    pub world: u32,
-    pub stages: Vec<(&'static str, Duration)>,
-    pub num_nodes: u64,
-    pub num_edges: u64,
-    /// The assignment's quality (rank 0 only).
-    pub quality: Option<Quality>,
-    pub part: PartSummary,
-    pub json: PathBuf,
-}
-
-impl RankReport {
-    fn timed<T>(&mut self, stage: &'static str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-        let t = Instant::now();
-        let out = f()?;
-        self.stages.push((stage, t.elapsed()));
-        Ok(out)
-    }
-
-    /// One line per stage, the totals, the quality (rank 0), the part.
-    pub fn lines(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .stages
-            .iter()
-            .map(|(s, d)| format!("stage {s}: {:.2}s", d.as_secs_f64()))
-            .collect();
-        let total: Duration = self.stages.iter().map(|(_, d)| *d).sum();
-        out.push(format!(
-            "{} nodes, {} edges partitioned by {} ranks in {:.2}s",
-            self.num_nodes,
-            self.num_edges,
-            self.world,
-            total.as_secs_f64()
-        ));
-        if let Some(q) = &self.quality {
-            out.push(format!("{q}"));
-        }
-        let p = &self.part;
-        out.push(format!(
-            "part {}: {} inner nodes, {} halo nodes, {} edges, {} bytes in {}",
-            p.part,
-            p.inner_nodes,
-            p.halo_nodes,
-            p.edges,
-            p.bytes,
-            self.json.with_file_name(part_dir(p.part)).display()
-        ));
-        out
-    }
-}
 
 /// Runs rank `ex.rank()` of `ex.size()`. Every rank must call it (it is a
 /// sequence of collectives); on an error the caller ends the whole job (the
@@ -123,31 +48,27 @@ impl RankReport {
 /// The exchange is used from the calling thread only (MPI's `FUNNELED`):
 /// the parallel steps run on rayon's global pool (whose size the caller
 /// sets) or on pools of `cfg.threads` of their own.
-pub fn run<E: Exchange>(ex: &E, cfg: &RankConfig) -> Result<RankReport> {
+pub fn run<E: Exchange>(ex: &E, cfg: &Config<OwnPart>) -> Result<Report> {
     let (rank, world) = (ex.rank(), ex.size());
-    let mut report = RankReport {
-        rank,
-        world,
-        ..Default::default()
-    };
+    let mut report = Report::default();
     // Before the first collective: no rank can have written the new JSON yet.
     let json = prepare_out(&cfg.out_dir, &cfg.graph_name)?;
-    let share = report.timed("read", || {
+    let share = report.stages.timed("read", || {
         input::read_share(&cfg.source, rank, world, cfg.threads)
     })?;
     shuffle_write::validate_names(&share.graph, &cfg.graph_name)?;
-    let edge_counts = report.timed("check", || check_shares(ex, &share))?;
+    let edge_counts = report.stages.timed("check", || check_shares(ex, &share))?;
     report.num_nodes = share.graph.num_nodes();
     report.num_edges = edge_counts.iter().sum();
-    let (assignment, quality) = report.timed("assign", || {
-        if cfg.gather_structure {
+    let (assignment, quality) = report.stages.timed("assign", || {
+        if cfg.driver.gather_structure {
             assign_on_root(ex, cfg, &share)
         } else {
             assign_distributed(ex, cfg, &share)
         }
     })?;
     report.quality = quality;
-    let ids = report.timed("ids", || {
+    let ids = report.stages.timed("ids", || {
         let owned = count_owned_edges(&share.graph, &assignment.parts, world)?;
         let flat: Vec<u64> = owned.concat();
         let all = ex.allgather(&flat)?;
@@ -161,14 +82,15 @@ pub fn run<E: Exchange>(ex: &E, cfg: &RankConfig) -> Result<RankReport> {
         let ends = g.etypes.iter().map(|e| (e.src_type, e.dst_type)).collect();
         IdMaps::new(&counts, ends, &assignment.parts, world, &owned)
     })?;
-    let (local, edges) =
-        report.timed("exchange", || exchange(ex, share, &assignment.parts, &ids))?;
-    report.part = report.timed("write part", || {
+    let (local, edges) = report
+        .stages
+        .timed("exchange", || exchange(ex, share, &assignment.parts, &ids))?;
+    let part = report.stages.timed("write part", || {
         write_own_part(cfg, rank, &local, &ids, &assignment.parts, edges)
     })?;
     // Every part is in place on every worker before any JSON exists.
     ex.barrier()?;
-    report.timed("write json", || {
+    report.stages.timed("write json", || {
         let doc = PartitionJson {
             graph_name: &cfg.graph_name,
             part_method: &assignment.algo_name,
@@ -180,7 +102,7 @@ pub fn run<E: Exchange>(ex: &E, cfg: &RankConfig) -> Result<RankReport> {
             .join(format!(".{}.json.rank{rank}.tmp", cfg.graph_name));
         write_json(&tmp, &json, &doc.render())
     })?;
-    report.json = json;
+    report.written = Written::Own { world, part, json };
     Ok(report)
 }
 
@@ -252,7 +174,7 @@ fn check_shares<E: Exchange>(ex: &E, share: &Share) -> Result<Vec<u64>> {
 /// quality is measured across ranks and reported by rank 0.
 fn assign_distributed<E: Exchange>(
     ex: &E,
-    cfg: &RankConfig,
+    cfg: &Config<OwnPart>,
     share: &Share,
 ) -> Result<(Assignment, Option<Quality>)> {
     let opts = assign::distributed::Options {
@@ -283,7 +205,7 @@ fn assign_distributed<E: Exchange>(
 /// assignment; the quality is rank 0's.
 fn assign_on_root<E: Exchange>(
     ex: &E,
-    cfg: &RankConfig,
+    cfg: &Config<OwnPart>,
     share: &Share,
 ) -> Result<(Assignment, Option<Quality>)> {
     let skeleton = gather_structure(ex, cfg, &share.graph)?;
@@ -333,7 +255,7 @@ fn assign_on_root<E: Exchange>(
 /// the other ranks.
 fn gather_structure<E: Exchange>(
     ex: &E,
-    cfg: &RankConfig,
+    cfg: &Config<OwnPart>,
     g: &InputGraph,
 ) -> Result<Option<InputGraph>> {
     let root = ex.rank() == 0;
@@ -506,7 +428,7 @@ fn move_features<E: Exchange>(
 /// Builds and writes `part<rank>/` (features and graph.dgl, natively) into
 /// a staging folder and moves it into place.
 fn write_own_part(
-    cfg: &RankConfig,
+    cfg: &Config<OwnPart>,
     rank: u32,
     local: &InputGraph,
     ids: &IdMaps,

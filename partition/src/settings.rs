@@ -5,8 +5,12 @@
 
 use std::fmt;
 
-use clap::builder::TypedValueParser;
 use std::path::{Path, PathBuf};
+
+use clap::builder::TypedValueParser;
+
+use crate::config::Config;
+use crate::input::Source;
 
 /// The chunked graph's description file (DGL's name).
 pub const CHUNKED_METADATA: &str = "metadata.json";
@@ -36,6 +40,10 @@ pub struct PartitionArgs {
         value_name = "PATH"
     )]
     pub input: Option<PathBuf>,
+    /// Let metadata.json list files outside its folder (absolute paths
+    /// elsewhere, `..`, symlinks leading out); only for trusted input.
+    #[arg(long)]
+    pub allow_input_outside: bool,
     /// How nodes are assigned to partitions: metis (multilevel k-way with
     /// the balance constraints of --balance-train / --balance-edges),
     /// random, or file (a DGL assignment: <ntype>.txt + partition_meta.json
@@ -85,6 +93,9 @@ impl PartitionArgs {
         if let Some(p) = &self.input {
             a.extend(["--input".to_string(), p.display().to_string()]);
         }
+        if self.allow_input_outside {
+            a.push("--allow-input-outside".to_string());
+        }
         if let Some(d) = &self.assignment_dir {
             a.extend(["--assignment-dir".to_string(), d.display().to_string()]);
         }
@@ -97,6 +108,39 @@ impl PartitionArgs {
     /// The chunked input's metadata.json (see [`chunked_metadata`]).
     pub fn metadata(&self, workspace: &Path) -> PathBuf {
         chunked_metadata(self.input.as_deref(), workspace)
+    }
+
+    /// The chunked input (see [`chunked_metadata`]), confined to
+    /// metadata.json's folder unless --allow-input-outside.
+    pub fn chunked_source(&self, workspace: &Path) -> Source {
+        let metadata = self.metadata(workspace);
+        match self.allow_input_outside {
+            true => Source::ChunkedAnywhere { metadata },
+            false => Source::Chunked { metadata },
+        }
+    }
+
+    /// A run's config: `source`, written into `out_dir` as `graph_name`,
+    /// these settings' partitioner, threads and seed, no balance
+    /// constraint (the caller adds its own), and the driver's own part.
+    pub fn config<D>(
+        &self,
+        source: Source,
+        out_dir: PathBuf,
+        graph_name: &str,
+        driver: D,
+    ) -> Config<D> {
+        Config {
+            source,
+            out_dir,
+            graph_name: graph_name.to_string(),
+            partitioner: self.choice(),
+            balance_train: None,
+            balance_edges: false,
+            threads: self.threads(),
+            seed: self.seed,
+            driver,
+        }
     }
 
     /// The partitioner chosen, `file` with its folder (clap requires
@@ -222,6 +266,7 @@ mod tests {
                 "9",
             ],
             &["--partition-input", "/g", "--partition-threads", "1"],
+            &["--input", "/g", "--allow-input-outside"],
             &["--part-method", "file", "--assignment-dir", "/a b/c"],
             &["--seed", "18446744073709551615", "--part-method", "metis"],
         ];
@@ -295,6 +340,20 @@ mod tests {
         );
         let file = Path::new("/nowhere/m.json");
         assert_eq!(chunked_metadata(Some(file), ws), file);
+        let args = parse(&strings(&["--input", "/nowhere/m.json"])).unwrap();
+        assert_eq!(
+            args.chunked_source(ws),
+            Source::Chunked {
+                metadata: file.to_path_buf()
+            }
+        );
+        let anywhere = parse(&strings(&["--allow-input-outside"])).unwrap();
+        assert_eq!(
+            anywhere.chunked_source(ws),
+            Source::ChunkedAnywhere {
+                metadata: "/ws/chunked/metadata.json".into()
+            }
+        );
         assert_eq!(threads(Some(3)), 3);
         assert!(threads(None) >= 1);
     }

@@ -1,5 +1,5 @@
 //! The stages of a run, timed: one recorder for both drivers' reports
-//! ([`crate::run::Report`] and the rank driver's).
+//! ([`crate::report::Report`]).
 
 use std::time::{Duration, Instant};
 

@@ -20,10 +20,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use dgl_partition::config::{AllParts, Config, OwnPart};
 use dgl_partition::exchange::Single;
 use dgl_partition::input::{write_chunked, EdgeFormat, Source};
 use dgl_partition::model::InputGraph;
-use dgl_partition::rank::{self, RankConfig};
+use dgl_partition::rank;
 use dgl_partition::run;
 use dgl_partition::settings::Choice;
 
@@ -90,20 +91,19 @@ fn cases() -> Vec<Case> {
 }
 
 /// ParMETIS mode's output for `case` in `num_parts` parts.
-fn single_process(case: &Case, metadata: &Path, out: &Path, num_parts: u32, python: &str) {
-    let cfg = run::Config {
+fn single_process(case: &Case, metadata: &Path, out: &Path, num_parts: u32) {
+    let cfg = Config {
         source: Source::Chunked {
             metadata: metadata.to_path_buf(),
         },
         out_dir: out.to_path_buf(),
         graph_name: "g".into(),
-        num_parts,
         partitioner: case.choice.clone(),
         balance_train: case.balance_train.clone(),
         balance_edges: case.balance_edges,
         threads: 2,
         seed: 7,
-        python: python.into(),
+        driver: AllParts { num_parts },
     };
     run::run(&cfg).unwrap();
 }
@@ -111,14 +111,13 @@ fn single_process(case: &Case, metadata: &Path, out: &Path, num_parts: u32, pyth
 #[test]
 fn a_world_of_one_writes_what_the_single_process_pipeline_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let python = PYTHON.to_string();
     for (i, case) in cases().iter().enumerate() {
         let input = dir.path().join(format!("in{i}"));
         let metadata = write_chunked(&case.graph, &input, 3, EdgeFormat::Csv).unwrap();
         let want = dir.path().join(format!("want{i}"));
-        single_process(case, &metadata, &want, 1, &python);
+        single_process(case, &metadata, &want, 1);
         let got = dir.path().join(format!("got{i}"));
-        let cfg = RankConfig {
+        let cfg = Config {
             source: Source::Chunked { metadata },
             out_dir: got.clone(),
             graph_name: "g".into(),
@@ -127,11 +126,10 @@ fn a_world_of_one_writes_what_the_single_process_pipeline_writes() {
             balance_edges: case.balance_edges,
             threads: 2,
             seed: 7,
-            python: python.clone(),
-            gather_structure: false,
+            driver: OwnPart::default(),
         };
         let report = rank::run(&Single, &cfg).unwrap();
-        assert_eq!(report.part.inner_nodes, case.graph.num_nodes());
+        assert_eq!(report.parts()[0].inner_nodes, case.graph.num_nodes());
         assert_eq!(report.num_edges, case.graph.num_edges());
         assert!(report.quality.is_some(), "rank 0 reports the quality");
         assert_same_files(&want, &got);
@@ -141,7 +139,6 @@ fn a_world_of_one_writes_what_the_single_process_pipeline_writes() {
 #[test]
 fn a_bad_input_is_named_and_leaves_no_json() {
     let dir = tempfile::tempdir().unwrap();
-    let python = PYTHON.to_string();
     let case = &cases()[0];
     let metadata = write_chunked(&case.graph, dir.path(), 2, EdgeFormat::Csv).unwrap();
     let chunk = dir.path().join("edge_index/author:writes:paper1.txt");
@@ -150,7 +147,7 @@ fn a_bad_input_is_named_and_leaves_no_json() {
     let out = dir.path().join("out");
     std::fs::create_dir_all(&out).unwrap();
     std::fs::write(out.join("g.json"), "{}").unwrap();
-    let cfg = RankConfig {
+    let cfg = Config {
         source: Source::Chunked { metadata },
         out_dir: out.clone(),
         graph_name: "g".into(),
@@ -159,8 +156,7 @@ fn a_bad_input_is_named_and_leaves_no_json() {
         balance_edges: false,
         threads: 1,
         seed: 0,
-        python,
-        gather_structure: false,
+        driver: OwnPart::default(),
     };
     let e = rank::run(&Single, &cfg).unwrap_err().to_string();
     assert!(
@@ -242,7 +238,7 @@ mod mpi {
             let metadata = write_chunked(&case.graph, &input, 4, EdgeFormat::Parquet).unwrap();
             for (ranks, extra) in [(2, &[][..]), (3, &["--max-count", "16"][..])] {
                 let want = dir.path().join(format!("want{i}-{ranks}"));
-                single_process(case, &metadata, &want, ranks, &python);
+                single_process(case, &metadata, &want, ranks);
                 let got = dir.path().join(format!("got{i}-{ranks}"));
                 let mut args = rank_args(case, &metadata, &got, &python);
                 args.extend(extra.iter().map(|s| s.to_string()));

@@ -41,6 +41,20 @@ pub enum Source {
     Text(TextSource),
 }
 
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Chunked { metadata } => write!(f, "chunked {}", metadata.display()),
+            Source::ChunkedAnywhere { metadata } => {
+                write!(f, "chunked {} (files anywhere)", metadata.display())
+            }
+            Source::Text(t) => {
+                write!(f, "text {} + {}", t.nodes.display(), t.edges.display())
+            }
+        }
+    }
+}
+
 /// The seed's text format: one nodes file and one edges file, as DGL 0.8's
 /// `tools/distpartitioning` (and its producer `write_mag.py`) define them.
 ///

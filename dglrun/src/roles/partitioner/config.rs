@@ -6,6 +6,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail};
 use dgl_api::names;
 use dgl_api::PartitionMode;
+use dgl_partition::config::{AllParts, Config};
 
 use super::PartitionConfig;
 use crate::cli::{required, Options};
@@ -15,7 +16,7 @@ use crate::workers::{NumParts, Workers};
 /// The native pipeline's settings from the options: input (chunked by
 /// default at <workspace>/chunked/metadata.json, or the text format), output
 /// <workspace>/dataset, partitioner, balance, threads.
-fn native_config(opts: &Options, graph_name: &str, num_parts: u32) -> dgl_partition::run::Config {
+fn native_config(opts: &Options, graph_name: &str, num_parts: u32) -> Config<AllParts> {
     use dgl_partition::input::{Source, TextSource};
     use dgl_partition::model::DType;
     let n = &opts.native;
@@ -31,22 +32,15 @@ fn native_config(opts: &Options, graph_name: &str, num_parts: u32) -> dgl_partit
             edge_attr_dtype: DType::F32,
         }),
         // The default folder may not exist yet: the loader writes it.
-        _ => Source::Chunked {
-            metadata: n.pipeline.metadata(ws),
-        },
+        _ => n.pipeline.chunked_source(ws),
     };
-    dgl_partition::run::Config {
-        source,
-        out_dir: ws.join(names::DATASET_DIR),
-        graph_name: graph_name.to_string(),
-        num_parts,
-        partitioner: n.pipeline.choice(),
-        balance_train: opts.job.balance_train.then(|| n.train_mask.clone()),
-        balance_edges: opts.job.balance_edges,
-        threads: n.pipeline.threads(),
-        seed: n.pipeline.seed,
-        python: opts.runtime.python.clone(),
-    }
+    let driver = AllParts { num_parts };
+    let mut cfg = n
+        .pipeline
+        .config(source, ws.join(names::DATASET_DIR), graph_name, driver);
+    cfg.balance_train = opts.job.balance_train.then(|| n.train_mask.clone());
+    cfg.balance_edges = opts.job.balance_edges;
+    cfg
 }
 
 /// The partitioner's settings from the options. `job_workers` is the job's
@@ -211,7 +205,7 @@ mod tests {
         ]);
         let cfg = partition_config(&native, None).unwrap();
         assert!(cfg.entry_point.is_none());
-        assert_eq!(cfg.native.unwrap().num_parts, 2);
+        assert_eq!(cfg.native.unwrap().driver.num_parts, 2);
     }
 
     #[test]

@@ -13,6 +13,7 @@ use anyhow::{bail, Context};
 use dgl_api::names::{CHUNKED_DIR, DATASET_DIR};
 use dgl_api::wire::{AgentInfo, Request, Response};
 use dgl_api::ReplicaType;
+use dgl_partition::config::{AllParts, Config};
 use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
@@ -65,7 +66,7 @@ pub struct PartitionConfig {
     pub stop_grace: std::time::Duration,
     /// The native pipeline's settings (ParMETIS mode); its output folder is
     /// set from the workspace.
-    pub native: Option<dgl_partition::run::Config>,
+    pub native: Option<Config<AllParts>>,
     /// GraphBolt partitions (`--use-graphbolt`).
     pub use_graphbolt: bool,
 }
@@ -162,11 +163,11 @@ pub async fn partition(cfg: &PartitionConfig) -> anyhow::Result<FileServer> {
 
 /// Runs the native pipeline on a blocking thread; SIGTERM ends the wait (the
 /// process then exits, and the pipeline with it).
-async fn run_native(native: dgl_partition::run::Config) -> anyhow::Result<()> {
+async fn run_native(native: Config<AllParts>) -> anyhow::Result<()> {
     tracing::info!(
         input = %native.source,
         out = %native.out_dir.display(),
-        num_parts = native.num_parts,
+        num_parts = native.driver.num_parts,
         partitioner = %native.partitioner,
         threads = native.threads,
         "native partition pipeline"
@@ -250,6 +251,7 @@ async fn handle(
                     role: ReplicaType::Partitioner,
                     index: None,
                     version: env!("CARGO_PKG_VERSION").into(),
+                    memory_limit: None,
                 }))
                 .await?
             }

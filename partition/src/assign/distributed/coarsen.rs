@@ -295,7 +295,14 @@ fn number<E: Exchange>(ex: &E, g: &LocalGraph, labels: &[u64]) -> Result<(Vec<u6
         .par_iter()
         .map(|l| coarse_of[distinct.partition_point(|d| d < l)])
         .collect();
-    Ok((cmap, Owners::contiguous(&counts)))
+    // Coarse vertices split evenly over the ranks, not by who named the
+    // clusters: ties go to lower labels, so rank 0 names more clusters and
+    // would receive more coarse edges than the others.
+    let total: u64 = counts.iter().sum();
+    let k = counts.len() as u64;
+    let upto = |r: u64| (u128::from(total) * u128::from(r) / u128::from(k)) as u64;
+    let even: Vec<u64> = (0..k).map(|r| upto(r + 1) - upto(r)).collect();
+    Ok((cmap, Owners::contiguous(&even)))
 }
 
 /// At each owner, 1 for every owned vertex some rank named in `keys`.

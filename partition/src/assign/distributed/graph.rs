@@ -218,6 +218,7 @@ pub fn build<E: Exchange>(
     let total: u64 = g.etypes.iter().map(|e| e.count()).sum();
     let round_edges = round_edges.max(1);
     let rounds = ex.all_max(total.div_ceil(round_edges))?;
+    let t0 = std::time::Instant::now();
     let (mut deg, mut indeg) = (vec![0u64; n_own], vec![0i64; n_own]);
     let mut cursor = EdgeCursor::default();
     for _ in 0..rounds {
@@ -228,6 +229,7 @@ pub fn build<E: Exchange>(
             deg[local] += u64::from(r & LOOP == 0);
         }
     }
+    tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "degrees counted");
     let mut xadj = Vec::with_capacity(n_own + 1);
     xadj.push(0u64);
     for d in deg {
@@ -251,8 +253,15 @@ pub fn build<E: Exchange>(
         }
     }
     drop(fill);
+    tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "neighbours placed");
     sort_dedup(&mut xadj, &mut nbrs, None);
+    tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "rows deduplicated");
     let graph = assemble(ex, owners, n_own, xadj, nbrs, Vec::new())?;
+    tracing::debug!(
+        rank,
+        secs = t0.elapsed().as_secs_f64(),
+        "local graph assembled"
+    );
     Ok((graph, indeg))
 }
 
@@ -466,6 +475,7 @@ pub fn assemble<E: Exchange>(
     adjw: Vec<u64>,
 ) -> Result<LocalGraph> {
     let (rank, world) = (ex.rank(), ex.size() as usize);
+    let t0 = std::time::Instant::now();
     let find = |v: u64| {
         owners.find(v).ok_or_else(|| {
             stage(format!(
@@ -488,6 +498,7 @@ pub fn assemble<E: Exchange>(
         b.dedup();
         ids = merge_sorted(&ids, &b);
     }
+    tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "ghosts listed");
     let mut remote: Vec<(u32, u64, u64)> = Vec::with_capacity(ids.len());
     for v in ids {
         let (r, l) = find(v)?;
@@ -516,6 +527,7 @@ pub fn assemble<E: Exchange>(
         adj.push(idx as u32);
     }
     drop((nbrs, index));
+    tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "adjacency mapped");
     let mut ghost_counts = vec![0u64; world];
     remote.iter().for_each(|g| ghost_counts[g.0 as usize] += 1);
     let want: Vec<u64> = remote.iter().map(|g| g.2).collect();

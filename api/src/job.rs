@@ -55,6 +55,12 @@ use crate::rules;
         description = "The training's last progress report"
     ),
     printcolumn(
+        name = "Queue",
+        type_ = "string",
+        json_path = ".status.queue.summary",
+        description = "Kueue: queued in or admitted from which LocalQueue"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -82,6 +88,9 @@ use crate::rules;
 #[x_kube(validation = Rule::new(
     "(has(self.useGraphbolt) && self.useGraphbolt) == (has(oldSelf.useGraphbolt) && oldSelf.useGraphbolt)"
 ).message("spec.useGraphbolt: is immutable (the partitions are made for it); create a new DGLJob to change it"))]
+#[x_kube(validation = Rule::new(
+    "(has(self.managedBy) ? self.managedBy : '') == (has(oldSelf.managedBy) ? oldSelf.managedBy : '')"
+).message("spec.managedBy: is immutable; create a new DGLJob to change it"))]
 #[serde(rename_all = "camelCase")]
 pub struct DGLJobSpec {
     /// Which pods to delete when the job ends: `Running` (default) deletes the
@@ -135,7 +144,18 @@ pub struct DGLJobSpec {
     /// When the worker pods are created (see [`WorkerCreationPolicy`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_creation_policy: Option<WorkerCreationPolicy>,
+
+    /// The controller that runs this job, as Kubernetes Job and MPIJob have
+    /// it. Unset or `dgloperator.io/dgl-operator`: this operator. Any other
+    /// value (e.g. `kueue.x-k8s.io/multikueue`) and this operator leaves the
+    /// job alone: no pods, no status writes. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 63))]
+    pub managed_by: Option<String>,
 }
+
+/// [`DGLJobSpec::managed_by`]'s value naming this operator.
+pub const MANAGED_BY_DGL_OPERATOR: &str = "dgloperator.io/dgl-operator";
 
 /// When the worker pods are created in a mode with a partitioner pod
 /// (DGL-API, ParMETIS): `AtStartup` (default) with the partitioner, so they
@@ -418,6 +438,29 @@ pub struct DGLJobStatus {
     /// finished; cleared when a restart begins a new run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<JobProgress>,
+
+    /// Where the job stands in Kueue (only for a job labelled
+    /// `kueue.x-k8s.io/queue-name` with the operator's Kueue integration on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueStatus>,
+}
+
+/// A job's place in Kueue: its LocalQueue, its Workload, whether admitted.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    /// The LocalQueue named by the label `kueue.x-k8s.io/queue-name`.
+    pub local_queue: String,
+    /// The job's Workload (kueue.x-k8s.io), in the job's namespace.
+    pub workload: String,
+    /// The ClusterQueue that admitted the Workload, once admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_queue: Option<String>,
+    /// Whether Kueue has admitted the Workload (the job may run).
+    pub admitted: bool,
+    /// `queued in <LocalQueue>` or `admitted via <LocalQueue>`: the Queue
+    /// printer column.
+    pub summary: String,
 }
 
 /// The training's last progress report, as the launcher published it.
@@ -582,6 +625,14 @@ impl DGLJobSpec {
             .as_ref()
             .and_then(|p| p.suspend)
             .unwrap_or(false)
+    }
+
+    /// Whether another controller than this operator runs the job
+    /// (`spec.managedBy` set to anything but [`MANAGED_BY_DGL_OPERATOR`]).
+    pub fn managed_by_other(&self) -> bool {
+        self.managed_by
+            .as_deref()
+            .is_some_and(|m| m != MANAGED_BY_DGL_OPERATOR)
     }
 
     /// Whether the job has no workers: its launcher runs the training

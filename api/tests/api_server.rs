@@ -354,6 +354,7 @@ async fn every_field_round_trips() {
         }),
         use_graphbolt: Some(true),
         worker_creation_policy: Some(WorkerCreationPolicy::AfterPartitioning),
+        managed_by: Some("kueue.x-k8s.io/multikueue".into()),
     };
     let job = DGLJob::new("roundtrip", spec.clone());
     let created = api
@@ -409,6 +410,13 @@ async fn every_field_round_trips() {
             unit: Some("samples/s".into()),
             summary: "epoch 3/10".into(),
             updated_at: Some(now),
+        }),
+        queue: Some(QueueStatus {
+            local_queue: "team-a".into(),
+            workload: "dgljob-roundtrip".into(),
+            cluster_queue: Some("cluster".into()),
+            admitted: true,
+            summary: "admitted via team-a".into(),
         }),
     };
     let patch =

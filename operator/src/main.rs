@@ -187,6 +187,15 @@ struct RunArgs {
     #[arg(long, env = "DGL_OPERATOR_NETWORK_POLICY")]
     network_policy: bool,
 
+    /// Kueue integration (Kueue's external framework
+    /// `DGLJob.v1alpha1.dgloperator.io`): a DGLJob labelled
+    /// `kueue.x-k8s.io/queue-name` waits suspended in a Workload the
+    /// operator owns until Kueue admits it. Needs Kueue's CRDs and RBAC on
+    /// workloads, workloads/status, resourceflavors, workloadpriorityclasses
+    /// (the Helm chart's kueue.enabled sets both). Off: no Kueue request.
+    #[arg(long, env = "DGL_OPERATOR_KUEUE")]
+    kueue: bool,
+
     /// Secret in the operator's namespace (--leader-election-namespace's)
     /// holding the key every job's token is derived from (HMAC of the job's
     /// UID), so that a deleted `<job>-token` comes back with the token the
@@ -326,6 +335,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
             gang,
             protected_service_accounts: args.protected_service_accounts.clone(),
             network_policy: args.network_policy,
+            kueue: args.kueue,
             token_key: Some(token_key),
         },
         instance,

@@ -53,6 +53,7 @@ use crate::pure::settings::BuildConfig;
 mod children;
 mod events;
 pub mod failing;
+mod kueue;
 mod status;
 mod steps;
 #[cfg(test)]
@@ -116,6 +117,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     failures: Mutex<HashMap<ObjectRef<DGLJob>, u32>>,
     written: Arc<WrittenStatus>,
+    /// The Workloads' watch, with `--kueue` (pure::kueue).
+    kueue: Option<kueue::Workloads>,
 }
 
 /// Label selector of everything the operator owns.
@@ -191,6 +194,11 @@ pub async fn run_reporting(
             &client, &ns, &owned, &children, &ready,
         ));
     }
+    let kueue = settings.build.kueue.then(|| {
+        let (workloads, t) = kueue::watch(&client, &ns, &owned);
+        triggers.push(t);
+        workloads
+    });
     let triggers = futures::stream::select_all(triggers);
 
     // Jobs: a reconcile per new generation (or first sight), not per status
@@ -223,6 +231,7 @@ pub async fn run_reporting(
         metrics,
         failures: Mutex::default(),
         written,
+        kueue,
     });
 
     Controller::for_stream(jobs, reader)
@@ -312,6 +321,9 @@ async fn reconcile_job(
     if job.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change()); // children go by garbage collection
     }
+    if job.spec.managed_by_other() {
+        return Ok(Action::await_change()); // spec.managedBy: another controller's job
+    }
     let key = JobKey::new(&job.namespace().ok_or(Error::NoNamespace)?, &job.name_any());
     // Never plan from half-filled caches: right after a (re)start a missing
     // pod would look deleted by hand. Cheap once the first list is in.
@@ -329,7 +341,12 @@ async fn reconcile_job(
         .children
         .get(cm_kind, &key.namespace, &config_name(&key.name))
         .and_then(|c| c.run);
-    let plan = plan::plan(job, &pods, now, &ctx.settings.build, launched);
+    let gate = kueue::gate(ctx, job, &key.namespace).await?;
+    let job = gate.as_ref().map_or(job, |g| &g.job);
+    let mut plan = plan::plan(job, &pods, now, &ctx.settings.build, launched);
+    if let Some(g) = &gate {
+        g.annotate(&mut plan.status, now);
+    }
 
     // Supporting objects and the status (concurrently), both before any pod
     // is created or deleted: decisions (a restart counted, a terminal state)
@@ -349,6 +366,10 @@ async fn reconcile_job(
     status?;
     if let Err(e) = act(ctx, job, &key, &plan).await {
         return fail_if_final(ctx, job, &key, &pods, now, e).await;
+    }
+    if let Some(g) = &gate {
+        g.report(ctx, &key.namespace, &plan.status, &pods, now)
+            .await?;
     }
     Ok(match plan.requeue_after {
         Some(d) => Action::requeue(d),

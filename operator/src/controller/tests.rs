@@ -35,6 +35,7 @@ fn context(client: Client) -> Context {
         metrics: Arc::default(),
         failures: Mutex::default(),
         written: Arc::default(),
+        kueue: None,
     }
 }
 

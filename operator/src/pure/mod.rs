@@ -14,6 +14,7 @@
 //! - [`settings`]: the operator's settings these read ([`settings::BuildConfig`]).
 
 pub mod builders;
+pub mod kueue;
 pub mod observe;
 pub mod plan;
 pub mod pod_security;

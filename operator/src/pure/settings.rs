@@ -21,6 +21,9 @@ pub struct BuildConfig {
     /// Give every job a NetworkPolicy admitting only its own pods
     /// ([`network_policy`](super::builders::network_policy)).
     pub network_policy: bool,
+    /// Kueue's external-framework contract for jobs labelled
+    /// `kueue.x-k8s.io/queue-name` (`--kueue`; pure::kueue).
+    pub kueue: bool,
     /// The key every job's control-channel token is derived from (the
     /// binary always has one; None: a random token per job).
     pub token_key: Option<TokenKey>,

@@ -404,6 +404,17 @@ pub struct WorkerArgs {
     /// OMP_NUM_THREADS of the trainers [default: CPUs / trainers, at least 1].
     #[arg(long, value_name = "N")]
     pub num_omp_threads: Option<u32>,
+    /// Seconds DGL's GraphBolt converter may run on this worker's partitions
+    /// (partition mode Skip, --use-graphbolt) before it is killed and the
+    /// shard fails, naming this flag (capped at 1 year).
+    #[arg(long, env = "DGLRUN_GRAPHBOLT_CONVERT_TIMEOUT", value_name = "SECONDS", default_value_t = crate::dgl::graphbolt::CONVERT_TIMEOUT_SECS, value_parser = duration::parse_secs)]
+    pub graphbolt_convert_timeout: u64,
+    /// Seconds to wait for the dataset folder's GraphBolt conversion lock
+    /// while another worker sharing the folder converts; the error names
+    /// the lock file and its holder. Default: the converter's limit and a
+    /// minute (capped at 1 year).
+    #[arg(long, env = "DGLRUN_GRAPHBOLT_LOCK_TIMEOUT", value_name = "SECONDS", default_value_t = crate::dgl::graphbolt::LOCK_TIMEOUT_SECS, value_parser = duration::parse_secs)]
+    pub graphbolt_lock_timeout: u64,
 }
 
 #[derive(Args, Debug, Clone)]

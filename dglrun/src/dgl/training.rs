@@ -37,6 +37,8 @@ pub struct TrainContext {
     /// exit (they wait for every machine's trainers).
     pub server_exit_timeout: Duration,
     pub omp_threads: Option<u32>,
+    /// Time limits of a GraphBolt conversion (partition mode Skip).
+    pub graphbolt: crate::dgl::graphbolt::Limits,
 }
 
 /// A request to stop, with its reason. `None` while none was made.

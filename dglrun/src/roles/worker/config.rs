@@ -26,6 +26,10 @@ pub fn worker_config(opts: &Options) -> anyhow::Result<WorkerConfig> {
             server_start_timeout: duration::secs(opts.worker.server_start_timeout),
             server_exit_timeout: Duration::from_secs(120),
             omp_threads: opts.worker.num_omp_threads,
+            graphbolt: crate::dgl::graphbolt::Limits {
+                lock_wait: duration::secs(opts.worker.graphbolt_lock_timeout),
+                convert: duration::secs(opts.worker.graphbolt_convert_timeout),
+            },
         },
         partition_mode: opts.job.partition_mode,
     })

@@ -362,7 +362,10 @@ async fn prepare(
     let report = match &req.source {
         ShardSource::Local => {
             if req.use_graphbolt {
-                crate::dgl::graphbolt::convert_local(&ctx.python, &layout, req.num_parts).await?;
+                // Its progress: the GraphBolt graphs' bytes written so far.
+                let (gb, done) = (ctx.graphbolt, received.clone());
+                crate::dgl::graphbolt::convert_local(&ctx.python, &layout, req.num_parts, gb, done)
+                    .await?;
             }
             let info = layout
                 .check_shard(req.part_id, Some(req.num_parts))

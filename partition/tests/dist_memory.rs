@@ -1,11 +1,12 @@
 //! DistParMETIS under a memory limit per rank: real `mpirun -n 3` of
 //! `dgl-partition rank`, each rank started through `prlimit --data` (the
 //! kernel refuses its heap and private mappings past the limit; OpenMPI
-//! runs under it). On an R-MAT graph of 600 k nodes and 11.4 M directed
-//! edges, 450 MB per rank is enough for the distributed partitioner
-//! (measured: 280-330 MB peak RSS per rank, release build) but not for
-//! gathering the structure on rank 0 (665 MB peak RSS there): that run
-//! fails, rank 0 aborts, mpirun ends every rank and names rank 0.
+//! runs under it). On an R-MAT graph of 200 k nodes and 5.5 M directed
+//! edges the limit, 300 MB per rank, has a third of margin on both sides
+//! (measured 2026-11-27, release build): the distributed partitioner runs
+//! under 225 MB (not under 200 MB; 181-192 MB peak RSS per rank), while
+//! gathering the structure on rank 0 (429 MB peak RSS there) fails even
+//! under 400 MB: rank 0 runs out of memory, the run fails and names it.
 #![cfg(feature = "mpi")]
 
 use std::path::Path;
@@ -13,7 +14,7 @@ use std::process::{Command, Output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_dgl-partition");
 /// RLIMIT_DATA of every rank.
-const LIMIT: &str = "450000000";
+const LIMIT: &str = "300000000";
 
 fn mpirun_limited(metadata: &Path, out: &Path, extra: &[&str]) -> Output {
     Command::new("mpirun")
@@ -49,7 +50,7 @@ fn ranks_fit_a_limit_that_gathering_the_structure_does_not() {
     let dir = tempfile::tempdir().unwrap();
     let graph = dir.path().join("graph");
     let made = Command::new(BIN)
-        .args(["make-rmat", "--nodes", "600000", "--edges", "6000000"])
+        .args(["make-rmat", "--nodes", "200000", "--edges", "3000000"])
         .args(["--feat", "1", "--chunks", "3", "--seed", "0", "--out"])
         .arg(&graph)
         .output()
@@ -82,8 +83,12 @@ fn ranks_fit_a_limit_that_gathering_the_structure_does_not() {
         !run.status.success(),
         "gathering fit under {LIMIT} bytes: {t}"
     );
+    // Out of memory in Rust's allocator (an abort mpirun reports for rank
+    // 0) or in METIS (an error rank 0 reports itself).
+    let lower = t.to_lowercase();
     assert!(
-        t.contains("memory allocation of") && t.contains("process rank 0"),
+        (lower.contains("memory allocation") || lower.contains("out of memory"))
+            && (t.contains("process rank 0") || t.contains("rank 0 of 3 failed")),
         "the out-of-memory rank is named: {t}"
     );
     assert!(!out.join("g.json").exists());

@@ -196,7 +196,8 @@ struct RunArgs {
     #[arg(long, env = "DGL_OPERATOR_KUEUE")]
     kueue: bool,
 
-    /// Secret in the operator's namespace (--leader-election-namespace's)
+    /// Secret in the operator's namespace (--leader-election-namespace's;
+    /// with --namespace, in that namespace, where its RBAC has Secrets)
     /// holding the key every job's token is derived from (HMAC of the job's
     /// UID), so that a deleted `<job>-token` comes back with the token the
     /// running pods hold. Created (immutable, 32 random bytes) when absent;
@@ -318,7 +319,12 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(g) = gang {
         info!(scheduler = ?g, "gang scheduling: PodGroups will be created");
     }
-    let key_ns = operator_namespace(&args);
+    // Where the install's RBAC lets it read and create Secrets: the watched
+    // namespace of a single-namespace install, else its own.
+    let key_ns = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| operator_namespace(&args));
     let token_key = load_token_key(&client, &key_ns, &args.token_key_secret)
         .await
         .with_context(|| {

@@ -8,13 +8,17 @@
 //! to its destination's partition), assigns shuffled global ids and
 //! part-local ids by prefix sums and cuts the per-partition arrays, features
 //! following their node or edge; [`output`] writes what DGL 2.1.0's
-//! `load_partition` reads. Two drivers run them: [`run`] in one process
+//! `load_partition` reads ([`output::files`] keeps half-written output from
+//! looking complete). Two drivers run them: [`run`] in one process
 //! (partition mode ParMETIS; [`shuffle_write`] holds its shuffle-and-write
-//! step), and [`rank`], one rank of partition mode DistParMETIS,
-//! which assigns with [`assign::distributed`] and moves data between ranks
-//! through [`exchange`]'s transport (MPI, threads in one process, or a world of
-//! one). [`settings`] holds the flags both binaries take, [`stages`] the
-//! timing of the reports.
+//! step), and [`rank`], one rank of partition mode DistParMETIS, which
+//! assigns with [`assign::distributed`] (or, with `--gather-structure`, on
+//! rank 0 as [`run`] does) and moves data between ranks through
+//! [`exchange`]'s transport (MPI, threads in one process, or a world of
+//! one). Both take one [`config::Config`] (its `driver` part says what
+//! differs) and return one [`report::Report`]; [`settings`] holds the flags
+//! both binaries take and the partitioner [`settings::Choice`], [`stages`]
+//! the timing of the reports. [`rmat`] generates the benchmark's graph.
 
 pub mod assign;
 pub mod config;

@@ -92,7 +92,7 @@ struct RankArgs {
         long,
         env = "DGLRUN_WORKSPACE",
         value_name = "DIR",
-        default_value = "/dgl_workspace"
+        default_value = settings::WORKSPACE
     )]
     workspace: PathBuf,
     /// Where this rank writes <graph>.json and part<rank>/
@@ -117,7 +117,7 @@ struct RankArgs {
     python: String,
     /// The worker this rank runs on (its agent passes it): must equal the
     /// rank, or mpirun placed the ranks out of partition order.
-    #[arg(long, env = "DGL_OPERATOR_WORKER_INDEX", value_name = "I")]
+    #[arg(long, env = settings::ENV_WORKER_INDEX, value_name = "I")]
     worker_index: Option<u32>,
     #[command(flatten)]
     limits: LimitArgs,

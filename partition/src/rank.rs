@@ -4,24 +4,29 @@
 //! 1. every rank reads its share of the chunked input ([`input::read_share`]:
 //!    contiguous chunks, global node counts) and the ranks check that they
 //!    read the same graph description;
-//! 2. the structure (per-type src/dst ids of every edge, plus the balance
-//!    mask and node weights when the constraints need them) is gathered on
-//!    rank 0, which builds the adjacency and assigns exactly as
-//!    [`crate::run`] does (same partitioners, constraints and seed: same
-//!    assignment) and writes it in DGL's format;
-//! 3. the assignment is broadcast; every rank counts the edges it read per
+//! 2. the ranks assign together with [`assign::distributed`], each holding
+//!    the adjacency of the nodes whose rows it read (with ghosts for their
+//!    neighbours elsewhere); rank 0 writes the assignment in DGL's format. With `--gather-structure`
+//!    ([`crate::config::OwnPart`]) the structure (per-type src/dst ids of
+//!    every edge, plus the balance mask and node weights when the
+//!    constraints need them) is gathered on rank 0 instead, which builds
+//!    the adjacency and assigns exactly as [`crate::run`] does (same
+//!    partitioners, constraints and seed: same assignment);
+//! 3. every rank holds the whole assignment (gathered, or broadcast from
+//!    rank 0); every rank counts the edges it read per
 //!    (edge type, owner), the counts are summed, and every rank builds the
 //!    same [`IdMaps`];
 //! 4. edges (with their per-type edge ids) and node / edge feature rows go
 //!    to their owners in one alltoallv each; shares are contiguous and in
 //!    rank order, so what a rank receives is already in original-id order;
-//! 5. rank `r` builds and writes `part<r>/` (graph.dgl through DGL's
-//!    Python), then after a barrier every rank writes the partition JSON
+//! 5. rank `r` builds and writes `part<r>/` (features and graph.dgl,
+//!    natively) through a staging folder, then after a barrier every rank writes the partition JSON
 //!    (identical everywhere), last.
 //!
-//! Rank 0 holds the whole structure during step 2 (16 bytes per edge, plus
-//! the adjacency), as the single-process pipeline does; every rank holds the
-//! assignment and the id maps (12 bytes per node) and its share.
+//! Every rank holds the assignment and the id maps (12 bytes per node) and
+//! its share; only with `--gather-structure` does rank 0 hold the whole
+//! structure (16 bytes per edge, plus the adjacency), as the single-process
+//! pipeline does.
 
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};

@@ -24,6 +24,14 @@ pub const CHUNKED_DIR: &str = "chunked";
 /// restated and checked likewise).
 pub const DATASET_DIR: &str = "dataset";
 
+/// Each worker's workspace (dgl_api::names::WORKSPACE, restated and
+/// checked likewise).
+pub const WORKSPACE: &str = "/dgl_workspace";
+
+/// The environment variable naming the worker a process runs on
+/// (dgl_api::names::ENV_WORKER_INDEX, restated and checked likewise).
+pub const ENV_WORKER_INDEX: &str = "DGL_OPERATOR_WORKER_INDEX";
+
 /// The pipeline's settings as both binaries take them: `dglrun` (which
 /// spells them `--partition-input`, `--partition-threads`,
 /// `--partition-seed`) and `dgl-partition rank` (`--input`, `--threads`,

@@ -80,3 +80,55 @@ pub fn rank_program(
     }
     Ok(a)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roles::testing::opts;
+
+    #[test]
+    fn the_rank_program_carries_the_pipeline_settings_in_order() {
+        let o = opts(&[
+            "--partition-mode",
+            "DistParMETIS",
+            "--num-partitions",
+            "2",
+            "--partition-input",
+            "/in",
+            "--allow-input-outside",
+            "--part-method",
+            "random",
+            "--partition-threads",
+            "3",
+            "--balance-train",
+            "--balance-edges",
+        ]);
+        let a = rank_program(&o, "dgl-partition", "g").unwrap();
+        let python = o.runtime.python.as_str();
+        assert_eq!(
+            a,
+            [
+                "dgl-partition",
+                "rank",
+                "--graph-name",
+                "g",
+                "--part-method",
+                "random",
+                "--python",
+                python,
+                "--seed",
+                "0",
+                "--input",
+                "/in",
+                "--allow-input-outside",
+                "--threads",
+                "3",
+                "--balance-train=train_mask",
+                "--balance-edges",
+            ]
+        );
+        let confined = opts(&["--partition-mode", "DistParMETIS", "--num-partitions", "2"]);
+        let a = rank_program(&confined, "dgl-partition", "g").unwrap();
+        assert!(!a.iter().any(|x| x == "--allow-input-outside"), "{a:?}");
+    }
+}

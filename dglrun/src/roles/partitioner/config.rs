@@ -213,6 +213,8 @@ mod tests {
         use dgl_partition::settings;
         assert_eq!(settings::CHUNKED_DIR, names::CHUNKED_DIR);
         assert_eq!(settings::DATASET_DIR, names::DATASET_DIR);
+        assert_eq!(settings::WORKSPACE, names::WORKSPACE);
+        assert_eq!(settings::ENV_WORKER_INDEX, names::ENV_WORKER_INDEX);
     }
 
     #[test]

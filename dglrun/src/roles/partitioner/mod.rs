@@ -303,7 +303,7 @@ mod tests {
             num_parts: 2,
             balance_train: true,
             balance_edges: true,
-            workspace: "/dgl_workspace".into(),
+            workspace: dgl_api::names::WORKSPACE.into(),
             extra_args: vec!["--num_nodes".into(), "100".into()],
             stop_grace: std::time::Duration::from_secs(1),
             native: None,

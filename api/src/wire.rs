@@ -186,6 +186,10 @@ pub struct AgentInfo {
     pub index: Option<u32>,
     /// dglrun's version.
     pub version: String,
+    /// The pod's memory limit in bytes (its cgroup's), when it has one: a
+    /// rank killed for memory is reported with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_limit: Option<u64>,
 }
 
 /// The files a partitioner serves, paths relative to its dataset folder.

@@ -200,6 +200,7 @@ fn pong() -> Response {
         role: ReplicaType::Worker,
         index: Some(0),
         version: "test".into(),
+        memory_limit: None,
     })
 }
 

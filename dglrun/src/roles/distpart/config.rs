@@ -34,6 +34,7 @@ pub(crate) fn dist_partition(
         env: env.map(|(k, v)| (k.to_string(), v)).to_vec(),
         marker: opts.partitioned_marker(),
         stop_grace: opts.stop_grace(),
+        token: opts.token().ok(),
     })
 }
 

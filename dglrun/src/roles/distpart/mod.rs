@@ -22,9 +22,11 @@ use tokio::sync::mpsc;
 
 use crate::mpi::network::{local_nets, pick_network};
 use crate::mpi::rsh::{mpirun_args, MpirunPlan};
+use crate::net::channel::Token;
 use crate::net::hosts::Peer;
 
 pub mod config;
+pub mod killed;
 
 /// Why the ranks did not partition the graph.
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +63,9 @@ pub struct DistPartition {
     pub marker: PathBuf,
     /// SIGTERM→SIGKILL grace period for mpirun when the launcher is stopped.
     pub stop_grace: Duration,
+    /// The job's token, to ask a worker whose rank was killed for its
+    /// memory limit; `None`: not asked.
+    pub token: Option<Token>,
 }
 
 /// What mpirun's output told about the ranks.
@@ -73,6 +78,8 @@ struct Seen {
     named: Option<u32>,
     /// Ranks that reported their partition written.
     done: Vec<u32>,
+    /// The first rank mpirun saw killed by a signal.
+    killed: Option<killed::Killed>,
     last: Vec<String>,
 }
 
@@ -101,6 +108,9 @@ impl Seen {
                     self.done.push(r);
                 }
             }
+        }
+        if let Some(k) = killed::killed(line) {
+            self.killed.get_or_insert(k);
         }
         self.last.push(line.to_string());
         if self.last.len() > 20 {
@@ -212,7 +222,14 @@ pub async fn run(cfg: &DistPartition, workers: &[Peer]) -> Result<(), DistPartEr
         println!("[partition] {line}");
         seen.line(&line);
     }
-    outcome(cfg, workers, status, &seen)
+    let limit = match (&seen.killed, &cfg.token) {
+        (Some(k), Some(token)) => match workers.get(k.rank as usize) {
+            Some(w) => killed::ask_limit(w, token).await,
+            None => None,
+        },
+        _ => None,
+    };
+    outcome(cfg, workers, status, &seen, limit)
 }
 
 /// Ends mpirun (its process group: the `dglrun rsh` agents, whose workers
@@ -237,6 +254,7 @@ fn outcome(
     workers: &[Peer],
     status: std::process::ExitStatus,
     seen: &Seen,
+    limit: Option<u64>,
 ) -> Result<(), DistPartError> {
     let n = workers.len() as u32;
     let missing: Vec<u32> = (0..n).filter(|r| !seen.done.contains(r)).collect();
@@ -259,15 +277,23 @@ fn outcome(
         .failed
         .as_ref()
         .map(|f| f.0)
+        .or(seen.killed.as_ref().map(|k| k.rank))
         .or(seen.named)
         .or(missing.first().copied().filter(|_| status.success()));
     let worker = rank
         .and_then(|r| workers.get(r as usize))
         .map(Peer::describe);
-    let why = match &seen.failed {
-        Some((_, m)) => m.clone(),
-        None if status.success() => format!("rank(s) {missing:?} reported no partition"),
-        None => format!("its output ends:\n{}", seen.last.join("\n")),
+    let why = match (&seen.failed, &seen.killed) {
+        (Some((_, m)), _) => m.clone(),
+        (None, Some(k)) => {
+            let w = workers.get(k.rank as usize);
+            return Err(DistPartError::Failed {
+                worker: None,
+                message: format!("{} (mpirun: {status})", killed::describe(k, w, limit)),
+            });
+        }
+        (None, None) if status.success() => format!("rank(s) {missing:?} reported no partition"),
+        (None, None) => format!("its output ends:\n{}", seen.last.join("\n")),
     };
     Err(DistPartError::Failed {
         worker: rank.zip(worker).map(|(r, w)| format!("rank {r} on {w}")),

@@ -177,6 +177,9 @@ async fn serve(
                     role: ReplicaType::Worker,
                     index: shared.cfg.train.index,
                     version: env!("CARGO_PKG_VERSION").into(),
+                    memory_limit: crate::roles::distpart::killed::memory_limit(
+                        std::path::Path::new("/sys/fs/cgroup"),
+                    ),
                 }))
                 .await?
             }

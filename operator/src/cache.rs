@@ -29,7 +29,10 @@ use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_JOB_NAME, LABEL_RUN};
 use dgl_api::DGLJob;
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, PodStatus};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Pod, PodSpec, PodStatus, ResourceRequirements,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, PartialObjectMeta};
@@ -102,7 +105,7 @@ impl Readiness {
 /// A Pod as the operator reads it: metadata without managed fields or
 /// annotations (but the launcher's progress report), the status, and of the spec only the names of native
 /// sidecars (which tell a failed container from a restarting sidecar:
-/// `dgl_api::pods::failed_container`).
+/// `dgl_api::pods::failed_container`) and memory limits (`pods::memory_limit`).
 #[derive(Clone, Debug, Deserialize)]
 pub struct SlimPod {
     #[serde(deserialize_with = "slim_meta")]
@@ -118,6 +121,8 @@ pub struct SlimPod {
 struct SlimSpec {
     #[serde(default)]
     init_containers: Vec<SlimContainer>,
+    #[serde(default)]
+    containers: Vec<SlimContainer>,
 }
 
 #[derive(Deserialize)]
@@ -125,25 +130,62 @@ struct SlimSpec {
 struct SlimContainer {
     name: String,
     restart_policy: Option<String>,
+    resources: Option<SlimResources>,
 }
 
-/// Keeps the sidecars (init containers with `restartPolicy: Always`) only.
+#[derive(Deserialize)]
+struct SlimResources {
+    limits: Option<BTreeMap<String, Quantity>>,
+}
+
+impl SlimContainer {
+    /// Name, restartPolicy and memory limit (an OOMKilled container is
+    /// named with it), or `None` when none of the last two is set.
+    fn kept(self) -> Option<Container> {
+        let memory = self
+            .resources
+            .and_then(|r| r.limits)
+            .and_then(|mut l| l.remove("memory"));
+        if self.restart_policy.is_none() && memory.is_none() {
+            return None;
+        }
+        let resources = memory.map(|m| ResourceRequirements {
+            limits: Some(BTreeMap::from([("memory".to_string(), m)])),
+            ..Default::default()
+        });
+        Some(Container {
+            name: self.name,
+            restart_policy: self.restart_policy,
+            resources,
+            ..Default::default()
+        })
+    }
+}
+
+/// Keeps the containers' restartPolicy (sidecars) and memory limits only.
 fn slim_spec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PodSpec>, D::Error> {
     let Some(spec) = Option::<SlimSpec>::deserialize(d)? else {
         return Ok(None);
     };
-    let sidecars: Vec<Container> = spec
+    let init: Vec<Container> = spec
         .init_containers
         .into_iter()
-        .filter(|c| c.restart_policy.as_deref() == Some("Always"))
-        .map(|c| Container {
-            name: c.name,
-            restart_policy: c.restart_policy,
-            ..Default::default()
+        .filter_map(SlimContainer::kept)
+        .collect();
+    let main: Vec<Container> = spec
+        .containers
+        .into_iter()
+        .filter_map(|c| {
+            SlimContainer {
+                restart_policy: None,
+                ..c
+            }
+            .kept()
         })
         .collect();
-    Ok((!sidecars.is_empty()).then(|| PodSpec {
-        init_containers: Some(sidecars),
+    Ok((!init.is_empty() || !main.is_empty()).then(|| PodSpec {
+        init_containers: Some(init),
+        containers: main,
         ..Default::default()
     }))
 }
@@ -258,7 +300,7 @@ type PodIndex = HashMap<JobKey, BTreeMap<String, CachedPod>>;
 #[derive(Debug, Clone)]
 enum Expect {
     /// Created, as the state machine will first see it.
-    Created(ObservedPod),
+    Created(Box<ObservedPod>),
     Deleted,
 }
 
@@ -300,7 +342,7 @@ impl PodCache {
             match (what, seen) {
                 (Expect::Created(_), Some(_)) => false,
                 (Expect::Created(o), None) => {
-                    pods.push(o.clone());
+                    pods.push(ObservedPod::clone(o));
                     true
                 }
                 (Expect::Deleted, None) => false,
@@ -316,7 +358,8 @@ impl PodCache {
     /// Records a pod this operator just created (as `observed`).
     pub fn expect_created(&self, key: &JobKey, observed: ObservedPod) {
         let name = observed.name.clone();
-        self.expected.expect(key, name, Expect::Created(observed));
+        self.expected
+            .expect(key, name, Expect::Created(Box::new(observed)));
     }
 
     /// Records a pod this operator just deleted.
@@ -358,7 +401,7 @@ impl PodCache {
                     (Expect::Created(_), None) => false,
                 }
             });
-        matches!((satisfied, seen), (Some(Expect::Created(o)), Some(c)) if o == c.observed)
+        matches!((satisfied, seen), (Some(Expect::Created(o)), Some(c)) if *o == c.observed)
     }
 
     /// Upserts a pod; Some(job) when the job should be reconciled.

@@ -274,6 +274,7 @@ fn observed(job: &str, raw: Vec<(u8, i32, i32, PodState, Option<String>)>) -> Ve
                         .into_iter()
                         .collect(),
                 },
+                not_starting: None,
             }
         })
         .collect()

@@ -38,6 +38,7 @@ fn observed(name: &str, state: PodState) -> ObservedPod {
         ip: None,
         progress: None,
         facts: Default::default(),
+        not_starting: None,
     }
 }
 
@@ -160,7 +161,7 @@ fn expectations_expire() {
     cache.expected.expect_at(
         &key(),
         "j-worker-0".into(),
-        Expect::Created(observed("j-worker-0", PodState::Pending)),
+        Expect::Created(Box::new(observed("j-worker-0", PodState::Pending))),
         old,
     );
     assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());

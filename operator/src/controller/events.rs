@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::Context;
 use crate::metrics::Metrics;
-use crate::pure::plan::Transition;
+use crate::pure::plan::{self, Transition};
 
 /// The name Events give as their reporting controller.
 const REPORTING_CONTROLLER: &str = "dgl-operator";
@@ -30,6 +30,24 @@ pub(super) fn transition_event(ctx: &Context, job: &DGLJob, t: Transition) {
     info!(job = %name, namespace = %ns, condition = %t.type_, reason = %t.reason, "{}", t.message);
     let warning = matches!(t.type_, JobPhase::Failed | JobPhase::Restarting);
     publish(ctx, job, warning, &t.reason, t.type_.as_str(), &t.message);
+}
+
+/// A Warning Event when condition `PodsNotStarting` became True in this
+/// plan: once per episode, not on every reconcile that still finds the pod
+/// stuck (nor when the kubelet turns ErrImagePull into ImagePullBackOff).
+pub(super) fn not_starting_event(ctx: &Context, job: &DGLJob, new: &dgl_api::DGLJobStatus) {
+    let Some(c) = plan::newly_not_starting(job.status.as_ref(), new) else {
+        return;
+    };
+    warn!(job = %job.name_any(), reason = %c.reason, "{}", c.message);
+    publish(
+        ctx,
+        job,
+        true,
+        &c.reason,
+        plan::PODS_NOT_STARTING,
+        &c.message,
+    );
 }
 
 /// Creates one Event on `job` in a task of its own; a failure is logged,

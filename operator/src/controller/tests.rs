@@ -301,6 +301,7 @@ fn ready_to_launch() -> Vec<ObservedPod> {
         ip: Some(format!("10.0.0.{}", 10 + index)),
         progress: None,
         facts: Default::default(),
+        not_starting: None,
     };
     let ready = || PodState::Running { ready: true };
     let job = "dgl-graphsage";

@@ -43,6 +43,51 @@ pub struct ObservedPod {
     /// Exit codes and conditions of a failed or terminating pod, for
     /// runPolicy.podFailurePolicy; empty otherwise.
     pub facts: FailureFacts,
+    /// Why a Pending pod cannot start, if the scheduler or kubelet says so.
+    pub not_starting: Option<StartFailure>,
+}
+
+/// Why a pending pod cannot start (`dgl_api::pods::not_starting`), owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartFailure {
+    /// The container the kubelet cannot start; `None`: not scheduled.
+    pub container: Option<String>,
+    /// The scheduler's or kubelet's reason, e.g. `ImagePullBackOff`.
+    pub reason: String,
+    /// Its message, on one line and trimmed to [`START_MESSAGE_MAX`].
+    pub message: String,
+}
+
+/// Longest kubelet or scheduler message quoted: registry errors can be long.
+const START_MESSAGE_MAX: usize = 300;
+
+impl StartFailure {
+    fn of(pod: &Pod) -> Option<StartFailure> {
+        let n = pods::not_starting(pod)?;
+        Some(StartFailure {
+            container: n.container.map(str::to_string),
+            reason: n.reason.to_string(),
+            message: n
+                .message
+                .map(|m| trimmed(m, START_MESSAGE_MAX))
+                .unwrap_or_default(),
+        })
+    }
+
+    /// `pod <pod>: container <c>: <reason>: <message>` (no container when
+    /// the pod is not scheduled).
+    pub fn describe(&self, pod: &str) -> String {
+        let container = self
+            .container
+            .as_ref()
+            .map(|c| format!(" container {c}:"))
+            .unwrap_or_default();
+        let message = Some(&self.message)
+            .filter(|m| !m.is_empty())
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
+        format!("pod {pod}:{container} {}{message}", self.reason)
+    }
 }
 
 impl ObservedPod {
@@ -73,6 +118,9 @@ impl ObservedPod {
         } else {
             FailureFacts::default()
         };
+        let not_starting = (state == PodState::Pending)
+            .then(|| StartFailure::of(pod))
+            .flatten();
         Some(ObservedPod {
             name: pod.name_any(),
             role,
@@ -82,6 +130,7 @@ impl ObservedPod {
             ip,
             progress,
             facts,
+            not_starting,
         })
     }
 
@@ -113,7 +162,7 @@ fn pod_state(pod: &Pod) -> PodState {
             if let Some(c) = pods::failed_container(pod) {
                 return PodState::Failed {
                     reason: "ContainerFailed".into(),
-                    message: container_failed(&pod.name_any(), &c),
+                    message: container_failed(pod, &c),
                 };
             }
             PodState::Running {
@@ -126,14 +175,26 @@ fn pod_state(pod: &Pod) -> PodState {
 
 /// `pod <pod>: container <c> exited with code <n> (<reason>): <message>`,
 /// the message being the container's termination message (dglrun writes its
-/// error there), on one line and capped.
-fn container_failed(pod: &str, c: &ContainerExit<'_>) -> String {
+/// error there), on one line and capped; an OOMKilled container is named so,
+/// with its memory limit.
+fn container_failed(pod: &Pod, c: &ContainerExit<'_>) -> String {
     let message = c
         .message
         .map(one_line)
         .filter(|m| !m.is_empty())
         .map(|m| format!(": {m}"))
         .unwrap_or_default();
+    let pod_name = pod.name_any();
+    if pods::oom_killed(c) {
+        let limit = pods::memory_limit(pod, c.name)
+            .map(|l| format!("limit {l}"))
+            .unwrap_or_else(|| "no memory limit set".into());
+        return format!(
+            "pod {pod_name}: container {} OOMKilled ({limit}), exit code {}{message}",
+            c.name, c.exit_code
+        );
+    }
+    let pod = pod_name;
     format!(
         "pod {pod}: container {} exited with code {}{}{message}",
         c.name,
@@ -144,6 +205,19 @@ fn container_failed(pod: &str, c: &ContainerExit<'_>) -> String {
 
 /// Longest termination message quoted in a condition: its end, the cause.
 const MESSAGE_MAX: usize = 1024;
+
+/// `s` on one line, its first `max` bytes (the kubelet puts the cause first).
+fn trimmed(s: &str, max: usize) -> String {
+    let line = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.len() <= max {
+        return line;
+    }
+    let mut end = max;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &line[..end])
+}
 
 /// `s` on one line (`; ` between lines), its last [`MESSAGE_MAX`] bytes.
 fn one_line(s: &str) -> String {
@@ -171,7 +245,7 @@ fn failure_of(pod: &Pod) -> (String, String) {
     let pod_reason = status.and_then(|s| s.reason.clone());
     let pod_message = status.and_then(|s| s.message.clone());
     if let Some(c) = pods::failed_container(pod) {
-        return ("ContainerFailed".into(), container_failed(&name, &c));
+        return ("ContainerFailed".into(), container_failed(pod, &c));
     }
     match pod_reason {
         Some(r) => (

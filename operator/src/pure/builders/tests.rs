@@ -303,6 +303,7 @@ fn config_map_lists_workers_in_index_order_and_ip_config_when_complete() {
         ip: ip.map(String::from),
         progress: None,
         facts: Default::default(),
+        not_starting: None,
     };
     let mut pods: Vec<ObservedPod> = (0..11)
         .map(|i| pod(i, Some(&format!("10.0.0.{}", 100 + i)).map(|s| s.as_str())))
@@ -336,6 +337,7 @@ fn the_config_map_holds_ips_and_its_run_only_when_it_launches() {
         ip: ip.map(String::from),
         progress: None,
         facts: Default::default(),
+        not_starting: None,
     };
     let mut pods: Vec<ObservedPod> = (0..2)
         .map(|i| {
@@ -379,6 +381,7 @@ fn the_launchers_ip_does_not_change_the_config_map() {
         ip: ip.map(String::from),
         progress: None,
         facts: Default::default(),
+        not_starting: None,
     };
     let before = config_map(&j, &[launcher(None)], Some(0));
     let after = config_map(&j, &[launcher(Some("10.0.0.9"))], Some(0));

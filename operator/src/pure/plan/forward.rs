@@ -15,8 +15,12 @@ impl<'a> Planner<'a> {
     /// Forward: the partitioner, the workers and the launcher at once (the
     /// workers once the partitions are made under `AfterPartitioning`); the
     /// launch once the partitions are made and every worker is Ready with
-    /// an IP.
+    /// an IP. A pod that cannot start is named, and fails the job after
+    /// runPolicy.podStartTimeoutSeconds (`starting.rs`).
     pub(super) fn forward(mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> Plan {
+        if let Some(message) = self.watch_starts(current) {
+            return self.start_timed_out(current, &message);
+        }
         // Every pod starts at once: images pull and preflights run while
         // the graph is partitioned. None reads a shard before the launcher
         // asks, and the launcher trains only once the ConfigMap launches

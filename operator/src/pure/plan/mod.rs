@@ -281,10 +281,12 @@ impl<'a> Planner<'a> {
 mod failure;
 mod forward;
 mod lifecycle;
+mod starting;
 mod status;
 mod transitions;
 
 use status::{clean_pods, counts_after, StatusBuilder};
+pub use starting::{newly_not_starting, PODS_NOT_STARTING};
 pub use transitions::{transitions, Transition};
 
 #[cfg(test)]

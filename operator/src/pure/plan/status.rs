@@ -33,13 +33,14 @@ impl StatusBuilder {
     /// Sets a condition, keeping lastTransitionTime when the status does not
     /// change (and the reason/message stay unless given new ones).
     pub(super) fn set(&mut self, t: JobPhase, value: bool, reason: &str, message: &str) {
+        self.set_type(t.as_str(), value, reason, message);
+    }
+
+    /// [`StatusBuilder::set`] for a condition type that is no phase
+    /// (`PodsNotStarting`).
+    pub(super) fn set_type(&mut self, type_: &str, value: bool, reason: &str, message: &str) {
         let status = if value { "True" } else { "False" };
-        match self
-            .status
-            .conditions
-            .iter_mut()
-            .find(|c| c.type_ == t.as_str())
-        {
+        match self.status.conditions.iter_mut().find(|c| c.type_ == type_) {
             Some(c) => {
                 if c.status != status {
                     c.status = status.into();
@@ -54,7 +55,7 @@ impl StatusBuilder {
                     return; // a False condition that never was True says nothing
                 }
                 self.status.conditions.push(Condition {
-                    type_: t.as_str().into(),
+                    type_: type_.into(),
                     status: status.into(),
                     reason: reason.into(),
                     message: message.into(),
@@ -65,10 +66,20 @@ impl StatusBuilder {
         }
     }
 
+    /// The condition of type `type_`, if the status has one.
+    pub(super) fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.status.conditions.iter().find(|c| c.type_ == type_)
+    }
+
     /// Turns a condition False if it is True (same reason kept otherwise).
     pub(super) fn clear(&mut self, t: JobPhase, reason: &str, message: &str) {
-        if self.is_true(t) {
-            self.set(t, false, reason, message);
+        self.clear_type(t.as_str(), reason, message);
+    }
+
+    /// [`StatusBuilder::clear`] for a condition type that is no phase.
+    pub(super) fn clear_type(&mut self, type_: &str, reason: &str, message: &str) {
+        if self.condition(type_).is_some_and(|c| c.status == "True") {
+            self.set_type(type_, false, reason, message);
         }
     }
 
@@ -77,6 +88,7 @@ impl StatusBuilder {
         for t in IN_PROGRESS {
             self.clear(t, reason, message);
         }
+        self.clear_type(super::PODS_NOT_STARTING, reason, message);
         self.set(terminal, true, reason, message);
         if self.status.completion_time.is_none() {
             self.status.completion_time = Some(self.now.clone());

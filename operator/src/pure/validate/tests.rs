@@ -107,6 +107,7 @@ fn the_largest_job_the_crd_admits_fits_its_config_map() {
             ip: Some(format!("fd00:1234:5678:9abc:def0:1234:{:04x}:{:04x}", i, i)),
             progress: None,
             facts: Default::default(),
+            not_starting: None,
         })
         .collect();
     let cm = crate::pure::builders::config_map(&j, &pods, Some(0));

@@ -319,6 +319,35 @@ mod tests {
     }
 
     #[test]
+    fn the_example_config_has_its_hidden_size() {
+        assert_eq!(
+            config_number(&repo_root().join(NC_YAML), "hidden_size").unwrap(),
+            32
+        );
+    }
+
+    #[test]
+    fn embeddings_need_every_rank_their_ids_and_enough_bytes() {
+        let dir = std::env::temp_dir().join(format!("gs-e2e-emb-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("_N")).unwrap();
+        std::fs::write(dir.join("emb_info.json"), r#"{"world_size": 2}"#).unwrap();
+        for rank in ["00000", "00001"] {
+            std::fs::write(dir.join(format!("_N/embed-{rank}.pt")), [0u8; 60]).unwrap();
+            std::fs::write(dir.join(format!("_N/embed_nids-{rank}.pt")), [0u8; 8]).unwrap();
+        }
+        assert_eq!(embeddings_written(&dir, 120).unwrap(), (2, 120));
+        let e = format!("{:#}", embeddings_written(&dir, 121).unwrap_err());
+        assert!(e.contains("120 bytes, fewer than 121"), "{e}");
+        std::fs::remove_file(dir.join("_N/embed_nids-00001.pt")).unwrap();
+        let e = format!("{:#}", embeddings_written(&dir, 1).unwrap_err());
+        assert!(e.contains("embed_nids-00001.pt"), "{e}");
+        std::fs::write(dir.join("emb_info.json"), r#"{"world_size": 3}"#).unwrap();
+        let e = format!("{:#}", embeddings_written(&dir, 1).unwrap_err());
+        assert!(e.contains("world_size 3, expected 2"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
     fn a_config_without_epochs_names_the_file() {
         let dir = std::env::temp_dir().join(format!("gs-e2e-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

@@ -42,10 +42,16 @@ fn kueue_module() -> PathBuf {
     PathBuf::from(v["Dir"].as_str().expect("a module directory"))
 }
 
+/// Every CRD of Kueue (the manager needs them all; the operator's part
+/// only Workload, ResourceFlavor and WorkloadPriorityClass).
 async fn install_kueue_crds(env: &Env) {
     let bases = kueue_module().join("config/components/crd/bases");
-    for f in ["workloads", "resourceflavors", "workloadpriorityclasses"] {
-        let path = bases.join(format!("kueue.x-k8s.io_{f}.yaml"));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&bases)
+        .unwrap_or_else(|e| panic!("{}: {e}", bases.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    for path in files {
         let yaml =
             std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         localkube::apply_crds(&env.client, &yaml)
@@ -399,4 +405,274 @@ async fn a_job_managed_by_another_controller_is_left_alone() {
         .await;
     let msg = format!("{:?}", err.expect_err("managedBy cannot change"));
     assert!(msg.contains("spec.managedBy: is immutable"), "{msg}");
+}
+
+/// Kueue's manager, run on the host against the test control plane; killed
+/// (and the metrics certificate it needs removed) when dropped.
+struct RealKueue {
+    child: std::process::Child,
+    dir: PathBuf,
+}
+
+impl Drop for RealKueue {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all("/etc/kueue");
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn self_signed(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let ok = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=kueue-test",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(dir.join("tls.key"))
+        .arg("-out")
+        .arg(dir.join("tls.crt"))
+        .output()
+        .expect("openssl")
+        .status
+        .success();
+    assert!(ok, "openssl made no certificate in {}", dir.display());
+}
+
+/// Starts the Kueue binary `bin`: DGLJob as an external framework,
+/// waitForPodsReady after `timeout`, no webhook registered (see
+/// xtask/src/stack/kueue.rs), internal cert management off.
+async fn start_kueue(bin: &str, kubeconfig: &std::path::Path, timeout: u32) -> RealKueue {
+    let dir = std::env::temp_dir().join(format!("kueue-test-{}", std::process::id()));
+    self_signed(&dir.join("certs"));
+    // Read from this fixed path when internal cert management is off.
+    self_signed(std::path::Path::new("/etc/kueue/metrics/certs"));
+    let config = format!(
+        "apiVersion: config.kueue.x-k8s.io/v1beta2\nkind: Configuration\nnamespace: kueue-system\n\
+         manageJobsWithoutQueueName: false\nleaderElection: {{leaderElect: false}}\n\
+         health: {{healthProbeBindAddress: 127.0.0.1:18081}}\nmetrics: {{bindAddress: 127.0.0.1:18443}}\n\
+         webhook: {{host: 127.0.0.1, port: 19443, certDir: {}}}\ninternalCertManagement: {{enable: false}}\n\
+         waitForPodsReady: {{timeout: {timeout}s, blockAdmission: true, requeuingStrategy: \
+         {{timestamp: Eviction, backoffBaseSeconds: 2, backoffMaxSeconds: 10}}}}\n\
+         integrations: {{frameworks: [], externalFrameworks: [DGLJob.v1alpha1.dgloperator.io]}}\n\
+         featureGates: {{VisibilityOnDemand: false}}\n",
+        dir.join("certs").display()
+    );
+    std::fs::write(dir.join("config.yaml"), config).unwrap();
+    let log = std::fs::File::create(dir.join("kueue.log")).unwrap();
+    let child = Command::new(bin)
+        .arg(format!("--config={}", dir.join("config.yaml").display()))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+    let k = RealKueue { child, dir };
+    for _ in 0..120 {
+        let ready = tokio::net::TcpStream::connect("127.0.0.1:18081")
+            .await
+            .is_ok();
+        if ready {
+            return k;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!(
+        "Kueue not listening after 60 s; see {}",
+        k.dir.join("kueue.log").display()
+    );
+}
+
+fn phase(j: &DGLJob) -> Option<JobPhase> {
+    j.status.as_ref().and_then(|s| s.phase)
+}
+
+async fn queued_job(env: &Env, name: &str, priority: Option<&str>) {
+    env.create_job(name, |j| {
+        j.labels_mut()
+            .insert("kueue.x-k8s.io/queue-name".into(), "team-a".into());
+        if let Some(p) = priority {
+            j.labels_mut()
+                .insert("kueue.x-k8s.io/priority-class".into(), p.into());
+        }
+        // 100m launcher (and partitioner, its template) + 2 x 300m workers:
+        // 800m, so a quota of 1 CPU fits one job.
+        for (role, cpu) in [
+            (dgl_api::ReplicaType::Launcher, "100m"),
+            (dgl_api::ReplicaType::Worker, "300m"),
+        ] {
+            let spec = j.spec.dgl_replica_specs.get_mut(&role).unwrap();
+            spec.template.spec.as_mut().unwrap().containers[0].resources =
+                Some(serde_json::from_value(json!({"requests": {"cpu": cpu}})).unwrap());
+        }
+    })
+    .await;
+}
+
+async fn admitted(env: &Env, name: &str) -> DGLJob {
+    env.wait_job(name, "admitted by Kueue", |j| {
+        queued(j) == Some(("False".into(), "Admitted".into()))
+    })
+    .await
+}
+
+async fn runs_to_success(env: &Env, name: &str) {
+    env.drive_to_running(name, 2).await;
+    env.kubelet_succeeded(&format!("{name}-launcher")).await;
+    env.wait_phase(name, JobPhase::Succeeded).await;
+}
+
+async fn no_pods_of(env: &Env, name: &str) {
+    for p in env
+        .pod_names()
+        .await
+        .into_iter()
+        .filter(|p| p.starts_with(&format!("{name}-")))
+    {
+        env.wait_pod_gone(&p).await;
+    }
+}
+
+/// With Kueue's real manager: a quota fitting one job, two jobs at once
+/// (the second waits, named in its LocalQueue); the admitted one's pods
+/// cannot start (no kubelet plays them), so waitForPodsReady evicts it, its
+/// pods go and the other is admitted and Succeeds; then a higher priority
+/// job preempts the first, which is requeued and Succeeds last.
+#[tokio::test]
+#[ignore = "needs Kueue's manager binary: DGL_OPERATOR_KUEUE_BIN=<path to kueue> cargo test -p dgl-operator --test kueue -- --ignored (build it with go build sigs.k8s.io/kueue/cmd/kueue@v0.17.0)"]
+async fn real_kueue_queues_evicts_and_preempts_dgljobs() {
+    let bin =
+        std::env::var("DGL_OPERATOR_KUEUE_BIN").expect("DGL_OPERATOR_KUEUE_BIN: the Kueue binary");
+    let build = BuildConfig {
+        kueue: true,
+        ..Default::default()
+    };
+    let env = Env::with_build("realkueue", build).await;
+    install_kueue_crds(&env).await;
+    let kubeconfig = localkube::ensure_cluster().await.unwrap().kubeconfig;
+    let _kueue = start_kueue(&bin, &kubeconfig, 15).await;
+    let (flavor, cq, high) = (
+        format!("{}-f", env.ns),
+        format!("{}-cq", env.ns),
+        format!("{}-high", env.ns),
+    );
+    ensure_cluster_object(&env, "ResourceFlavor", "resourceflavors", json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor},
+        "spec": {"nodeLabels": {"kueue-test": "yes"}}})).await;
+    ensure_cluster_object(
+        &env,
+        "ClusterQueue",
+        "clusterqueues",
+        json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": cq},
+        "spec": {"namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
+                 "resourceGroups": [{"coveredResources": ["cpu"], "flavors": [{"name": flavor,
+                   "resources": [{"name": "cpu", "nominalQuota": "1"}]}]}]}}),
+    )
+    .await;
+    ensure_cluster_object(
+        &env,
+        "WorkloadPriorityClass",
+        "workloadpriorityclasses",
+        json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+        "metadata": {"name": high}, "value": 1000}),
+    )
+    .await;
+    let lq: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "team-a", "namespace": env.ns}, "spec": {"clusterQueue": cq}}))
+    .unwrap();
+    Api::<DynamicObject>::namespaced_with(
+        env.client.clone(),
+        &env.ns,
+        &ar("LocalQueue", "localqueues"),
+    )
+    .create(&PostParams::default(), &lq)
+    .await
+    .expect("LocalQueue");
+
+    // Two jobs at once: one admitted (its pods on the flavor), one waits.
+    queued_job(&env, "one", None).await;
+    admitted(&env, "one").await;
+    let pod = env.wait_pod("one-worker-0").await;
+    assert_eq!(
+        pod.spec
+            .unwrap()
+            .node_selector
+            .unwrap()
+            .get("kueue-test")
+            .map(String::as_str),
+        Some("yes")
+    );
+    queued_job(&env, "two", None).await;
+    let two = env
+        .wait_job("two", "queued", |j| {
+            queued(j).is_some_and(|q| q.0 == "True")
+        })
+        .await;
+    assert_eq!(
+        two.status.unwrap().queue.unwrap().summary,
+        "queued in team-a"
+    );
+    assert!(!env.pod_names().await.iter().any(|p| p.starts_with("two-")));
+
+    // Nobody starts one's pods: evicted at the PodsReady timeout, no pod left.
+    let one = env
+        .wait_job("one", "evicted by waitForPodsReady", |j| {
+            queued(j) == Some(("True".into(), "EvictedPodsReadyTimeout".into()))
+        })
+        .await;
+    assert_eq!(phase(&one), Some(JobPhase::Suspended));
+    no_pods_of(&env, "one").await;
+    admitted(&env, "two").await;
+    runs_to_success(&env, "two").await;
+    wait_workload_named(&env, "two", "Finished", |w| {
+        wl_condition(w, "Finished").is_some_and(|c| c["status"] == "True")
+    })
+    .await;
+
+    // one is readmitted; a higher priority job preempts it.
+    admitted(&env, "one").await;
+    env.wait_pod("one-worker-0").await;
+    queued_job(&env, "urgent", Some(&high)).await;
+    admitted(&env, "urgent").await;
+    env.wait_job("one", "preempted", |j| {
+        queued(j) == Some(("True".into(), "EvictedPreempted".into()))
+    })
+    .await;
+    no_pods_of(&env, "one").await;
+    runs_to_success(&env, "urgent").await;
+    admitted(&env, "one").await;
+    runs_to_success(&env, "one").await;
+    for j in ["one", "two", "urgent"] {
+        let job = env.jobs().get(j).await.unwrap();
+        assert_eq!(phase(&job), Some(JobPhase::Succeeded), "{j}");
+    }
+}
+
+async fn wait_workload_named(
+    env: &Env,
+    job: &str,
+    what: &str,
+    f: impl Fn(&Value) -> bool,
+) -> Value {
+    let name = format!("dgljob-{job}");
+    for _ in 0..150 {
+        if let Ok(Some(o)) = workloads(env).get_opt(&name).await {
+            let v = serde_json::to_value(&o).unwrap();
+            if f(&v) {
+                return v;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("timed out waiting for Workload {name}: {what}");
 }

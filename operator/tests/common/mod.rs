@@ -176,7 +176,7 @@ impl Env {
             .collect()
     }
 
-    async fn patch_pod_status(&self, name: &str, status: serde_json::Value) {
+    pub async fn patch_pod_status(&self, name: &str, status: serde_json::Value) {
         self.pods()
             .patch_status(
                 name,

@@ -45,6 +45,8 @@ enum Task {
     Fuzz(fuzz::Args),
     /// Fault injection on the real node: operator killed, worker deleted, churn; outcome table.
     Chaos(chaos::Args),
+    /// Kueue v0.17 built from the Go module proxy (cached), then the operator's tests with Kueue's real manager.
+    Kueue(stack::kueue::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -60,5 +62,6 @@ fn main() -> anyhow::Result<()> {
         Task::BenchShards(args) => bench::shards::run(args),
         Task::Chaos(args) => chaos::run(args),
         Task::Fuzz(args) => fuzz::run(args),
+        Task::Kueue(args) => stack::kueue::run(args),
     }
 }

@@ -4,6 +4,7 @@
 //! DGLJobs on it is `jobs`.
 
 pub(crate) mod jobs;
+pub(crate) mod kueue;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -273,6 +273,7 @@ fn observed(job: &str, raw: Vec<(u8, i32, i32, PodState, Option<String>)>) -> Ve
                         .then(|| ("DisruptionTarget".into(), "True".into()))
                         .into_iter()
                         .collect(),
+                    ..Default::default()
                 },
                 not_starting: None,
             }

@@ -26,7 +26,8 @@ pub(super) async fn run_step(
     ctx.metrics.api_writes.inc();
     match step {
         Step::CreatePod(pod) => create_pod(ctx, job, key, pod).await,
-        Step::DeletePod(pod) => delete_pod(ctx, key, pod).await,
+        Step::DeletePod(pod) => delete_pod(ctx, key, pod, None).await,
+        Step::ForceDeletePod(pod) => delete_pod(ctx, key, pod, Some(0)).await,
         Step::CleanPods { running_only, pods } => clean_pods(ctx, key, *running_only, pods).await,
         Step::DeleteJob => delete_job(ctx, key).await,
     }
@@ -59,11 +60,21 @@ async fn create_pod(ctx: &Context, job: &DGLJob, key: &JobKey, pod: &Pod) -> Res
     Ok(())
 }
 
-/// Deletes a pod; one already gone is fine.
-async fn delete_pod(ctx: &Context, job: &JobKey, pod: &str) -> Result<(), Error> {
-    debug!(job = %job.name, pod = %pod, "deleting pod");
+/// Deletes a pod (with this grace period, default the pod's); one already
+/// gone is fine.
+async fn delete_pod(
+    ctx: &Context,
+    job: &JobKey,
+    pod: &str,
+    grace: Option<u32>,
+) -> Result<(), Error> {
+    debug!(job = %job.name, pod = %pod, ?grace, "deleting pod");
+    let dp = DeleteParams {
+        grace_period_seconds: grace,
+        ..DeleteParams::background()
+    };
     match Api::<Pod>::namespaced(ctx.client.clone(), &job.namespace)
-        .delete(pod, &DeleteParams::background())
+        .delete(pod, &dp)
         .await
     {
         Ok(_) => {}
@@ -87,7 +98,7 @@ async fn clean_pods(
     pods: &[String],
 ) -> Result<(), Error> {
     if let [pod] = pods {
-        return delete_pod(ctx, job, pod).await;
+        return delete_pod(ctx, job, pod, None).await;
     }
     debug!(job = %job.name, pods = ?pods, "deleting pods");
     let mut selector = ListParams::default().labels(&format!(

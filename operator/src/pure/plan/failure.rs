@@ -4,6 +4,7 @@
 use dgl_api::failure_policy::{FailureFacts, PodFailurePolicyAction, MAX_IGNORED_RESTARTS};
 use dgl_api::names::{partitioner_name, worker_name};
 use dgl_api::{JobPhase, ReplicaType};
+use k8s_openapi::jiff::Timestamp;
 
 use super::{find, Plan, Planner, Replicas, Step};
 use crate::pure::observe::{ObservedPod, PodState};
@@ -11,11 +12,31 @@ use crate::pure::observe::{ObservedPod, PodState};
 /// A pod failure that ends the current run.
 pub(super) struct Failure {
     role: ReplicaType,
+    /// The pod, which orders failures that tie on their cause.
+    pod: String,
     reason: String,
     message: String,
     /// What runPolicy.podFailurePolicy's rules match (empty for a pod gone).
     facts: FailureFacts,
 }
+
+impl Failure {
+    /// Which of a run's failures decides it, smallest first: a pod
+    /// Kubernetes disrupted (DisruptionTarget True), then the one that
+    /// ended first (a pod gone before any with a time: it left nothing to
+    /// say when), then by name. So an evicted or deleted worker decides,
+    /// not the launcher that failed because it lost that worker.
+    fn cause_order(&self) -> (bool, Option<Timestamp>, &str) {
+        (!self.facts.disrupted(), self.facts.ended_at, &self.pod)
+    }
+}
+
+/// How long a pod may stay Terminating past its deletionTimestamp (the end
+/// of its grace period) before it is deleted with grace 0. A kubelet that
+/// is alive removes a pod within its grace period; one still there a
+/// minute later is on a node that does not answer (NotReady), and would
+/// block the pod of its name, which the next run needs, forever.
+pub const STUCK_AFTER_SECS: i64 = 60;
 
 /// What a failure leads to.
 enum Verdict {
@@ -27,39 +48,53 @@ enum Verdict {
 }
 
 impl<'a> Planner<'a> {
-    /// A failure in the current run: a failed pod of this run, or (once
-    /// training started) a worker or the launcher gone or being deleted by
-    /// someone else.
+    /// The failure that decides the current run (see
+    /// [`Failure::cause_order`]) among its failed pods and, once training
+    /// started, the pods it uses that are gone or being deleted by someone
+    /// else.
     pub(super) fn failure(&self, current: &[&ObservedPod]) -> Option<Failure> {
         // Only pods created by this run count: a failed pod of an earlier run
         // that the cache still shows must not trigger a second restart.
-        let failed = current
+        let mut failures: Vec<Failure> = current
             .iter()
             .filter(|p| p.epoch == self.epoch)
-            .find_map(|p| match &p.state {
-                PodState::Failed { reason, message } => Some(Failure {
-                    role: p.role,
-                    reason: reason.clone(),
-                    message: message.clone(),
-                    facts: p.facts.clone(),
-                }),
-                _ => None,
-            });
-        let running = self.sb.is_true(JobPhase::Running);
-        // A Pending launcher is still in its watcher-loop (it exists from
-        // the job's start): a worker missing then is created again, not a
-        // failure. Once its main container ran, its workers are in use. (A
-        // Terminating one may be an earlier job's of the same name.)
+            .filter_map(|p| failed(p))
+            .collect();
+        if self.training_started(current) {
+            failures.extend(self.deleted(current));
+        } else if !failures.is_empty() {
+            // Not yet training, a pod deleted is made again; but one that
+            // Kubernetes disrupted may be why another failed.
+            failures.extend(
+                current
+                    .iter()
+                    .filter(|p| p.epoch == self.epoch && p.state == PodState::Terminating)
+                    .filter(|p| p.facts.disrupted())
+                    .map(|p| being_deleted(p.role, p)),
+            );
+        }
+        failures
+            .into_iter()
+            .min_by(|a, b| a.cause_order().cmp(&b.cause_order()))
+    }
+
+    /// A Pending launcher is still in its watcher-loop (it exists from the
+    /// job's start): a worker missing then is created again, not a failure.
+    /// Once its main container ran, its workers are in use. (A Terminating
+    /// one may be an earlier job's of the same name.)
+    fn training_started(&self, current: &[&ObservedPod]) -> bool {
         let launcher_started = find(current, &self.launcher).is_some_and(|l| {
             matches!(
                 l.state,
                 PodState::Running { .. } | PodState::Succeeded | PodState::Failed { .. }
             )
         });
-        let training_started = launcher_started || running || self.launched;
-        if failed.is_some() || !training_started {
-            return failed;
-        }
+        launcher_started || self.sb.is_true(JobPhase::Running) || self.launched
+    }
+
+    /// The pods a training run uses that are gone or being deleted.
+    fn deleted(&self, current: &[&ObservedPod]) -> Vec<Failure> {
+        let running = self.sb.is_true(JobPhase::Running);
         // Launched and not yet training, the run needs its partitioner too:
         // the launcher has its IP and will have the workers fetch their
         // shards from it. (Once training runs, a partitioner gone is made
@@ -69,25 +104,44 @@ impl<'a> Planner<'a> {
             .map(|i| (ReplicaType::Worker, worker_name(&self.name, i)))
             .chain(partitioner.then(|| (ReplicaType::Partitioner, partitioner_name(&self.name))))
             .chain(running.then(|| (ReplicaType::Launcher, self.launcher.clone())));
-        expected.into_iter().find_map(|(role, pod)| {
-            let (message, facts) = match find(current, &pod) {
-                None => (
-                    format!("pod {pod} was deleted while the job was running"),
-                    FailureFacts::default(),
-                ),
-                Some(p) if p.state == PodState::Terminating => (
-                    format!("pod {pod} is being deleted while the job was running"),
-                    p.facts.clone(),
-                ),
-                Some(_) => return None,
-            };
-            Some(Failure {
-                role,
-                reason: "PodDeleted".into(),
-                message,
-                facts,
+        expected
+            .filter_map(|(role, pod)| match find(current, &pod) {
+                None => Some(Failure {
+                    role,
+                    message: format!("pod {pod} was deleted while the job was running"),
+                    pod,
+                    reason: "PodDeleted".into(),
+                    facts: FailureFacts::default(),
+                }),
+                Some(p) if p.state == PodState::Terminating => Some(being_deleted(role, p)),
+                Some(_) => None,
             })
-        })
+            .collect()
+    }
+
+    /// Pods stuck Terminating [`STUCK_AFTER_SECS`] past their deletion's
+    /// due time are deleted with grace 0 (so the next run can have their
+    /// names); a wake-up for the next that may get stuck.
+    pub(super) fn force_stuck_deletions(&mut self) {
+        let now = self.now.as_second();
+        for p in self.pods {
+            let Some(due) = p
+                .facts
+                .deletion_due
+                .filter(|_| p.state == PodState::Terminating)
+            else {
+                continue;
+            };
+            let left = due
+                .as_second()
+                .saturating_add(STUCK_AFTER_SECS)
+                .saturating_sub(now);
+            if left <= 0 {
+                self.steps.push(Step::ForceDeletePod(p.name.clone()));
+            } else {
+                self.wake(left);
+            }
+        }
     }
 
     /// Restarts the run (reusing the partitions) while backoffLimit allows,
@@ -99,6 +153,7 @@ impl<'a> Planner<'a> {
             reason,
             message,
             facts,
+            ..
         } = failure;
         let mut reason = if reason == "PodDeleted" || reason == "Evicted" {
             reason
@@ -192,5 +247,31 @@ impl<'a> Planner<'a> {
             None if counted_left => (Verdict::Restart { counted: true }, None),
             None => (Verdict::Fail, None),
         }
+    }
+}
+
+/// A failed pod's failure; `None` for a pod that did not fail.
+fn failed(p: &ObservedPod) -> Option<Failure> {
+    match &p.state {
+        PodState::Failed { reason, message } => Some(Failure {
+            role: p.role,
+            pod: p.name.clone(),
+            reason: reason.clone(),
+            message: message.clone(),
+            facts: p.facts.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// A pod being deleted by someone else (an eviction, a drain, a user).
+fn being_deleted(role: ReplicaType, p: &ObservedPod) -> Failure {
+    let pod = &p.name;
+    Failure {
+        role,
+        message: format!("pod {pod} is being deleted while the job was running"),
+        pod: pod.clone(),
+        reason: "PodDeleted".into(),
+        facts: p.facts.clone(),
     }
 }

@@ -40,6 +40,8 @@ pub enum Step {
     CreatePod(Box<Pod>),
     /// Delete a pod by name.
     DeletePod(String),
+    /// Delete a pod stuck Terminating with grace 0 (see `failure.rs`).
+    ForceDeletePod(String),
     /// The job's cleanPodPolicy: delete these pods (named as the cache shows
     /// them), two or more in one request. `running_only`: the pods that are
     /// not Succeeded or Failed (policy Running), else every pod (All).
@@ -55,7 +57,7 @@ impl Step {
     /// The pods this step deletes, by name.
     pub fn deleted_pods(&self) -> &[String] {
         match self {
-            Step::DeletePod(n) => std::slice::from_ref(n),
+            Step::DeletePod(n) | Step::ForceDeletePod(n) => std::slice::from_ref(n),
             Step::CleanPods { pods, .. } => pods,
             _ => &[],
         }
@@ -113,6 +115,7 @@ pub fn plan(
     }
     p.resume();
     let current = p.retire_earlier_runs();
+    p.force_stuck_deletions();
     if p.deadline_passed() {
         return p.deadline_exceeded(&current);
     }

@@ -17,7 +17,21 @@ pub struct Refusal {
 /// Checks `job` against the operator's settings.
 pub fn validate(job: &DGLJob, cfg: &BuildConfig) -> Result<(), Refusal> {
     protected_service_accounts(job, cfg)?;
+    launcher_accounts(job)?;
     graphbolt(job)
+}
+
+/// No Worker or Partitioner runs as a launcher's ServiceAccount, which may
+/// patch a launcher pod: the CRD's rule from [`dgl_api::rules`], checked
+/// again for a job stored before the CRD had it.
+fn launcher_accounts(job: &DGLJob) -> Result<(), Refusal> {
+    match rules::launcher_account_named(&job.spec) {
+        None => Ok(()),
+        Some(message) => Err(Refusal {
+            reason: "ServiceAccountRefused",
+            message,
+        }),
+    }
 }
 
 /// What DGL 2.1.0's GraphBolt cannot do with this job's settings: the

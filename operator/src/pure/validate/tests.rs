@@ -121,3 +121,33 @@ fn the_largest_job_the_crd_admits_fits_its_config_map() {
     );
     assert!(size < 1024 * 1024 * 3 / 4, "ConfigMap data is {size} bytes");
 }
+
+#[test]
+fn a_launchers_service_account_is_refused_in_a_worker_or_partitioner() {
+    let cfg = cfg(&[]);
+    let mut j = job("ns");
+    set_sa(&mut j, ReplicaType::Worker, "other-job-launcher");
+    let r = validate(&j, &cfg).unwrap_err();
+    assert_eq!(r.reason, "ServiceAccountRefused");
+    assert!(
+        r.message
+            .starts_with("spec.dglReplicaSpecs.Worker.template.spec.serviceAccountName:"),
+        "{}",
+        r.message
+    );
+    set_sa(&mut j, ReplicaType::Worker, "reader");
+    assert_eq!(validate(&j, &cfg), Ok(()));
+    // The seed has no Partitioner spec: give it one (the Launcher's template).
+    let launcher = j.spec.dgl_replica_specs[&ReplicaType::Launcher].clone();
+    j.spec
+        .dgl_replica_specs
+        .insert(ReplicaType::Partitioner, launcher);
+    set_sa(&mut j, ReplicaType::Partitioner, "thief-launcher");
+    let r = validate(&j, &cfg).unwrap_err();
+    assert!(
+        r.message
+            .starts_with("spec.dglReplicaSpecs.Partitioner.template.spec.serviceAccountName:"),
+        "{}",
+        r.message
+    );
+}

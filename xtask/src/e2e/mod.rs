@@ -66,6 +66,7 @@
 
 mod graphstorm;
 mod namespaced;
+mod never_start;
 mod scenarios;
 
 use std::time::Instant;
@@ -102,11 +103,13 @@ pub enum Scenario {
     Chaos,
     /// Replaces the Helm release with deploy/namespaced (PSA restricted) and trains the example there. Runs last.
     Namespaced,
+    /// Three jobs whose workers cannot start (no such image, no such ConfigMap key, CPU no node has): each named at once, then Failed.
+    NeverStart,
 }
 
 impl Scenario {
     /// Every scenario, in the order they start.
-    const ALL: [Scenario; 11] = [
+    const ALL: [Scenario; 12] = [
         Scenario::ChaosJob,
         Scenario::Graphstorm,
         Scenario::Distparmetis,
@@ -115,6 +118,7 @@ impl Scenario {
         Scenario::Fail,
         Scenario::Graphbolt,
         Scenario::Standalone,
+        Scenario::NeverStart,
         Scenario::Train,
         Scenario::Chaos,
         Scenario::Namespaced,
@@ -334,5 +338,6 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
             crate::chaos::run_all(&stack.client, &stack.cluster, &faults(false), 1, 4).await
         }
         Scenario::Namespaced => namespaced::namespaced(&stack.client, &stack.kubeconfig).await,
+        Scenario::NeverStart => never_start::never_start(&stack.client).await,
     }
 }

@@ -16,6 +16,14 @@
 //! validation accuracy must show in the launcher's log, and one progress
 //! report per epoch must reach the launcher in dglrun's format.
 //!
+//! `graphstorm_trains_on_native_partitions_then_infers_embeddings`: the same
+//! tables through examples/graphstorm/make_chunked.py (DGL's chunked format)
+//! and dglrun's native pipeline (partition mode ParMETIS); gsgnn_np trains
+//! as in dgljob-parmetis.yaml and saves its model; then gsgnn_node_emb runs
+//! as the Skip-mode job of dgljob-infer.yaml on the partitioner's whole
+//! dataset folder, and the embeddings must have one finite row per node,
+//! with node ids 0..n-1 that order them as the tables do.
+//!
 //! Needs root and the GraphStorm venv ($DGLRUN_TEST_GRAPHSTORM_PYTHON, which
 //! `cargo xtask test` builds on the DGL venv: xtask/src/graphstorm_env.rs).
 //! `DGLRUN_TEST_KEEP_LOGS=1` keeps every log and workspace.

@@ -229,3 +229,34 @@ fn try_take_refuses_without_running_into_debt() {
     assert!(b.try_take_at(t1));
     assert!(!b.try_take_at(t1));
 }
+
+/// An inner service that never answers (a half-open connection).
+struct Never;
+
+impl Service<Request<()>> for Never {
+    type Response = ();
+    type Error = std::convert::Infallible;
+    type Future = std::future::Pending<Result<(), Self::Error>>;
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        std::future::pending()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_without_an_answer_fails_at_its_deadline_naming_it() {
+    let layer = ApiLayer {
+        work: None,
+        report: None,
+        deadline: Some(Duration::from_secs(30)),
+        metrics: Arc::default(),
+    };
+    let mut svc = layer.layer(Never);
+    let started = tokio::time::Instant::now();
+    let pod = request(Method::GET, "/api/v1/namespaces/ns/pods/p");
+    let err = svc.call(pod).await.unwrap_err();
+    assert_eq!(started.elapsed(), Duration::from_secs(30));
+    assert!(err.to_string().contains("get pods within 30s"), "{err}");
+}

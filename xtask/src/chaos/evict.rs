@@ -14,7 +14,7 @@ use anyhow::{ensure, Context, Result};
 use dgl_api::names::{worker_name, LABEL_JOB_NAME};
 use dgl_api::{DGLJob, JobPhase};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, EvictParams, ListParams};
+use kube::api::{Api, DeleteParams, EvictParams, ListParams, Preconditions};
 use kube::{Client, ResourceExt};
 use localkube::{Component, LocalCluster};
 
@@ -64,10 +64,21 @@ fn expect_one_restart(done: &DGLJob, rule: Rule) -> Result<()> {
     Ok(())
 }
 
-/// POST pods/<pod>/eviction (the pod's own grace period).
-async fn evict_pod(client: &Client, ns: &str, pod: &str) -> Result<()> {
+/// POST pods/<pod>/eviction (the pod's own grace period); with `uid`, only
+/// that incarnation (not a pod the operator made again under its name).
+async fn evict_pod(client: &Client, ns: &str, pod: &str, uid: Option<String>) -> Result<()> {
+    let ep = EvictParams {
+        delete_options: Some(DeleteParams {
+            preconditions: Some(Preconditions {
+                uid,
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        }),
+        ..EvictParams::default()
+    };
     Api::<Pod>::namespaced(client.clone(), ns)
-        .evict(pod, &EvictParams::default())
+        .evict(pod, &ep)
         .await
         .with_context(|| format!("evicting pod {ns}/{pod}"))?;
     Ok(())
@@ -91,7 +102,7 @@ pub async fn evict(client: &Client, ns: &str) -> Result<Outcome> {
             job(name, rule)?,
             |j, _| running(j),
             || async {
-                evict_pod(client, ns, &victim).await?;
+                evict_pod(client, ns, &victim, None).await?;
                 Ok(format!("{victim} evicted while Running"))
             },
         )
@@ -178,7 +189,7 @@ async fn drain_job(client: &Client, ns: &str, name: &str) -> Result<String> {
 /// Evicts `pods` and waits until none of them (by uid) is left.
 async fn evict_all(client: &Client, ns: &str, pods: &[Pod]) -> Result<usize> {
     for p in pods {
-        evict_pod(client, ns, &p.name_any()).await?;
+        evict_pod(client, ns, &p.name_any(), p.uid()).await?;
     }
     let uids: Vec<String> = pods.iter().filter_map(|p| p.uid()).collect();
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);

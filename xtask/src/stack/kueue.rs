@@ -97,12 +97,12 @@ pub(crate) fn ensure_binary() -> Result<PathBuf> {
         "go get Kueue",
     )?;
     // Built beside its final place, moved in once complete.
-    let tmp = dir.with_extension("partial");
+    let tmp = dir.with_file_name(format!("kueue-{VERSION}.partial"));
     std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let target = format!("{MODULE}/cmd/kueue");
     run_go(
         go(&work)
-            .args(["build", "-trimpath", "-o"])
+            .args(["build", "-o"])
             .arg(tmp.join("kueue"))
             .arg(target),
         "go build of Kueue",

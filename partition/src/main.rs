@@ -30,7 +30,7 @@ enum Command {
     /// of the chunked graph, the ranks exchange it, and rank r writes
     /// partition r of n (and the partition JSON) into --out. Started by
     /// mpirun, one rank per worker, in partition order.
-    Rank(RankArgs),
+    Rank(Box<RankArgs>),
     /// Write the partition benchmark's R-MAT graph (undirected and simple,
     /// as `dgl.to_bidirected` makes it; float32 `features`, int64 `labels`,
     /// a 60 % `train_mask`) in DGL's chunked format, for sizes DGL's own

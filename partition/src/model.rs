@@ -181,7 +181,8 @@ impl InputGraph {
     }
 }
 
-fn prefix(counts: impl Iterator<Item = u64>) -> Vec<u64> {
+/// 0 and the running sums of `counts` (each type's first id).
+pub(crate) fn prefix(counts: impl Iterator<Item = u64>) -> Vec<u64> {
     let mut out = vec![0];
     let mut sum = 0u64;
     for c in counts {

@@ -90,9 +90,9 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// ParMETIS mode's output for `case` in `num_parts` parts.
-fn single_process(case: &Case, metadata: &Path, out: &Path, num_parts: u32) {
-    let cfg = Config {
+/// `case`'s settings for either driver, reading `metadata`, writing `out`.
+fn config<D>(case: &Case, metadata: &Path, out: &Path, driver: D) -> Config<D> {
+    Config {
         source: Source::Chunked {
             metadata: metadata.to_path_buf(),
         },
@@ -103,9 +103,13 @@ fn single_process(case: &Case, metadata: &Path, out: &Path, num_parts: u32) {
         balance_edges: case.balance_edges,
         threads: 2,
         seed: 7,
-        driver: AllParts { num_parts },
-    };
-    run::run(&cfg).unwrap();
+        driver,
+    }
+}
+
+/// ParMETIS mode's output for `case` in `num_parts` parts.
+fn single_process(case: &Case, metadata: &Path, out: &Path, num_parts: u32) {
+    run::run(&config(case, metadata, out, AllParts { num_parts })).unwrap();
 }
 
 #[test]
@@ -117,17 +121,7 @@ fn a_world_of_one_writes_what_the_single_process_pipeline_writes() {
         let want = dir.path().join(format!("want{i}"));
         single_process(case, &metadata, &want, 1);
         let got = dir.path().join(format!("got{i}"));
-        let cfg = Config {
-            source: Source::Chunked { metadata },
-            out_dir: got.clone(),
-            graph_name: "g".into(),
-            partitioner: case.choice.clone(),
-            balance_train: case.balance_train.clone(),
-            balance_edges: case.balance_edges,
-            threads: 2,
-            seed: 7,
-            driver: OwnPart::default(),
-        };
+        let cfg = config(case, &metadata, &got, OwnPart::default());
         let report = rank::run(&Single, &cfg).unwrap();
         assert_eq!(report.parts()[0].inner_nodes, case.graph.num_nodes());
         assert_eq!(report.num_edges, case.graph.num_edges());

@@ -355,15 +355,7 @@ fn read_feature(
         }
     }
     let rows_each: Vec<u64> = headers.iter().map(npy::Header::rows).collect();
-    let total = limits::sum(&rows_each);
-    if total != Some(count) {
-        let total = total.map_or("more than 2^64".into(), |t| t.to_string());
-        let m = format!(
-            "its {} files hold {total} rows, but {what} has {count}; expected one row each",
-            d.files.len()
-        );
-        return Err(Error::input(&meta.path, d.key.clone(), m));
-    }
+    d.check_rows(meta, what, count, &rows_each)?;
     // Every header was checked against its file, and the files hold
     // `count` rows in all: this is at most their size.
     let row_bytes = first.row_bytes() as usize;

@@ -41,6 +41,29 @@ pub(crate) struct DataMeta {
     pub files: Vec<PathBuf>,
 }
 
+impl DataMeta {
+    /// Checks that its files' rows (`rows_each`, one count per file) add
+    /// up to `count`, the rows of `what` (one per node or edge).
+    pub(crate) fn check_rows(
+        &self,
+        meta: &Metadata,
+        what: &str,
+        count: u64,
+        rows_each: &[u64],
+    ) -> Result<()> {
+        let total = limits::sum(rows_each);
+        if total == Some(count) {
+            return Ok(());
+        }
+        let total = total.map_or("more than 2^64".into(), |t| t.to_string());
+        let m = format!(
+            "its {} files hold {total} rows, but {what} has {count}; expected one row each",
+            self.files.len()
+        );
+        Err(Error::input(&meta.path, self.key.clone(), m))
+    }
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Metadata {
     pub path: PathBuf,

@@ -281,15 +281,7 @@ pub(crate) fn read_feature(
         .par_iter()
         .map(|p| count_rows(p))
         .collect::<Result<_>>()?;
-    let total = limits::sum(&counts);
-    if total != Some(count) {
-        let total = total.map_or("more than 2^64".into(), |t| t.to_string());
-        let m = format!(
-            "its {} files hold {total} rows, but {what} has {count}; expected one row each",
-            d.files.len()
-        );
-        return Err(Error::input(&meta.path, d.key.clone(), m));
-    }
+    d.check_rows(meta, what, count, &counts)?;
     let mut file_first = 0u64;
     let mut jobs = Vec::new();
     for (k, &n) in counts.iter().enumerate() {

@@ -3,7 +3,7 @@
 
 use rayon::prelude::*;
 
-use crate::model::InputGraph;
+use crate::model::{prefix, InputGraph};
 use crate::{Error, Result};
 
 /// Nodes counted or numbered per rayon task.
@@ -311,14 +311,4 @@ fn number_nodes(
             }
         });
     shuffled
-}
-
-fn prefix(counts: impl Iterator<Item = u64>) -> Vec<u64> {
-    let mut out = vec![0];
-    let mut sum = 0u64;
-    for c in counts {
-        sum += c;
-        out.push(sum);
-    }
-    out
 }

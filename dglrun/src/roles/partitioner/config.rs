@@ -217,9 +217,9 @@ mod tests {
         assert_eq!(settings::ENV_WORKER_INDEX, names::ENV_WORKER_INDEX);
     }
 
-    #[test]
-    fn a_partition_command_is_filled_at_the_partitioner() {
-        let o = opts(&[
+    /// A job of graph `g` in two parts in workspace /ws running `command`.
+    fn with_command(command: &str) -> Options {
+        opts(&[
             "--graph-name",
             "g",
             "--num-partitions",
@@ -227,8 +227,15 @@ mod tests {
             "--workspace",
             "/ws",
             "--partition-command",
+            command,
+        ])
+    }
+
+    #[test]
+    fn a_partition_command_is_filled_at_the_partitioner() {
+        let o = with_command(
             "python3 partition_graph.py --dataset {graph_name} --num_parts {num_parts} --output {dataset_dir} --balance_train",
-        ]);
+        );
         let cfg = partition_config(&o, None).unwrap();
         assert!(cfg.entry_point.is_none());
         let spec = super::super::user_command(cfg.command.as_deref().unwrap());
@@ -239,16 +246,7 @@ mod tests {
         );
         let all =
             "p {graph_name} {workspace} {num_parts} {dataset_dir} {part_config} {chunked_dir}";
-        let o = opts(&[
-            "--graph-name",
-            "g",
-            "--num-partitions",
-            "2",
-            "--workspace",
-            "/ws",
-            "--partition-command",
-            all,
-        ]);
+        let o = with_command(all);
         let words = partition_config(&o, None).unwrap().command.unwrap();
         assert_eq!(
             words.join(" "),

@@ -5,9 +5,10 @@
 //! reap every child of theirs.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use dglrun::dataset::Layout;
-use dglrun::dgl::graphbolt::convert_local;
+use dglrun::dgl::graphbolt::{convert_local, Limits};
 
 /// Graph `g` in `parts` partitions in DGL's layout, a few bytes per file.
 fn fake_partitions(ws: &Path, parts: u32) -> Layout {
@@ -60,8 +61,8 @@ async fn workers_sharing_a_folder_convert_it_once() {
     let runs = ws.path().join("runs");
     let python = fake_python(ws.path(), &runs);
     let (a, b) = tokio::join!(
-        convert_local(&python, &layout, 2),
-        convert_local(&python, &layout, 2)
+        convert_local(&python, &layout, 2, Limits::default(), Arc::default()),
+        convert_local(&python, &layout, 2, Limits::default(), Arc::default())
     );
     a.unwrap();
     b.unwrap();

@@ -327,13 +327,7 @@ fn read_feature(
             npy::read_header(path)
         })
         .collect::<Result<_>>()?;
-    let first = headers.first().ok_or_else(|| {
-        Error::input(
-            &meta.path,
-            format!("{}.data", d.key),
-            "expected at least one file",
-        )
-    })?;
+    let first = headers.first().ok_or_else(|| d.no_files(meta))?;
     let dtype = first.dtype(&d.files[0])?;
     for (k, h) in headers.iter().enumerate() {
         let path = &d.files[k];

@@ -42,6 +42,15 @@ pub(crate) struct DataMeta {
 }
 
 impl DataMeta {
+    /// The error of a feature that lists no file.
+    pub(crate) fn no_files(&self, meta: &Metadata) -> Error {
+        Error::input(
+            &meta.path,
+            format!("{}.data", self.key),
+            "expected at least one file",
+        )
+    }
+
     /// Checks that its files' rows (`rows_each`, one count per file) add
     /// up to `count`, the rows of `what` (one per node or edge).
     pub(crate) fn check_rows(

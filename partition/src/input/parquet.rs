@@ -270,11 +270,7 @@ pub(crate) fn read_feature(
     what: &str,
 ) -> Result<Tensor> {
     if d.files.is_empty() {
-        return Err(Error::input(
-            &meta.path,
-            format!("{}.data", d.key),
-            "expected at least one file",
-        ));
+        return Err(d.no_files(meta));
     }
     let counts: Vec<u64> = d
         .files

@@ -199,6 +199,13 @@ fn netns() -> String {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Logs (e.g. the distributed assignment's memory per phase) on stderr,
+    // as RUST_LOG asks; none by default.
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     match cli.command {
         Command::Selftest(args) => selftest_main(&args),
         Command::Rank(args) => rank_main(&args),

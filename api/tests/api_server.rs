@@ -351,6 +351,7 @@ async fn every_field_round_trips() {
                 ]}))
                 .expect("a valid policy"),
             ),
+            pod_start_timeout_seconds: Some(120),
         }),
         use_graphbolt: Some(true),
         worker_creation_policy: Some(WorkerCreationPolicy::AfterPartitioning),

@@ -228,6 +228,8 @@ fn build_job(s: &Spec, st: &Option<Status>) -> DGLJob {
             ]}))
             .expect("a valid policy")
         }),
+        // Random, 0 (never) included: pods that cannot start meet every timeout.
+        pod_start_timeout_seconds: s.ttl,
     });
     job.status = st.as_ref().map(|st| DGLJobStatus {
         conditions: st
@@ -275,7 +277,12 @@ fn observed(job: &str, raw: Vec<(u8, i32, i32, PodState, Option<String>)>) -> Ve
                         .collect(),
                     ..Default::default()
                 },
-                not_starting: None,
+                // Every third pod cannot start (a scheduler's reason).
+                not_starting: (index % 3 == 0).then(|| dgl_operator::pure::observe::StartFailure {
+                    container: None,
+                    reason: "Unschedulable".into(),
+                    message: String::new(),
+                }),
             }
         })
         .collect()

@@ -71,12 +71,22 @@ pub(crate) fn spawn(run_dir: &Path, log_dir: &Path, spec: &ProcSpec) -> Result<P
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent;
-    // it is the only thing done between fork and exec.
+    // SAFETY: setsid and fcntl are async-signal-safe and touch no memory of
+    // the parent; they are all that is done between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() == -1 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // A daemon outlives its starter: it must not keep what the starter
+            // inherited open (a `flock` around `cargo xtask e2e` would stay
+            // held by the cluster for as long as it runs). Close-on-exec, not
+            // close: the spawn's own error pipe is among them.
+            for fd in 3..1024 {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags >= 0 {
+                    libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+                }
             }
             Ok(())
         });

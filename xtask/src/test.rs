@@ -164,10 +164,12 @@ pub fn run(args: Args) -> Result<()> {
     // The venv is mostly downloads and unpacking, the Kubernetes build is
     // CPU: cold, they overlap (about 5 min saved on 2 cores).
     let t = step(
-        "Python venv with DGL 2.1.0 + torch 2.2.1 (+ the training image's python-env), and Kubernetes/etcd binaries \
+        "Python venv with DGL 2.1.0 + torch 2.2.1 (+ the training image's python-env), Kueue's manager, and Kubernetes/etcd binaries \
          + the test control plane (all cached)",
     );
     let venv = std::thread::spawn(move || {
+        // Kueue's manager (a Go build, cached) for operator/tests/kueue.rs.
+        let kueue = std::thread::spawn(crate::stack::kueue::ensure_binary);
         let python = crate::pyenv::ensure_venv(&repo_root())?;
         // GraphStorm's thin layer on it (dglrun/tests/graphstorm.rs).
         let graphstorm = crate::graphstorm_env::ensure(&repo_root(), &python)?;
@@ -177,25 +179,31 @@ pub fn run(args: Args) -> Result<()> {
             crate::images::prebuild_python_env()
                 .context("building the training image's python-env stage")?;
         }
-        anyhow::Ok((python, graphstorm))
+        let kueue = kueue
+            .join()
+            .map_err(|_| anyhow::anyhow!("the Kueue build thread panicked"))?
+            .context("building Kueue's manager")?;
+        anyhow::Ok((python, graphstorm, kueue))
     });
     let rt = tokio::runtime::Runtime::new()?;
     let info = rt
         .block_on(localkube::ensure_cluster())
         .context("starting the test control plane");
-    let (python, graphstorm) = venv
+    let (python, graphstorm, kueue) = venv
         .join()
         .map_err(|_| anyhow::anyhow!("the venv thread panicked"))??;
     let info = info?;
     println!("    python: {}", python.display());
     println!("    graphstorm python: {}", graphstorm.display());
+    println!("    kueue: {}", kueue.display());
     println!("    kubeconfig: {}", info.kubeconfig.display());
     done(t);
 
     let (build_args, test_args) = split_test_args(&args.cargo_test_args);
-    let envs: [(&str, &Path); 2] = [
+    let envs: [(&str, &Path); 3] = [
         ("DGLRUN_TEST_PYTHON", &python),
         ("DGLRUN_TEST_GRAPHSTORM_PYTHON", &graphstorm),
+        ("DGL_OPERATOR_KUEUE_BIN", &kueue),
     ];
     let e2e_args = crate::e2e::Args {
         name: crate::stack::DEFAULT_CLUSTER.into(),

@@ -37,15 +37,7 @@ pub fn run(args: Args) -> Result<()> {
         step("operator test with Kueue's manager (real_kueue_queues_evicts_and_preempts_dgljobs)");
     let status = Command::new("cargo")
         .current_dir(repo_root())
-        .args([
-            "test",
-            "-p",
-            "dgl-operator",
-            "--test",
-            "kueue",
-            "--",
-            "--include-ignored",
-        ])
+        .args(["test", "-p", "dgl-operator", "--test", "kueue"])
         .env("DGL_OPERATOR_KUEUE_BIN", &bin)
         .status()
         .context("running cargo test")?;

@@ -106,7 +106,10 @@ mod tests {
             .iter()
             .map(|c| c["name"].as_str().unwrap())
             .collect();
-        assert_eq!(cols, ["Phase", "Mode", "Workers", "Progress", "Queue", "Age"]);
+        assert_eq!(
+            cols,
+            ["Phase", "Mode", "Workers", "Progress", "Queue", "Age"]
+        );
         assert_eq!(version["subresources"]["status"], serde_json::json!({}));
         assert_eq!(v["spec"]["names"]["shortNames"][0], "dglj");
         // Small enough for etcd and client-side tools.

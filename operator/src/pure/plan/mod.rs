@@ -288,8 +288,8 @@ mod starting;
 mod status;
 mod transitions;
 
-use status::{clean_pods, counts_after, StatusBuilder};
 pub use starting::{newly_not_starting, PODS_NOT_STARTING};
+use status::{clean_pods, counts_after, StatusBuilder};
 pub use transitions::{transitions, Transition};
 
 #[cfg(test)]

@@ -388,6 +388,12 @@ pub fn become_subreaper() {
     }
 }
 
+/// Unit tests that start processes of their own and the test that reaps
+/// this process's children (`stop_all` ends in [`reap_orphans`], which takes
+/// every child of the test binary) must not overlap.
+#[cfg(test)]
+pub(crate) static CHILDREN_TEST_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Kills and reaps processes that were re-parented to us (we are a
 /// subreaper) and are not children we still track: they are what is left of
 /// killed process trees.
@@ -492,6 +498,7 @@ mod tests {
 
     #[tokio::test]
     async fn stop_all_kills_the_whole_group_including_grandchildren() {
+        let _children = CHILDREN_TEST_LOCK.lock().await;
         let (tx, _rx) = mpsc::channel(16);
         let mut s = Supervisor::new(tx);
         // The leader ignores SIGTERM; its background child sleeps.

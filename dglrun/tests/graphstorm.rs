@@ -516,9 +516,14 @@ fn check_training(log: &str, all: &str) -> (Vec<(u32, f64)>, Vec<f64>) {
     (per_epoch, val)
 }
 
+/// The two-machine tests name their namespaces and links after this
+/// process, and each takes most of the machine: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn graphstorm_node_classification_trains_on_two_machines() {
     common::netns::require_root();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ips = ["10.214.0.1", "10.214.0.2"];
     let job = Job::new(ips);
     let mut m = Machines::create(ips);
@@ -558,6 +563,7 @@ fn graphstorm_node_classification_trains_on_two_machines() {
 #[test]
 fn graphstorm_trains_on_native_partitions_then_infers_embeddings() {
     common::netns::require_root();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let ips = ["10.215.0.1", "10.215.0.2"];
     let job = Job::new(ips);
     let mut m = Machines::create(ips);

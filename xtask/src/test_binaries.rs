@@ -95,21 +95,30 @@ fn parse_artifacts(json_lines: &str) -> Result<Vec<TestBinary>> {
     Ok(bins)
 }
 
-/// The package's name from a package id (`path+file:///…/api#dgl-api@0.1.0`
-/// or the older `dgl-api 0.1.0 (path+file://…)`), else its folder's name.
+/// The package's name from a package id: `path+file:///…/api#dgl-api@0.1.0`,
+/// or `path+file:///…/dglrun#0.1.0` when the name is the folder's, or the
+/// older `dgl-api 0.1.0 (path+file://…)`; else the folder's name.
 fn package_name(id: &str, dir: &Path) -> String {
-    let from_fragment = id
-        .rsplit_once('#')
-        .map(|(_, frag)| frag.split('@').next().unwrap_or(frag).to_string());
-    let from_words = id.split_whitespace().next().filter(|w| !w.contains(':'));
-    from_fragment
-        .or(from_words.map(str::to_string))
-        .unwrap_or_else(|| {
-            dir.file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned()
-        })
+    let folder = || {
+        dir.file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned()
+    };
+    if let Some((url, frag)) = id.rsplit_once('#') {
+        return match frag.split_once('@') {
+            Some((name, _version)) => name.to_string(),
+            None => url
+                .rsplit('/')
+                .next()
+                .filter(|s| !s.is_empty())
+                .map_or_else(folder, str::to_string),
+        };
+    }
+    id.split_whitespace()
+        .next()
+        .filter(|w| !w.contains(':'))
+        .map_or_else(folder, str::to_string)
 }
 
 /// How one binary ended.
@@ -254,6 +263,16 @@ mod tests {
             bins[1].executable,
             Path::new("/w/target/debug/deps/real_dgl-2")
         );
+    }
+
+    #[test]
+    fn package_names_from_every_id_form() {
+        let dir = Path::new("/w/x");
+        let name = |id| package_name(id, dir);
+        assert_eq!(name("path+file:///w/api#dgl-api@0.1.0"), "dgl-api");
+        assert_eq!(name("path+file:///w/dglrun#0.1.0"), "dglrun");
+        assert_eq!(name("dglrun 0.1.0 (path+file:///w/dglrun)"), "dglrun");
+        assert_eq!(name(""), "x");
     }
 
     #[test]

@@ -350,6 +350,7 @@ mod tests {
     /// the flag and what was written.
     #[tokio::test]
     async fn a_converter_that_hangs_is_killed_after_the_timeout() {
+        let _children = crate::procs::CHILDREN_TEST_LOCK.lock().await;
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("grandchild.pid");
         let body = format!("sleep 600 &\necho $! > {}\nwait", pidfile.display());
@@ -388,6 +389,7 @@ mod tests {
     /// writes them, not a clock.
     #[tokio::test]
     async fn progress_is_the_bytes_written_so_far() {
+        let _children = crate::procs::CHILDREN_TEST_LOCK.lock().await;
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path(), "g");
         let d = layout.dir.display();
@@ -425,6 +427,7 @@ mod tests {
     /// error naming the lock file and the holder it wrote.
     #[tokio::test]
     async fn a_lock_held_by_another_process_times_out_naming_file_and_holder() {
+        let _children = crate::procs::CHILDREN_TEST_LOCK.lock().await;
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path(), "g");
         std::fs::create_dir_all(&layout.dir).unwrap();

@@ -383,10 +383,18 @@ pub fn group_alive(pgid: Pid) -> bool {
 /// process that escaped its group (setsid) and outlived its parent is still
 /// ours to find and kill. No-op (with a log) where unsupported.
 pub fn become_subreaper() {
-    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-        tracing::warn!(error = %e, "cannot become child subreaper; orphans of killed trainers may survive");
+    match nix::sys::prctl::set_child_subreaper(true) {
+        Ok(()) => SUBREAPER.store(true, std::sync::atomic::Ordering::Relaxed),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot become child subreaper; orphans of killed trainers may survive")
+        }
     }
 }
+
+/// Set once this process is the reaper of its orphaned descendants: only
+/// then are children it did not track orphans (else they are another
+/// part's own children, e.g. a test binary's other tests').
+static SUBREAPER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Unit tests that start processes of their own and the test that reaps
 /// this process's children (`stop_all` ends in [`reap_orphans`], which takes
@@ -398,6 +406,9 @@ pub(crate) static CHILDREN_TEST_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mute
 /// subreaper) and are not children we still track: they are what is left of
 /// killed process trees.
 pub fn reap_orphans() {
+    if !SUBREAPER.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     let me = std::process::id() as i32;
     let mut seen = HashSet::new();
     // A few rounds: killing one orphan may orphan its children to us.

@@ -111,9 +111,10 @@ async fn merge(pods: &Api<Pod>, name: &str, patch: Value) -> Result<Pod, kube::E
 }
 
 /// A policy takes effect once the API server has compiled it (about a
-/// second): polls until `patch` is refused, and returns the refusal.
+/// second, far longer on a loaded machine): polls until `patch` is
+/// refused, and returns the refusal.
 async fn refused(pods: &Api<Pod>, name: &str, patch: Value) -> String {
-    for _ in 0..150 {
+    for _ in 0..600 {
         match merge(pods, name, patch.clone()).await {
             Err(kube::Error::Api(e)) => return format!("{} {}", e.code, e.message),
             Err(e) => panic!("{e}"),

@@ -30,10 +30,10 @@ pub struct Args {
     no_e2e: bool,
     /// Test binaries that run at once (1: a plain `cargo test`, binaries in
     /// a row, with the e2e tier's images built after it).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
     lanes: u32,
     /// e2e scenarios that run side by side (see `cargo xtask e2e --help`).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
     parallel: u32,
     /// Extra arguments for `cargo test`: before a `--` for the build (e.g.
     /// `-p dglrun`), after it for the test binaries (e.g. a name filter).

@@ -30,7 +30,7 @@ pub struct Args {
     no_e2e: bool,
     /// Test binaries that run at once (1: a plain `cargo test`, binaries in
     /// a row, with the e2e tier's images built after it).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
     lanes: u32,
     /// e2e scenarios that run side by side (see `cargo xtask e2e --help`).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]

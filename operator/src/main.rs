@@ -319,20 +319,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(g) = gang {
         info!(scheduler = ?g, "gang scheduling: PodGroups will be created");
     }
-    // Where the install's RBAC lets it read and create Secrets: the watched
-    // namespace of a single-namespace install, else its own.
-    let key_ns = args
-        .namespace
-        .clone()
-        .unwrap_or_else(|| operator_namespace(&args));
-    let token_key = load_token_key(&client, &key_ns, &args.token_key_secret)
-        .await
-        .with_context(|| {
-            format!(
-                "the jobs' token key, Secret {key_ns}/{} (key {TOKEN_KEY_FIELD})",
-                args.token_key_secret
-            )
-        })?;
+    let token_key = job_token_key(&client, &args).await?;
     let settings = Settings {
         concurrency: args.concurrency,
         namespace: args.namespace.clone(),
@@ -416,6 +403,24 @@ const TOKEN_KEY_MIN: usize = 32;
 /// Reads the jobs' token key from Secret `ns/name`, creating it (immutable,
 /// 32 random bytes) when absent; a replica that loses the race to create it
 /// reads the winner's.
+/// The jobs' token key, from where the install's RBAC lets the operator
+/// read and create Secrets: the watched namespace of a single-namespace
+/// install, else its own.
+async fn job_token_key(client: &Client, args: &RunArgs) -> anyhow::Result<TokenKey> {
+    let key_ns = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| operator_namespace(args));
+    load_token_key(client, &key_ns, &args.token_key_secret)
+        .await
+        .with_context(|| {
+            format!(
+                "the jobs' token key, Secret {key_ns}/{} (key {TOKEN_KEY_FIELD})",
+                args.token_key_secret
+            )
+        })
+}
+
 async fn load_token_key(client: &Client, ns: &str, name: &str) -> anyhow::Result<TokenKey> {
     let api: Api<Secret> = Api::namespaced(client.clone(), ns);
     if let Some(s) = api.get_opt(name).await? {

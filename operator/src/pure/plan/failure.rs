@@ -82,7 +82,7 @@ impl<'a> Planner<'a> {
     /// job's start): a worker missing then is created again, not a failure.
     /// Once its main container ran, its workers are in use. (A Terminating
     /// one may be an earlier job's of the same name.)
-    fn training_started(&self, current: &[&ObservedPod]) -> bool {
+    pub(super) fn training_started(&self, current: &[&ObservedPod]) -> bool {
         let launcher_started = find(current, &self.launcher).is_some_and(|l| {
             matches!(
                 l.state,
@@ -114,6 +114,10 @@ impl<'a> Planner<'a> {
                     facts: FailureFacts::default(),
                 }),
                 Some(p) if p.state == PodState::Terminating => Some(being_deleted(role, p)),
+                // Exited 0 after the launch and before training: it serves
+                // the launched run no more (only `partitioner` is expected
+                // then, so only it can be Succeeded here).
+                Some(p) if p.state == PodState::Succeeded => Some(ended(role, p)),
                 Some(_) => None,
             })
             .collect()
@@ -185,13 +189,11 @@ impl<'a> Planner<'a> {
             }
             // The next run trains from its start: the last run's report is stale.
             self.sb.status.progress = None;
-            // Keep a partitioner that finished its work: the next run reuses it.
+            // Keep a partitioner that serves: the next run reuses it. One
+            // that exited serves no more, so the next run makes a new one.
             for p in current {
                 let keep = p.role == ReplicaType::Partitioner
-                    && matches!(
-                        p.state,
-                        PodState::Succeeded | PodState::Running { ready: true }
-                    );
+                    && p.state == (PodState::Running { ready: true });
                 if !keep && p.state != PodState::Terminating {
                     self.steps.push(Step::DeletePod(p.name.clone()));
                 }
@@ -272,6 +274,19 @@ fn being_deleted(role: ReplicaType, p: &ObservedPod) -> Failure {
         message: format!("pod {pod} is being deleted while the job was running"),
         pod: pod.clone(),
         reason: "PodDeleted".into(),
+        facts: p.facts.clone(),
+    }
+}
+
+/// A pod the launched run needs that exited 0 before training started: a
+/// partitioner told to stop by an earlier run's launcher.
+fn ended(role: ReplicaType, p: &ObservedPod) -> Failure {
+    let pod = &p.name;
+    Failure {
+        role,
+        message: format!("pod {pod} exited (Completed) before the launched run could use it"),
+        pod: pod.clone(),
+        reason: "PodEnded".into(),
         facts: p.facts.clone(),
     }
 }

@@ -87,12 +87,18 @@ impl<'a> Planner<'a> {
     }
 
     /// Creates the partitioner if missing; true once it serves the shards
-    /// (Ready) or finished, and always in a mode without one.
+    /// (Ready), and always in a mode without one. One that exited 0 before
+    /// this run trained is deleted to be made again (see [`ended_early`]).
     fn partition(&mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> bool {
         if !self.job.spec.has_partitioner() {
             return true;
         }
+        let training = self.training_started(current);
         let partitioned = match find(current, &partitioner_name(&self.name)) {
+            Some(p) if ended_early(p, training) => {
+                self.steps.push(Step::DeletePod(p.name.clone()));
+                false
+            }
             Some(p) => p.is_ready() || p.state == PodState::Succeeded,
             None => {
                 self.create(builders::partitioner_pod(self.job, self.epoch, cfg));
@@ -136,4 +142,14 @@ impl<'a> Planner<'a> {
             self.steps.push(Step::CreatePod(Box::new(pod)));
         }
     }
+}
+
+/// Whether the partitioner `p` exited 0 (it serves no more) before the
+/// current run trained. It exits 0 when a launcher tells it the training
+/// succeeded, or on SIGTERM; during a run that is the end of the job (left
+/// alone), before it an earlier run's launcher that kept training where
+/// the operator could not stop it (a node that stopped answering): the
+/// restarted run would wait for it for ever.
+fn ended_early(p: &ObservedPod, training: bool) -> bool {
+    p.state == PodState::Succeeded && !training
 }

@@ -881,3 +881,4 @@ fn transitions_report_each_new_true_condition_once() {
 
 mod eviction;
 mod never_start;
+mod partitioner_ended;

@@ -73,6 +73,9 @@ pub enum Command {
     /// run MPI's daemon on worker HOST through its agent, relay its output,
     /// exit with its status. Used as `--mca plm_rsh_agent "dglrun rsh"`.
     Rsh(crate::mpi::rsh::RshArgs),
+    /// How each DistParMETIS rank is started: run PROGRAM, and if a signal
+    /// kills it, print the rank, this host and its memory limit for the launcher.
+    RankGuard(crate::roles::distpart::guard::GuardArgs),
 }
 
 /// All flags; the headings say which role reads them.
@@ -702,6 +705,7 @@ mod tests {
                             proptest::prop_assert!(p.timeout <= duration::MAX_SECS);
                             p.opts
                         }
+                        Some(Command::RankGuard(_)) => continue,
                         Some(Command::Rsh(r)) => {
                             proptest::prop_assert!(r.connect_timeout <= duration::MAX_SECS);
                             continue;

@@ -17,6 +17,7 @@ fn main() -> ExitCode {
         Some(Command::Worker(o)) => (Role::Worker, o, None),
         Some(Command::Probe(p)) => (Role::Probe, p.opts.clone(), Some(p)),
         Some(Command::Rsh(a)) => return dglrun::mpi::rsh::main(a),
+        Some(Command::RankGuard(a)) => return dglrun::roles::distpart::guard::main(a),
         None => {
             let env = std::env::var(names::ENV_ROLE).ok();
             match cli::role_from_env(env.as_deref()) {

@@ -17,9 +17,17 @@ pub(crate) fn dist_partition(
     graph_name: &str,
     hostfile: &Path,
 ) -> anyhow::Result<DistPartition> {
-    let program =
+    let rank =
         rank_program(opts, &opts.launch.dgl_partition, graph_name).map_err(|e| anyhow!(e))?;
     let dglrun = std::env::current_exe().context("cannot find the dglrun binary")?;
+    // Each rank under its guard (the same image's dglrun), which names it
+    // when a signal kills it.
+    let mut program = vec![
+        dglrun.display().to_string(),
+        "rank-guard".into(),
+        "--".into(),
+    ];
+    program.extend(rank);
     let env = [
         (names::ENV_TOKEN_FILE, opts.runtime.token_file.clone()),
         ("DGLRUN_AGENT_PORT", opts.runtime.agent_port.to_string()),

@@ -1,6 +1,8 @@
 //! A rank killed by a signal (the kernel's OOM killer sends SIGKILL): which
-//! rank mpirun names, on which worker, and that worker pod's memory limit,
-//! which its agent reads from its own cgroup and answers in its Pong.
+//! rank, on which worker, and that worker pod's memory limit. The rank's
+//! guard ([`super::guard`]) reports all three in one line; failing that,
+//! mpirun's own line names the rank and the worker's agent is asked for
+//! the limit it reads from its own cgroup (its Pong).
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,28 +12,76 @@ use dgl_api::wire::{Request, Response};
 use crate::net::channel::{Channel, Token};
 use crate::net::hosts::Peer;
 
-/// What mpirun said of a rank it saw die: `mpirun noticed that process
-/// rank 1 with PID 0 on node 10.0.0.3 exited on signal 9 (Killed).`
+/// A rank that died of a signal it was not asked to stop by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Killed {
     pub rank: u32,
     /// `9 (Killed)`.
     pub signal: String,
+    pub limit: Limit,
 }
 
-/// The killed rank of one line of mpirun's output, if it names one.
+/// The killed rank's memory limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Not reported (mpirun's line): ask the worker's agent.
+    Unreported,
+    /// The guard found no limit in its cgroup.
+    Unlimited,
+    Bytes(u64),
+}
+
+/// What mpirun said of a rank it saw die: `mpirun noticed that process
+/// rank 1 with PID 0 on node 10.0.0.3 exited on signal 9 (Killed).`
 pub fn killed(line: &str) -> Option<Killed> {
     let rest = &line[line.find("noticed that process rank ")? + 26..];
     let rank = rest.split_whitespace().next()?.parse().ok()?;
     let signal = &rest[rest.find("exited on signal ")? + 17..];
     let signal = signal.trim_end().trim_end_matches('.').to_string();
-    Some(Killed { rank, signal })
+    Some(Killed {
+        rank,
+        signal,
+        limit: Limit::Unreported,
+    })
+}
+
+const GUARD: &str = "dglrun rank-guard: rank ";
+const BY: &str = " was killed by signal ";
+const LIMIT: &str = "; memory limit: ";
+
+/// The guard's line: `dglrun rank-guard: rank 1 on j-worker-1 was killed
+/// by signal 9 (Killed); memory limit: 2147483648 bytes` (or `none`). An
+/// unknown rank is written `?`, which no launcher reads as a rank.
+pub fn guard_line(rank: Option<u32>, host: &str, signal: &str, limit: Limit) -> String {
+    let rank = rank.map_or("?".to_string(), |r| r.to_string());
+    let limit = match limit {
+        Limit::Bytes(b) => format!("{b} bytes"),
+        Limit::Unlimited | Limit::Unreported => "none".into(),
+    };
+    format!("{GUARD}{rank} on {host}{BY}{signal}{LIMIT}{limit}")
+}
+
+/// The killed rank of a guard's line, if `line` is one.
+pub fn guarded(line: &str) -> Option<Killed> {
+    let rest = &line[line.find(GUARD)? + GUARD.len()..];
+    let rank = rest.split_whitespace().next()?.parse().ok()?;
+    let rest = &rest[rest.find(BY)? + BY.len()..];
+    let (signal, limit) = rest.split_once(LIMIT)?;
+    let limit = match limit.trim_end() {
+        "none" => Limit::Unlimited,
+        b => Limit::Bytes(b.strip_suffix(" bytes")?.parse().ok()?),
+    };
+    Some(Killed {
+        rank,
+        signal: signal.to_string(),
+        limit,
+    })
 }
 
 /// `rank R on <worker> was killed by signal 9 (Killed), most likely out of
-/// memory: the pod's memory limit is 2.0 GiB` (or that the limit is not
-/// known).
-pub fn describe(k: &Killed, worker: Option<&Peer>, limit: Option<u64>) -> String {
+/// memory: the pod's memory limit is 2.0 GiB` (or that the pod has none,
+/// or that it is not known).
+pub fn describe(k: &Killed, worker: Option<&Peer>) -> String {
     let on = worker
         .map(|w| format!(" on {}", w.describe()))
         .unwrap_or_default();
@@ -40,9 +90,10 @@ pub fn describe(k: &Killed, worker: Option<&Peer>, limit: Option<u64>) -> String
     } else {
         ""
     };
-    let limit = match limit {
-        Some(b) => format!("the pod's memory limit is {}", gib(b)),
-        None => "the pod's memory limit is not known".to_string(),
+    let limit = match k.limit {
+        Limit::Bytes(b) => format!("the pod's memory limit is {}", gib(b)),
+        Limit::Unlimited => "the pod has no memory limit".to_string(),
+        Limit::Unreported => "the pod's memory limit is not known".to_string(),
     };
     format!(
         "rank {}{on} was killed by signal {}{why}: {limit}",
@@ -64,9 +115,45 @@ fn gib(bytes: u64) -> String {
 pub fn memory_limit(root: &Path) -> Option<u64> {
     let read = |p: &str| std::fs::read_to_string(root.join(p)).ok();
     let raw = read("memory.max").or_else(|| read("memory/memory.limit_in_bytes"))?;
+    limit_of(&raw)
+}
+
+fn limit_of(raw: &str) -> Option<u64> {
     let bytes: u64 = raw.trim().parse().ok()?;
     // cgroup v1 writes "unlimited" as the largest page multiple below 2^63.
     (bytes < 1 << 62).then_some(bytes)
+}
+
+/// The memory limit that holds this process: the smallest along its
+/// cgroup's path (`cgroups`, the text of `/proc/self/cgroup`) under `root`,
+/// v2's `memory.max` or v1's `memory.limit_in_bytes`, and the mount's own
+/// (a pod's cgroup mounted at `root` itself). `None`: no limit found.
+pub fn own_memory_limit(root: &Path, cgroups: &str) -> Option<u64> {
+    let mut best = memory_limit(root);
+    for line in cgroups.lines() {
+        let mut f = line.splitn(3, ':');
+        let (Some(_), Some(ctrls), Some(path)) = (f.next(), f.next(), f.next()) else {
+            continue;
+        };
+        let (base, file) = match ctrls {
+            "" => (root.to_path_buf(), "memory.max"),
+            c if c.split(',').any(|c| c == "memory") => {
+                (root.join("memory"), "memory.limit_in_bytes")
+            }
+            _ => continue,
+        };
+        let mut dir = base.join(path.trim_start_matches('/'));
+        while dir.starts_with(&base) {
+            let found = std::fs::read_to_string(dir.join(file)).ok();
+            if let Some(b) = found.as_deref().and_then(limit_of) {
+                best = Some(best.map_or(b, |a| a.min(b)));
+            }
+            if !dir.pop() {
+                break;
+            }
+        }
+    }
+    best
 }
 
 /// The memory limit the worker's agent reports (its Pong), if it answers
@@ -98,10 +185,54 @@ mod tests {
             k,
             Killed {
                 rank: 1,
-                signal: "9 (Killed)".into()
+                signal: "9 (Killed)".into(),
+                limit: Limit::Unreported,
             }
         );
         assert_eq!(killed("rank 1 of 2: part 1: ..."), None);
+    }
+
+    #[test]
+    fn the_guards_line_is_read_back_and_an_unknown_rank_is_not() {
+        for limit in [Limit::Bytes(2 << 30), Limit::Unlimited] {
+            let line = guard_line(Some(3), "j-worker-3", "9 (Killed)", limit);
+            let k = guarded(&format!("[1,3]<stderr>:{line}\n")).unwrap();
+            assert_eq!(
+                k,
+                Killed {
+                    rank: 3,
+                    signal: "9 (Killed)".into(),
+                    limit
+                }
+            );
+        }
+        assert_eq!(
+            guard_line(Some(1), "h", "9 (Killed)", Limit::Bytes(1024)),
+            "dglrun rank-guard: rank 1 on h was killed by signal 9 (Killed); memory limit: 1024 bytes"
+        );
+        assert_eq!(
+            guarded(&guard_line(None, "h", "9 (Killed)", Limit::Unlimited)),
+            None
+        );
+        assert_eq!(
+            guarded("dglrun rank-guard: rank 1 on h was killed by signal 9; memory limit: lots"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_killed_rank_is_described_with_its_limit_or_its_absence() {
+        let mut k = guarded(&guard_line(Some(0), "h", "9 (Killed)", Limit::Unlimited)).unwrap();
+        assert_eq!(
+            describe(&k, None),
+            "rank 0 was killed by signal 9 (Killed), most likely out of memory: the pod has no memory limit"
+        );
+        k.limit = Limit::Bytes(3 << 29);
+        k.signal = "11 (Segmentation fault)".into();
+        assert_eq!(
+            describe(&k, None),
+            "rank 0 was killed by signal 11 (Segmentation fault): the pod's memory limit is 1.5 GiB (1610612736 bytes)"
+        );
     }
 
     #[test]
@@ -127,75 +258,29 @@ mod tests {
         assert_eq!(memory_limit(d.path()), Some(2 << 30));
     }
 
-    /// Real mpirun, two ranks, rank 1 killed with SIGKILL (as the OOM killer
-    /// does); a worker agent answering its Pong with a 2 GiB limit. The
-    /// launcher's error names the rank, its worker pod and the limit.
-    #[tokio::test]
-    #[ignore = "open: under load OpenMPI 4.1 sometimes reports a SIGKILLed rank only as 'Primary job terminated normally, but 1 process returned a non-zero exit code' (mpirun exit 137), without the 'exited on signal 9' line the rank is read from; run with --ignored"]
-    async fn a_killed_rank_is_named_with_its_worker_and_memory_limit() {
-        use crate::net::channel::Channel;
-        use dgl_api::wire::AgentInfo;
-        use dgl_api::ReplicaType;
-
+    /// The smallest limit on the process's cgroup path holds: v1's memory
+    /// hierarchy (a parent's limit below the leaf's) and v2's.
+    #[test]
+    fn the_own_limit_is_the_smallest_along_the_cgroup_path() {
         let d = tempfile::tempdir().unwrap();
-        let mpirun = d.path().join("mpirun");
-        // Ignores the launcher's arguments (hosts, `dglrun rsh`): the ranks
-        // run here, on this machine.
-        std::fs::write(
-            &mpirun,
-            "#!/bin/sh\nexport OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n\
-             exec mpirun --oversubscribe -n 2 sh -c \
-             'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then kill -9 $$; fi; sleep 5'\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&mpirun, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-        let token = Token::from_bytes(b"0123456789abcdef0123456789abcdef").unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let agent = listener.local_addr().unwrap();
-        let server_token = token.clone();
-        tokio::spawn(async move {
-            let (stream, peer) = listener.accept().await.unwrap();
-            let mut ch = Channel::accept(stream, peer, &server_token).await.unwrap();
-            let _: Request = ch.expect().await.unwrap();
-            let pong = Response::Pong(AgentInfo {
-                role: ReplicaType::Worker,
-                index: Some(1),
-                version: "test".into(),
-                memory_limit: Some(2 << 30),
-            });
-            ch.send(&pong).await.unwrap();
-        });
-        let peer = |index: u32, agent| Peer {
-            index,
-            ip: "127.0.0.1".parse().unwrap(),
-            agent,
-            pod: Some(format!("j-worker-{index}")),
-            slots: None,
-        };
-        let workers = [peer(0, "127.0.0.1:9".parse().unwrap()), peer(1, agent)];
-        let cfg = super::super::DistPartition {
-            mpirun: mpirun.display().to_string(),
-            dglrun: "dglrun".into(),
-            program: vec!["true".into()],
-            if_include: "all".into(),
-            own_ip: None,
-            env: Vec::new(),
-            marker: d.path().join("partitioned"),
-            stop_grace: Duration::from_secs(1),
-            token: Some(token),
-        };
-        let err = super::super::run(&cfg, &workers)
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains(&format!(
-                "rank 1 on worker-1 (pod j-worker-1, {agent}) was killed by signal 9 (Killed), \
-                 most likely out of memory: the pod's memory limit is 2.0 GiB (2147483648 bytes)"
-            )),
-            "{err}"
-        );
-        assert!(!cfg.marker.exists());
+        let r = d.path();
+        let v1 = "4:memory:/pods/p1/c\n0::/\n";
+        std::fs::create_dir_all(r.join("memory/pods/p1/c")).unwrap();
+        assert_eq!(own_memory_limit(r, v1), None);
+        let f = "memory.limit_in_bytes";
+        std::fs::write(r.join("memory/pods/p1/c").join(f), "3221225472").unwrap();
+        assert_eq!(own_memory_limit(r, v1), Some(3 << 30));
+        std::fs::write(r.join("memory/pods/p1").join(f), "1073741824").unwrap();
+        assert_eq!(own_memory_limit(r, v1), Some(1 << 30));
+        let v2 = "0::/kubepods/pod-a\n";
+        let d2 = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d2.path().join("kubepods/pod-a")).unwrap();
+        std::fs::write(d2.path().join("kubepods/pod-a/memory.max"), "max").unwrap();
+        assert_eq!(own_memory_limit(d2.path(), v2), None);
+        std::fs::write(d2.path().join("kubepods/memory.max"), "536870912").unwrap();
+        assert_eq!(own_memory_limit(d2.path(), v2), Some(1 << 29));
+        // A pod's own cgroup namespace: its path is `/`, its limit at the root.
+        std::fs::write(d2.path().join("memory.max"), "268435456").unwrap();
+        assert_eq!(own_memory_limit(d2.path(), "0::/\n"), Some(1 << 28));
     }
 }

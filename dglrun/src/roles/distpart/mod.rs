@@ -26,6 +26,7 @@ use crate::net::channel::Token;
 use crate::net::hosts::Peer;
 
 pub mod config;
+pub mod guard;
 pub mod killed;
 
 /// Why the ranks did not partition the graph.
@@ -80,6 +81,9 @@ struct Seen {
     done: Vec<u32>,
     /// The first rank mpirun saw killed by a signal.
     killed: Option<killed::Killed>,
+    /// The first rank its guard saw killed by a signal: the cause of the
+    /// failure (the other ranks' errors follow from it).
+    guarded: Option<killed::Killed>,
     last: Vec<String>,
 }
 
@@ -111,6 +115,9 @@ impl Seen {
         }
         if let Some(k) = killed::killed(line) {
             self.killed.get_or_insert(k);
+        }
+        if let Some(k) = killed::guarded(line) {
+            self.guarded.get_or_insert(k);
         }
         self.last.push(line.to_string());
         if self.last.len() > 20 {
@@ -222,14 +229,15 @@ pub async fn run(cfg: &DistPartition, workers: &[Peer]) -> Result<(), DistPartEr
         println!("[partition] {line}");
         seen.line(&line);
     }
-    let limit = match (&seen.killed, &cfg.token) {
-        (Some(k), Some(token)) => match workers.get(k.rank as usize) {
-            Some(w) => killed::ask_limit(w, token).await,
-            None => None,
-        },
-        _ => None,
-    };
-    outcome(cfg, workers, status, &seen, limit)
+    // Without its guard's report, the worker's agent tells the limit.
+    if let (None, Some(k), Some(token)) = (&seen.guarded, &mut seen.killed, &cfg.token) {
+        if let Some(w) = workers.get(k.rank as usize) {
+            if let Some(b) = killed::ask_limit(w, token).await {
+                k.limit = killed::Limit::Bytes(b);
+            }
+        }
+    }
+    outcome(cfg, workers, status, &seen)
 }
 
 /// Ends mpirun (its process group: the `dglrun rsh` agents, whose workers
@@ -254,7 +262,6 @@ fn outcome(
     workers: &[Peer],
     status: std::process::ExitStatus,
     seen: &Seen,
-    limit: Option<u64>,
 ) -> Result<(), DistPartError> {
     let n = workers.len() as u32;
     let missing: Vec<u32> = (0..n).filter(|r| !seen.done.contains(r)).collect();
@@ -273,6 +280,9 @@ fn outcome(
         tracing::info!(marker = %cfg.marker.display(), "every worker holds its partition");
         return Ok(());
     }
+    if let Some(k) = seen.guarded.as_ref() {
+        return Err(killed_rank(k, workers, status));
+    }
     let rank = seen
         .failed
         .as_ref()
@@ -285,13 +295,7 @@ fn outcome(
         .map(Peer::describe);
     let why = match (&seen.failed, &seen.killed) {
         (Some((_, m)), _) => m.clone(),
-        (None, Some(k)) => {
-            let w = workers.get(k.rank as usize);
-            return Err(DistPartError::Failed {
-                worker: None,
-                message: format!("{} (mpirun: {status})", killed::describe(k, w, limit)),
-            });
-        }
+        (None, Some(k)) => return Err(killed_rank(k, workers, status)),
         (None, None) if status.success() => format!("rank(s) {missing:?} reported no partition"),
         (None, None) => format!("its output ends:\n{}", seen.last.join("\n")),
     };
@@ -299,6 +303,19 @@ fn outcome(
         worker: rank.zip(worker).map(|(r, w)| format!("rank {r} on {w}")),
         message: format!("{why} (mpirun: {status})"),
     })
+}
+
+/// A rank killed by a signal, named with its worker and memory limit.
+fn killed_rank(
+    k: &killed::Killed,
+    workers: &[Peer],
+    status: std::process::ExitStatus,
+) -> DistPartError {
+    let w = workers.get(k.rank as usize);
+    DistPartError::Failed {
+        worker: None,
+        message: format!("{} (mpirun: {status})", killed::describe(k, w)),
+    }
 }
 
 #[cfg(test)]

@@ -65,6 +65,8 @@
 //! pods' logs are printed before the cluster is stopped.
 
 mod graphstorm;
+mod isolation;
+mod kueue;
 mod namespaced;
 mod never_start;
 mod scenarios;
@@ -105,11 +107,13 @@ pub enum Scenario {
     Namespaced,
     /// Three jobs whose workers cannot start (no such image, no such ConfigMap key, CPU no node has): each named at once, then Failed.
     NeverStart,
+    /// Kueue v0.17 with its webhooks and the operator with kueue.enabled: queueing, preemption, waitForPodsReady eviction. Runs alone.
+    Kueue,
 }
 
 impl Scenario {
     /// Every scenario, in the order they start.
-    const ALL: [Scenario; 12] = [
+    const ALL: [Scenario; 13] = [
         Scenario::ChaosJob,
         Scenario::Graphstorm,
         Scenario::Distparmetis,
@@ -119,6 +123,7 @@ impl Scenario {
         Scenario::Graphbolt,
         Scenario::Standalone,
         Scenario::NeverStart,
+        Scenario::Kueue,
         Scenario::Train,
         Scenario::Chaos,
         Scenario::Namespaced,
@@ -130,7 +135,7 @@ impl Scenario {
     fn alone(self) -> bool {
         matches!(
             self,
-            Scenario::Train | Scenario::Chaos | Scenario::Namespaced
+            Scenario::Train | Scenario::Chaos | Scenario::Namespaced | Scenario::Kueue
         )
     }
 }
@@ -348,5 +353,7 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
         }
         Scenario::Namespaced => namespaced::namespaced(&stack.client, &stack.kubeconfig).await,
         Scenario::NeverStart => never_start::never_start(&stack.client).await,
+        Scenario::Isolation => isolation::isolation(stack).await,
+        Scenario::Kueue => kueue::kueue(stack).await,
     }
 }

@@ -65,7 +65,6 @@
 //! pods' logs are printed before the cluster is stopped.
 
 mod graphstorm;
-mod isolation;
 mod kueue;
 mod namespaced;
 mod never_start;
@@ -353,7 +352,6 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
         }
         Scenario::Namespaced => namespaced::namespaced(&stack.client, &stack.kubeconfig).await,
         Scenario::NeverStart => never_start::never_start(&stack.client).await,
-        Scenario::Isolation => isolation::isolation(stack).await,
         Scenario::Kueue => kueue::kueue(stack).await,
     }
 }

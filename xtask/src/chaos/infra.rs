@@ -78,6 +78,7 @@ where
     let applied = Instant::now();
     apply_job(client, ns, &job).await?;
     wait_until(client, ns, name, until).await?;
+    let injected = Instant::now();
     let note = fault().await?;
     println!("    {note}");
     let mut restart = None;
@@ -88,6 +89,7 @@ where
         }
     })
     .await?;
+    super::timing::record(&done, injected.elapsed());
     let note = match restart {
         Some(why) => format!("{note}; restarted: {}", truncate(&why, 200)),
         None => note,

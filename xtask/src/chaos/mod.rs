@@ -30,6 +30,7 @@ use localkube::{Component, LocalCluster};
 
 mod evict;
 mod infra;
+mod timing;
 
 use crate::stack::jobs::{
     apply_job, children, delete_and_count_left, example_job, expect_phase, follow, follow_to_end,
@@ -148,27 +149,10 @@ pub async fn run_all(
         for i in 0..runs {
             let ns = localkube::create_test_namespace(client, "chaos").await?;
             let t = Instant::now();
-            let r = match f {
-                Fault::OperatorKill => operator_kill(client, &ns, i).await,
-                Fault::WorkerDelete => worker_delete(client, &ns).await,
-                Fault::Churn => churn_run(client, &ns, churn).await,
-                Fault::ApiserverRestart => {
-                    infra::component(client, cluster, &ns, Component::Apiserver, None).await
-                }
-                Fault::EtcdPause => {
-                    let pause = Some(Duration::from_secs(10));
-                    infra::component(client, cluster, &ns, Component::Etcd, pause).await
-                }
-                Fault::KubeletRestart => {
-                    infra::component(client, cluster, &ns, Component::Kubelet, None).await
-                }
-                Fault::PartitionerKill => infra::partitioner_kill(client, &ns).await,
-                Fault::ShardCorrupt => infra::shard_corrupt(client, cluster, &ns).await,
-                Fault::NetworkCut => infra::network_cut(client, &ns).await,
-                Fault::Evict => evict::evict(client, &ns).await,
-                Fault::Drain => evict::drain(client, &ns).await,
-                Fault::KubeletHang => evict::kubelet_hang(client, cluster, &ns).await,
-            };
+            let (r, times) = timing::collect(run_one(client, cluster, &ns, f, i, churn)).await;
+            for timed in &times {
+                println!("{}", timing::line(f, i + 1, timed));
+            }
             let row = rows.entry(f).or_default();
             row.runs += 1;
             match r {
@@ -188,6 +172,38 @@ pub async fn run_all(
         }
     }
     Ok(table(&rows))
+}
+
+/// Run `i` (from 0) of fault `f` in namespace `ns`.
+async fn run_one(
+    client: &Client,
+    cluster: &LocalCluster,
+    ns: &str,
+    f: Fault,
+    i: u32,
+    churn: u32,
+) -> Result<Outcome> {
+    match f {
+        Fault::OperatorKill => operator_kill(client, ns, i).await,
+        Fault::WorkerDelete => worker_delete(client, ns).await,
+        Fault::Churn => churn_run(client, ns, churn).await,
+        Fault::ApiserverRestart => {
+            infra::component(client, cluster, ns, Component::Apiserver, None).await
+        }
+        Fault::EtcdPause => {
+            let pause = Some(Duration::from_secs(10));
+            infra::component(client, cluster, ns, Component::Etcd, pause).await
+        }
+        Fault::KubeletRestart => {
+            infra::component(client, cluster, ns, Component::Kubelet, None).await
+        }
+        Fault::PartitionerKill => infra::partitioner_kill(client, ns).await,
+        Fault::ShardCorrupt => infra::shard_corrupt(client, cluster, ns).await,
+        Fault::NetworkCut => infra::network_cut(client, ns).await,
+        Fault::Evict => evict::evict(client, ns).await,
+        Fault::Drain => evict::drain(client, ns).await,
+        Fault::KubeletHang => evict::kubelet_hang(client, cluster, ns).await,
+    }
 }
 
 fn table(rows: &BTreeMap<Fault, Tally>) -> String {
@@ -247,7 +263,8 @@ async fn operator_kill(client: &Client, ns: &str, run: u32) -> Result<Outcome> {
         let client = client.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            kill_operator(&client).await
+            let victim = kill_operator(&client).await?;
+            Ok::<_, anyhow::Error>((victim, Instant::now()))
         })
     };
     let mut incarnations: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
@@ -260,8 +277,9 @@ async fn operator_kill(client: &Client, ns: &str, run: u32) -> Result<Outcome> {
         }
     })
     .await?;
-    let terminal = applied.elapsed();
-    let killed = killer.await.context("the killer task")??;
+    let (ended, terminal) = (Instant::now(), applied.elapsed());
+    let (killed, killed_at) = killer.await.context("the killer task")??;
+    timing::record(&done, ended.saturating_duration_since(killed_at));
     expect_phase(&done, JobPhase::Succeeded)?;
     let twice: Vec<_> = incarnations.iter().filter(|(_, u)| u.len() > 1).collect();
     ensure!(twice.is_empty(), "pods created more than once: {twice:?}");
@@ -302,8 +320,10 @@ async fn worker_delete(client: &Client, ns: &str) -> Result<Outcome> {
         )
         .await
         .with_context(|| format!("deleting pod {ns}/{victim}"))?;
+    let deleted = Instant::now();
     println!("    deleted {victim} while Running");
     let done = follow_to_end(client, ns, name, |_, _, _| {}).await?;
+    timing::record(&done, deleted.elapsed());
     let terminal = applied.elapsed();
     expect_phase(&done, JobPhase::Succeeded)?;
     let restarts = done

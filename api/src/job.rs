@@ -14,6 +14,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::progress::{self, Base, Progress, Seen};
 use crate::rules;
 
 /// Specification of a distributed DGL training job.
@@ -52,7 +53,7 @@ use crate::rules;
         name = "Progress",
         type_ = "string",
         json_path = ".status.progress.summary",
-        description = "The training's last progress report"
+        description = "The training's last progress report: epoch, percent done, estimated time left"
     ),
     printcolumn(
         name = "Queue",
@@ -463,7 +464,9 @@ pub struct QueueStatus {
     pub summary: String,
 }
 
-/// The training's last progress report, as the launcher published it.
+/// The training's last progress report, as the launcher published it, with
+/// how far along it is and an estimate of the time left (named as Kubeflow
+/// Trainer's `status.trainerStatus` names them).
 #[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct JobProgress {
@@ -481,29 +484,85 @@ pub struct JobProgress {
     /// Unit of `throughput`, e.g. `samples/s`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<String>,
-    /// `epoch 3/10` (or `epoch 3`): the Progress printer column.
+    /// Percent of the epochs done (epoch/epochs, rounded down, at most 100);
+    /// only when `epochs` is reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 100))]
+    pub progress_percentage: Option<u32>,
+    /// Estimated seconds of training left as of `updatedAt`: the epochs left
+    /// at the rate since `firstReport`. Absent when unknown: before a second
+    /// epoch was seen in this run, without `epochs`, after the epoch or the
+    /// clock went back (until measured again), once a later report of the
+    /// same epoch has used it up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub estimated_remaining_seconds: Option<i64>,
+    /// The report the estimate counts from: the first of this run (or
+    /// since the epoch or the clock went back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_report: Option<ProgressMark>,
+    /// `epoch 3/10 (30%, ~2m10s left)` (or `epoch 3`): the Progress
+    /// printer column.
     pub summary: String,
     /// When the operator first saw this report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_at: Option<Time>,
 }
 
+/// An epoch and when the operator first saw a report of it.
+#[derive(Serialize, Deserialize, JsonSchema, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ProgressMark {
+    /// The epoch reported.
+    pub epoch: u32,
+    /// When the operator first saw a report of it.
+    pub seen_at: Time,
+}
+
 impl JobProgress {
-    /// The status form of a report, seen at `at`.
-    pub fn new(p: &crate::progress::Progress, at: Time) -> JobProgress {
+    /// The status form of report `p`, seen at `at`, after `prev` (the
+    /// status' progress of this run, if any).
+    pub fn next(prev: Option<&JobProgress>, p: &Progress, at: Time) -> JobProgress {
+        let seen = prev.map(JobProgress::seen);
+        let est = progress::estimate(seen.as_ref(), p, at.0.as_second());
+        let first_report = match est.base {
+            Base::Keep => prev.and_then(|s| s.first_report.clone()),
+            Base::Now => Some(ProgressMark {
+                epoch: p.epoch,
+                seen_at: at.clone(),
+            }),
+            Base::Drop => None,
+        };
         JobProgress {
             epoch: p.epoch,
             epochs: p.epochs,
             loss: p.loss,
             throughput: p.throughput,
             unit: p.unit.clone(),
-            summary: p.summary(),
+            progress_percentage: p.percent(),
+            estimated_remaining_seconds: est.remaining,
+            first_report,
+            summary: p.summary(est.remaining),
             updated_at: Some(at),
         }
     }
 
+    /// What the estimate needs of this status.
+    fn seen(&self) -> Seen {
+        Seen {
+            epoch: self.epoch,
+            epochs: self.epochs,
+            at: self.updated_at.as_ref().map(|t| t.0.as_second()),
+            base: self
+                .first_report
+                .as_ref()
+                .map(|m| (m.epoch, m.seen_at.0.as_second())),
+            remaining: self.estimated_remaining_seconds,
+        }
+    }
+
     /// Whether this is the status form of `p` (whenever it was seen).
-    pub fn reports(&self, p: &crate::progress::Progress) -> bool {
+    pub fn reports(&self, p: &Progress) -> bool {
         self.epoch == p.epoch
             && self.epochs == p.epochs
             && self.loss == p.loss

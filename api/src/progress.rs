@@ -95,14 +95,149 @@ impl Progress {
         serde_json::to_string(self).expect("a checked Progress serializes")
     }
 
-    /// `epoch 3/10`, or `epoch 3` when the total is unknown: the Progress
-    /// printer column.
-    pub fn summary(&self) -> String {
-        match self.epochs {
-            Some(total) => format!("epoch {}/{total}", self.epoch),
-            None => format!("epoch {}", self.epoch),
+    /// Percent of the epochs done, rounded down (so 100 only once the last
+    /// epoch is reported) and at most 100; `None` without a total, or with
+    /// a total of 0 (nothing to divide by).
+    pub fn percent(&self) -> Option<u32> {
+        let total = u64::from(self.epochs.filter(|&t| t > 0)?);
+        let done = u64::from(self.epoch).saturating_mul(100) / total;
+        Some(u32::try_from(done.min(100)).unwrap_or(100))
+    }
+
+    /// The Progress printer column: `epoch 3/10 (30%, ~2m10s left)`, the
+    /// time left shown only when estimated and not zero; `epoch 3` when
+    /// the total is unknown.
+    pub fn summary(&self, remaining_secs: Option<i64>) -> String {
+        let Some(total) = self.epochs else {
+            return format!("epoch {}", self.epoch);
+        };
+        let head = format!("epoch {}/{total}", self.epoch);
+        match (self.percent(), remaining_secs.filter(|&s| s > 0)) {
+            (None, _) => head,
+            (Some(pc), None) => format!("{head} ({pc}%)"),
+            (Some(pc), Some(s)) => format!("{head} ({pc}%, ~{} left)", short_duration(s)),
         }
     }
+}
+
+/// `45s`, `2m10s`, `3h05m`, `4d7h`: two units at most, the column stays short.
+pub fn short_duration(secs: i64) -> String {
+    let s = secs.max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3_600 => format!("{}m{:02}s", s / 60, s % 60),
+        3_600..86_400 => format!("{}h{:02}m", s / 3_600, s % 3_600 / 60),
+        _ => format!("{}d{}h", s / 86_400, s % 86_400 / 3_600),
+    }
+}
+
+/// What the status kept of the previous report, as the estimate needs it
+/// (times in Unix seconds, the precision the status keeps).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Seen {
+    pub epoch: u32,
+    pub epochs: Option<u32>,
+    /// When the operator first saw that report.
+    pub at: Option<i64>,
+    /// The report the estimate counts from: its epoch and when first seen.
+    pub base: Option<(u32, i64)>,
+    /// The estimate given with that report, as of `at`.
+    pub remaining: Option<i64>,
+}
+
+/// What the estimate counts from after a new report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Base {
+    /// The previous report's (unchanged).
+    Keep,
+    /// The new report, seen now: its epoch was first seen now.
+    Now,
+    /// None: when this epoch was first seen is not known on this clock.
+    Drop,
+}
+
+/// The time estimate for a new report `p` seen at `now`, after `prev`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Estimate {
+    pub base: Base,
+    /// Seconds left as of `now`; `None` when not known (fewer than two
+    /// distinct epochs seen, total unknown, clock or epoch went back, ...).
+    pub remaining: Option<i64>,
+}
+
+/// The estimate is the rate between the first epoch seen in this run and
+/// the newest one, each timed when the operator first saw it, applied to
+/// the epochs left. A report of the same epoch carries the last estimate
+/// forward by the time passed; it is dropped once used up, never guessed.
+pub fn estimate(prev: Option<&Seen>, p: &Progress, now: i64) -> Estimate {
+    let fresh = Estimate {
+        base: Base::Now,
+        remaining: None,
+    };
+    let Some(prev) = prev else { return fresh };
+    // The script started over (a restarted container, an edited annotation).
+    if p.epoch < prev.epoch {
+        return fresh;
+    }
+    let clock_back = prev.at.is_some_and(|t| now < t) || prev.base.is_some_and(|(_, t)| now < t);
+    if clock_back {
+        // Earlier times are on another clock: only a new epoch, first seen
+        // now, is a point to count from.
+        let base = if p.epoch == prev.epoch {
+            Base::Drop
+        } else {
+            Base::Now
+        };
+        return Estimate {
+            base,
+            remaining: None,
+        };
+    }
+    if p.epoch == prev.epoch {
+        return Estimate {
+            base: Base::Keep,
+            remaining: carried(prev, p, now),
+        };
+    }
+    match prev.base {
+        Some(base) => Estimate {
+            base: Base::Keep,
+            remaining: remaining_from(base, p, now),
+        },
+        None => fresh,
+    }
+}
+
+/// Seconds left at `now` for epoch `p.epoch` of `p.epochs`, at the rate
+/// since `base` (epoch, first seen): `None` unless both the epochs and the
+/// time advanced, or when the result does not fit.
+fn remaining_from((epoch0, at0): (u32, i64), p: &Progress, now: i64) -> Option<i64> {
+    let left = p.epochs?.saturating_sub(p.epoch);
+    let done = p.epoch.checked_sub(epoch0).filter(|&d| d > 0)?;
+    let secs = u64::try_from(now.checked_sub(at0)?)
+        .ok()
+        .filter(|&s| s > 0)?;
+    let done = u128::from(done);
+    // Rounded to the nearest second; u128 holds u32 × i64 without overflow.
+    let total = u128::from(left)
+        .checked_mul(u128::from(secs))?
+        .checked_add(done / 2)?;
+    i64::try_from(total / done).ok()
+}
+
+/// The previous estimate less the time since it was given, for a report of
+/// the same epoch; `None` once used up (unless the training is done) or
+/// when the total changed.
+fn carried(prev: &Seen, p: &Progress, now: i64) -> Option<i64> {
+    if prev.epochs != p.epochs {
+        return None;
+    }
+    let left = prev.remaining?;
+    if left == 0 {
+        return Some(0);
+    }
+    let passed = now.checked_sub(prev.at?).filter(|&s| s >= 0)?;
+    left.checked_sub(passed).filter(|&s| s > 0)
 }
 
 /// A line of the training's output: `None` when it is no progress line,
@@ -135,12 +270,12 @@ mod tests {
                 unit: Some("samples/s".into()),
             }
         );
-        assert_eq!(p.summary(), "epoch 3/10");
+        assert_eq!(p.summary(None), "epoch 3/10 (30%)");
         assert_eq!(Progress::from_json(&p.to_json()).unwrap(), p);
         let only = parse_line(r#"DGLRUN_PROGRESS {"epoch":0}"#)
             .unwrap()
             .unwrap();
-        assert_eq!(only.summary(), "epoch 0");
+        assert_eq!(only.summary(Some(60)), "epoch 0");
         assert_eq!(only.to_json(), r#"{"epoch":0}"#);
     }
 
@@ -174,6 +309,240 @@ mod tests {
             "a".repeat(MAX_JSON)
         );
         assert!(err(&long).contains("at most 1024"));
+    }
+
+    fn at(epoch: u32, epochs: Option<u32>) -> Progress {
+        Progress {
+            epoch,
+            epochs,
+            loss: None,
+            throughput: None,
+            unit: None,
+        }
+    }
+
+    #[test]
+    fn percent_rounds_down_and_stops_at_100() {
+        let pc = |e, t| at(e, t).percent();
+        assert_eq!(pc(3, Some(10)), Some(30));
+        assert_eq!(pc(1, Some(3)), Some(33));
+        assert_eq!(pc(9_999, Some(10_000)), Some(99), "100 only when done");
+        assert_eq!(pc(10, Some(10)), Some(100));
+        assert_eq!(pc(12, Some(10)), Some(100), "past the total: clamped");
+        assert_eq!(pc(u32::MAX, Some(1)), Some(100));
+        assert_eq!(pc(u32::MAX - 1, Some(u32::MAX)), Some(99));
+        assert_eq!(pc(0, Some(u32::MAX)), Some(0));
+        assert_eq!(pc(3, None), None, "total unknown");
+        assert_eq!(pc(3, Some(0)), None, "a total of 0 divides nothing");
+    }
+
+    #[test]
+    fn the_summary_shows_percent_and_time_left_briefly() {
+        let p = at(3, Some(10));
+        assert_eq!(p.summary(Some(130)), "epoch 3/10 (30%, ~2m10s left)");
+        assert_eq!(p.summary(None), "epoch 3/10 (30%)");
+        assert_eq!(p.summary(Some(0)), "epoch 3/10 (30%)");
+        assert_eq!(at(10, Some(10)).summary(Some(0)), "epoch 10/10 (100%)");
+        assert_eq!(at(3, None).summary(Some(130)), "epoch 3");
+        assert_eq!(at(3, Some(0)).summary(Some(0)), "epoch 3/0");
+        let widest = at(u32::MAX, Some(u32::MAX)).summary(Some(i64::MAX));
+        assert_eq!(
+            widest,
+            "epoch 4294967295/4294967295 (100%, ~106751991167300d15h left)"
+        );
+    }
+
+    #[test]
+    fn durations_are_two_units_at_most() {
+        let cases = [
+            (-5, "0s"),
+            (0, "0s"),
+            (45, "45s"),
+            (60, "1m00s"),
+            (130, "2m10s"),
+            (3_599, "59m59s"),
+            (3_600, "1h00m"),
+            (11_100, "3h05m"),
+            (86_399, "23h59m"),
+            (86_400, "1d0h"),
+            (371_000, "4d7h"),
+        ];
+        for (secs, text) in cases {
+            assert_eq!(short_duration(secs), text, "{secs}");
+        }
+    }
+
+    /// The status' progress after each report `(epoch, epochs, seen at)`,
+    /// as the operator folds them.
+    fn fold(reports: &[(u32, Option<u32>, i64)]) -> Vec<crate::JobProgress> {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        use k8s_openapi::jiff::Timestamp;
+        let mut out: Vec<crate::JobProgress> = Vec::new();
+        for &(epoch, epochs, secs) in reports {
+            let when = Time(Timestamp::from_second(1_800_000_000 + secs).unwrap());
+            out.push(crate::JobProgress::next(
+                out.last(),
+                &at(epoch, epochs),
+                when,
+            ));
+        }
+        out
+    }
+
+    fn etas(reports: &[(u32, Option<u32>, i64)]) -> Vec<Option<i64>> {
+        let folded = fold(reports);
+        folded
+            .iter()
+            .map(|p| p.estimated_remaining_seconds)
+            .collect()
+    }
+
+    #[test]
+    fn the_estimate_needs_two_epochs_and_counts_from_the_first() {
+        let ten = Some(10);
+        let p = fold(&[(3, ten, 0), (3, ten, 40), (5, ten, 100), (6, ten, 150)]);
+        assert_eq!(p[0].estimated_remaining_seconds, None, "one report");
+        assert_eq!(p[0].progress_percentage, Some(30));
+        assert_eq!(p[0].summary, "epoch 3/10 (30%)");
+        assert_eq!(p[1].estimated_remaining_seconds, None, "one epoch");
+        let first = p[0].first_report.as_ref().unwrap();
+        assert_eq!(first.epoch, 3);
+        assert_eq!(p[1].first_report, p[0].first_report, "first seen at 0");
+        // 2 epochs in 100 s, 5 left.
+        assert_eq!(p[2].estimated_remaining_seconds, Some(250));
+        assert_eq!(p[2].summary, "epoch 5/10 (50%, ~4m10s left)");
+        // 3 epochs in 150 s, 4 left.
+        assert_eq!(p[3].estimated_remaining_seconds, Some(200));
+        assert_eq!(p[3].first_report, p[0].first_report);
+        // Done: nothing left.
+        assert_eq!(etas(&[(1, ten, 0), (10, ten, 90)]), [None, Some(0)]);
+        // 5 epochs at 3 per 10 s: 16.7 s, rounded.
+        assert_eq!(etas(&[(1, Some(9), 0), (4, Some(9), 10)]), [None, Some(17)]);
+        // Two epochs within the same second: no rate to measure.
+        assert_eq!(etas(&[(1, ten, 5), (2, ten, 5)]), [None, None]);
+    }
+
+    #[test]
+    fn a_report_of_the_same_epoch_carries_the_estimate_until_used_up() {
+        let ten = Some(10);
+        let e = etas(&[(1, ten, 0), (2, ten, 10), (2, ten, 30), (2, ten, 95)]);
+        assert_eq!(e, [None, Some(80), Some(60), None], "used up at 90 s");
+        // Once used up, the next epoch estimates again from the first.
+        let e = etas(&[(1, ten, 0), (2, ten, 10), (2, ten, 95), (3, ten, 100)]);
+        assert_eq!(e, [None, Some(80), None, Some(350)]);
+        // Done stays done.
+        assert_eq!(
+            etas(&[(1, ten, 0), (10, ten, 90), (10, ten, 500)]),
+            [None, Some(0), Some(0)]
+        );
+        // The total changed: the old estimate no longer holds.
+        assert_eq!(
+            etas(&[(1, ten, 0), (2, ten, 10), (2, Some(20), 20)]),
+            [None, Some(80), None]
+        );
+    }
+
+    #[test]
+    fn the_epoch_going_back_starts_the_estimate_over() {
+        let ten = Some(10);
+        let p = fold(&[(1, ten, 0), (4, ten, 30), (2, ten, 40), (3, ten, 50)]);
+        assert_eq!(p[1].estimated_remaining_seconds, Some(60));
+        assert_eq!(p[2].estimated_remaining_seconds, None, "epoch 4 -> 2");
+        assert_eq!(p[2].first_report.as_ref().unwrap().epoch, 2);
+        assert_eq!(p[2].progress_percentage, Some(20));
+        // From (2, 40): 1 epoch in 10 s, 7 left.
+        assert_eq!(p[3].estimated_remaining_seconds, Some(70));
+    }
+
+    #[test]
+    fn the_clock_going_back_gives_no_estimate_until_it_can_be_measured() {
+        let ten = Some(10);
+        // A new epoch seen at an earlier time: counted from there on.
+        let p = fold(&[(1, ten, 100), (2, ten, 110), (3, ten, 50), (4, ten, 60)]);
+        assert_eq!(p[1].estimated_remaining_seconds, Some(80));
+        assert_eq!(p[2].estimated_remaining_seconds, None);
+        assert_eq!(p[2].first_report.as_ref().unwrap().epoch, 3);
+        assert_eq!(p[3].estimated_remaining_seconds, Some(60));
+        // The same epoch at an earlier time: when it began is unknown on
+        // this clock, so the next epoch starts the count.
+        let p = fold(&[(1, ten, 100), (2, ten, 110), (2, ten, 50), (3, ten, 60)]);
+        assert_eq!(p[2].estimated_remaining_seconds, None);
+        assert_eq!(p[2].first_report, None);
+        assert_eq!(p[3].estimated_remaining_seconds, None);
+        assert_eq!(p[3].first_report.as_ref().unwrap().epoch, 3);
+        assert_eq!(
+            etas(&[(2, ten, 110), (2, ten, 50), (3, ten, 60), (4, ten, 70)])[3],
+            Some(60)
+        );
+    }
+
+    #[test]
+    fn without_a_total_there_is_no_percent_or_estimate() {
+        let p = fold(&[(1, None, 0), (2, None, 10), (3, None, 20)]);
+        for p in &p {
+            assert_eq!(
+                (p.progress_percentage, p.estimated_remaining_seconds),
+                (None, None)
+            );
+        }
+        assert_eq!(p[2].summary, "epoch 3");
+        assert_eq!(p[2].first_report.as_ref().unwrap().epoch, 1);
+        // The total appears later: estimated from the first report on.
+        assert_eq!(
+            etas(&[(1, None, 0), (2, None, 10), (3, Some(5), 20)])[2],
+            Some(20)
+        );
+    }
+
+    #[test]
+    fn huge_numbers_give_no_estimate_rather_than_a_wrong_one() {
+        let max = Some(u32::MAX);
+        let seen = |at: i64| Seen {
+            epoch: 1,
+            epochs: max,
+            at: Some(at),
+            base: Some((1, at)),
+            remaining: Some(i64::MAX),
+        };
+        // The time between does not fit in an i64.
+        let est = estimate(Some(&seen(i64::MIN)), &at(2, max), i64::MAX);
+        assert_eq!(est.remaining, None);
+        // The product fits u128 but not the answer in i64.
+        let est = estimate(Some(&seen(0)), &at(2, max), i64::MAX / 2);
+        assert_eq!(
+            est,
+            Estimate {
+                base: Base::Keep,
+                remaining: None
+            }
+        );
+        // Large but representable.
+        let est = estimate(Some(&seen(0)), &at(2, max), 1_000_000);
+        assert_eq!(est.remaining, Some((i64::from(u32::MAX) - 2) * 1_000_000));
+        // Carried past the end of time.
+        let est = estimate(Some(&seen(i64::MIN)), &at(1, max), i64::MAX);
+        assert_eq!(est.remaining, None);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn estimates_never_panic_and_stay_in_range(
+            prev_epoch in any::<u32>(),
+            epoch in any::<u32>(),
+            epochs in proptest::option::of(any::<u32>()),
+            seen_at in proptest::option::of(any::<i64>()),
+            base in proptest::option::of((any::<u32>(), any::<i64>())),
+            remaining in proptest::option::of(any::<i64>()),
+            now in any::<i64>(),
+        ) {
+            let prev = Seen { epoch: prev_epoch, epochs, at: seen_at, base, remaining };
+            let p = at(epoch, epochs);
+            let est = estimate(Some(&prev), &p, now);
+            prop_assert!(est.remaining.is_none_or(|r| r >= 0), "{:?}", est);
+            prop_assert!(p.percent().is_none_or(|pc| pc <= 100));
+            let _ = p.summary(est.remaining);
+        }
     }
 
     proptest! {

@@ -409,7 +409,13 @@ async fn every_field_round_trips() {
             loss: Some(0.1 + 0.2),
             throughput: Some(1_234.567_890_123_456_7),
             unit: Some("samples/s".into()),
-            summary: "epoch 3/10".into(),
+            progress_percentage: Some(30),
+            estimated_remaining_seconds: Some(130),
+            first_report: Some(ProgressMark {
+                epoch: 1,
+                seen_at: now.clone(),
+            }),
+            summary: "epoch 3/10 (30%, ~2m10s left)".into(),
             updated_at: Some(now),
         }),
         queue: Some(QueueStatus {

@@ -255,7 +255,8 @@ impl<'a> Planner<'a> {
         };
         let status = &mut self.sb.status;
         if !status.progress.as_ref().is_some_and(|s| s.reports(&report)) {
-            status.progress = Some(JobProgress::new(&report, Time(self.now)));
+            let prev = status.progress.as_ref();
+            status.progress = Some(JobProgress::next(prev, &report, Time(self.now)));
         }
     }
 

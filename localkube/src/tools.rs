@@ -17,6 +17,9 @@ pub enum GoTool {
     /// Kubeflow's mpi-operator (v2beta1 MPIJobs); its CRD is kept next to
     /// the binary (see [`GoTool::module_files`]).
     MpiOperator,
+    /// kube-router, run on a node with only its NetworkPolicy controller
+    /// (the e2e's policy engine: the node's CNI bridge enforces none).
+    KubeRouter,
 }
 
 impl GoTool {
@@ -25,6 +28,7 @@ impl GoTool {
             GoTool::Helm => "helm",
             GoTool::Kustomize => "kustomize",
             GoTool::MpiOperator => "mpi-operator",
+            GoTool::KubeRouter => "kube-router",
         }
     }
 
@@ -35,6 +39,8 @@ impl GoTool {
             GoTool::Kustomize => "v5.7.1",
             // The newest v0.8.x the module proxy serves (its go.mod says go 1.26).
             GoTool::MpiOperator => "v0.8.2",
+            // The version the module proxy here lists for kube-router/v2.
+            GoTool::KubeRouter => "v2.1.0",
         }
     }
 
@@ -43,6 +49,7 @@ impl GoTool {
             GoTool::Helm => "helm.sh/helm/v3/cmd/helm",
             GoTool::Kustomize => "sigs.k8s.io/kustomize/kustomize/v5",
             GoTool::MpiOperator => "github.com/kubeflow/mpi-operator/cmd/mpi-operator",
+            GoTool::KubeRouter => "github.com/cloudnativelabs/kube-router/v2/cmd/kube-router",
         }
     }
 
@@ -54,6 +61,8 @@ impl GoTool {
             // its version list, which the proxy here refuses (403); a wrapper
             // module that requires the exact version needs no list.
             GoTool::MpiOperator => Some("github.com/kubeflow/mpi-operator"),
+            // Same reason as mpi-operator (its version list is not needed).
+            GoTool::KubeRouter => Some("github.com/cloudnativelabs/kube-router/v2"),
             GoTool::Helm | GoTool::Kustomize => None,
         }
     }
@@ -63,7 +72,7 @@ impl GoTool {
     pub fn module_files(self) -> &'static [&'static str] {
         match self {
             GoTool::MpiOperator => &["manifests/base/kubeflow.org_mpijobs.yaml"],
-            GoTool::Helm | GoTool::Kustomize => &[],
+            GoTool::Helm | GoTool::Kustomize | GoTool::KubeRouter => &[],
         }
     }
 
@@ -81,6 +90,10 @@ impl GoTool {
             // As upstream's Makefile (LD_FLAGS_V2), without the git fields.
             GoTool::MpiOperator => format!(
                 "-s -w -X github.com/kubeflow/mpi-operator/pkg/version.Version={}",
+                self.version()
+            ),
+            GoTool::KubeRouter => format!(
+                "-s -w -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version={}",
                 self.version()
             ),
         }

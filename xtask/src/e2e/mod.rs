@@ -65,6 +65,7 @@
 //! pods' logs are printed before the cluster is stopped.
 
 mod graphstorm;
+mod isolation;
 mod kueue;
 mod namespaced;
 mod never_start;
@@ -108,11 +109,13 @@ pub enum Scenario {
     NeverStart,
     /// Kueue v0.17 with its webhooks and the operator with kueue.enabled: queueing, preemption, waitForPodsReady eviction. Runs alone.
     Kueue,
+    /// kube-router enforces the NetworkPolicies: a pod with another job's labels is refused by a training job's ports.
+    Isolation,
 }
 
 impl Scenario {
     /// Every scenario, in the order they start.
-    const ALL: [Scenario; 13] = [
+    const ALL: [Scenario; 14] = [
         Scenario::ChaosJob,
         Scenario::Graphstorm,
         Scenario::Distparmetis,
@@ -123,6 +126,7 @@ impl Scenario {
         Scenario::Standalone,
         Scenario::NeverStart,
         Scenario::Kueue,
+        Scenario::Isolation,
         Scenario::Train,
         Scenario::Chaos,
         Scenario::Namespaced,
@@ -253,13 +257,14 @@ pub(crate) fn finish(
 }
 
 /// The scenarios asked for, in `Scenario::ALL`'s order.
-/// Without `--only`, every scenario but `never-start`, which has not yet
-/// passed on the node (docs/reliability.md); `--only never-start` runs it.
+/// Without `--only`, every scenario but `never-start` and `isolation`,
+/// which have not yet passed on the node (docs/reliability.md); `--only`
+/// runs them.
 fn chosen(only: &[Scenario]) -> Vec<Scenario> {
     Scenario::ALL
         .into_iter()
         .filter(|s| match only.is_empty() {
-            true => *s != Scenario::NeverStart,
+            true => !matches!(s, Scenario::NeverStart | Scenario::Isolation),
             false => only.contains(s),
         })
         .collect()
@@ -352,6 +357,7 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
         }
         Scenario::Namespaced => namespaced::namespaced(&stack.client, &stack.kubeconfig).await,
         Scenario::NeverStart => never_start::never_start(&stack.client).await,
+        Scenario::Isolation => isolation::isolation(stack).await,
         Scenario::Kueue => kueue::kueue(stack).await,
     }
 }

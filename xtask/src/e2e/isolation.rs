@@ -1,0 +1,326 @@
+//! `isolation`: no job can reach another (issue #25, item 5), with the
+//! NetworkPolicy enforced on the node by a real engine (kube-router's
+//! firewall, `stack::policy_engine`). While job B trains, a probe pod with
+//! job A's labels, in the same namespace, tries B's DGL server, torch and
+//! agent ports on worker 0 and must never connect; a probe pod with B's
+//! labels must reach B's torch and agent ports in the same minutes (so the
+//! scenario fails where nothing is enforced, and where everything is
+//! blocked); B must reach Succeeded.
+//!
+//! The admitted probe never connects to DGL's server port: DGL 2.1.0's
+//! server counts every connection as one of its clients.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use dgl_api::names::{worker_name, AGENT_PORT, DGL_SERVER_PORT, LABEL_JOB_NAME, LABEL_MANAGED_BY};
+use dgl_api::JobPhase;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use kube::Client;
+use serde_json::json;
+
+mod policy_engine;
+
+use super::scenarios::in_namespace;
+use crate::stack::jobs::{apply_job, condition_message, example_job, follow, phase};
+use crate::stack::{Stack, JOB_TIMEOUT};
+use policy_engine::PolicyEngine;
+
+/// torch.distributed's master port (dglrun's default), on worker 0.
+const TORCH_PORT: u16 = 29500;
+/// How long a probe keeps trying (it is deleted once the job ends).
+const PROBE_SECONDS: u32 = 600;
+
+/// Tries each port once a second (2 s connect timeout) and prints one line
+/// per attempt: `<unix time> <port> open|timeout|refused|error-<errno>`.
+/// `stop` (1): stop trying a port once it opened.
+const PROBE: &str = r#"
+import socket, sys, time
+ip, ports, stop, deadline = sys.argv[1], [int(p) for p in sys.argv[2].split(',')], sys.argv[3] == '1', time.time() + float(sys.argv[4])
+opened = set()
+while time.time() < deadline and not (stop and opened == set(ports)):
+    for p in ports:
+        if stop and p in opened:
+            continue
+        s = socket.socket()
+        s.settimeout(2)
+        t = time.time()
+        try:
+            s.connect((ip, p))
+            r = 'open'
+            opened.add(p)
+        except socket.timeout:
+            r = 'timeout'
+        except OSError as e:
+            r = 'refused' if e.errno == 111 else 'error-%d' % e.errno
+        finally:
+            s.close()
+        print('%.3f %d %s' % (t, p, r), flush=True)
+    time.sleep(1)
+"#;
+
+pub(super) async fn isolation(stack: &Stack) -> Result<String> {
+    let job = "iso-b";
+    in_namespace(&stack.client, "e2e-isolation", job, |ns| async move {
+        let engine = start_engine(stack).await?;
+        let r = isolation_in(&stack.client, &ns, job, &engine).await;
+        let tail = engine.log_tail();
+        let stopped = tokio::task::spawn_blocking(move || engine.stop()).await?;
+        let line = r.with_context(|| format!("kube-router's log ends:\n{tail}"))?;
+        stopped.context("stopping kube-router")?;
+        Ok(line)
+    })
+    .await
+}
+
+/// kube-router's firewall on the cluster's one node.
+async fn start_engine(stack: &Stack) -> Result<PolicyEngine> {
+    let nodes: Api<Node> = Api::all(stack.client.clone());
+    let node = nodes
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .next()
+        .and_then(|n| n.metadata.name)
+        .context("the cluster has no node")?;
+    let kubeconfig = stack.kubeconfig.clone();
+    let log_dir = stack.cluster.log_dir();
+    tokio::task::spawn_blocking(move || PolicyEngine::start(&kubeconfig, &node, &log_dir)).await?
+}
+
+async fn isolation_in(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    engine: &PolicyEngine,
+) -> Result<String> {
+    let job = example_job(name)?;
+    apply_job(client, ns, &job).await?;
+    let ip = worker_ip(client, ns, name).await?;
+    wait_policy_programmed(engine).await?;
+
+    let b_labels = labels_of(name);
+    let a_labels = labels_of("iso-a");
+    let all = [DGL_SERVER_PORT, TORCH_PORT, AGENT_PORT];
+    probe(client, ns, "probe-job-a", &a_labels, &ip, &all, false).await?;
+    probe(
+        client,
+        ns,
+        "probe-job-b",
+        &b_labels,
+        &ip,
+        &[TORCH_PORT, AGENT_PORT],
+        true,
+    )
+    .await?;
+
+    let done = follow(
+        client,
+        ns,
+        name,
+        JOB_TIMEOUT,
+        |p| p.is_some_and(JobPhase::is_terminal),
+        |_, _, _| {},
+    )
+    .await?;
+    if phase(&done) != Some(JobPhase::Succeeded) {
+        bail!(
+            "DGLJob {ns}/{name} ended {:?}: {:?}",
+            phase(&done),
+            condition_message(&done, JobPhase::Failed)
+        );
+    }
+    let intruder = attempts(client, ns, "probe-job-a").await?;
+    let member = attempts(client, ns, "probe-job-b").await?;
+    judge(&intruder, &member)
+}
+
+fn labels_of(job: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_JOB_NAME.to_string(), job.to_string()),
+        (LABEL_MANAGED_BY.to_string(), "dgl-operator".to_string()),
+    ])
+}
+
+/// Worker 0's pod IP, once it has one.
+async fn worker_ip(client: &Client, ns: &str, job: &str) -> Result<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let name = worker_name(job, 0);
+    for _ in 0..600 {
+        let ip = pods.get_opt(&name).await?.and_then(|p| p.status?.pod_ip);
+        if let Some(ip) = ip {
+            return Ok(ip);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!("{name} got no IP within 300 s")
+}
+
+/// The job's NetworkPolicy is in kube-router's rules.
+async fn wait_policy_programmed(engine: &PolicyEngine) -> Result<()> {
+    for _ in 0..120 {
+        if engine.policy_chains()? > 0 {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    bail!("kube-router programmed no KUBE-NWPLCY chain within 60 s")
+}
+
+/// A pod running [`PROBE`] against `ip`'s `ports`, labelled `labels`.
+async fn probe(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    labels: &BTreeMap<String, String>,
+    ip: &str,
+    ports: &[u16],
+    stop: bool,
+) -> Result<()> {
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let image = crate::images::reference(crate::images::Which::Graphsage);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "spec": {
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "probe",
+                "image": image,
+                "imagePullPolicy": "Never",
+                "command": ["python3", "-c", PROBE, ip, ports.join(","), if stop { "1" } else { "0" }, PROBE_SECONDS.to_string()],
+            }],
+        },
+    }))?;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("creating probe pod {name}"))?;
+    Ok(())
+}
+
+/// One connection attempt of a probe.
+#[derive(Debug, Clone, PartialEq)]
+struct Attempt {
+    at: f64,
+    port: u16,
+    result: String,
+}
+
+fn parse_attempts(log: &str) -> Vec<Attempt> {
+    log.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            Some(Attempt {
+                at: f.next()?.parse().ok()?,
+                port: f.next()?.parse().ok()?,
+                result: f.next()?.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// A probe's attempts so far (its log), then the probe deleted.
+async fn attempts(client: &Client, ns: &str, name: &str) -> Result<Vec<Attempt>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let log = pods
+        .logs(name, &LogParams::default())
+        .await
+        .with_context(|| format!("log of {name}"))?;
+    pods.delete(name, &DeleteParams::default()).await?;
+    Ok(parse_attempts(&log))
+}
+
+/// The intruder never connected, and tried each port after the member
+/// connected to it; the member reached both of its ports.
+fn judge(intruder: &[Attempt], member: &[Attempt]) -> Result<String> {
+    let opened: Vec<&Attempt> = intruder.iter().filter(|a| a.result == "open").collect();
+    ensure!(
+        opened.is_empty(),
+        "a pod with job A's labels reached job B: {opened:?}"
+    );
+    let mut lines = Vec::new();
+    for port in [TORCH_PORT, AGENT_PORT] {
+        let Some(first) = member.iter().find(|a| a.port == port && a.result == "open") else {
+            bail!("the pod with job B's labels never reached B's port {port}: {member:?}");
+        };
+        let after: Vec<&Attempt> = intruder
+            .iter()
+            .filter(|a| a.port == port && a.at >= first.at)
+            .collect();
+        ensure!(
+            !after.is_empty(),
+            "job A's probe made no attempt on port {port} after B's probe reached it"
+        );
+        lines.push(format!(
+            "{port}: B's probe in, A's refused {}x after ({})",
+            after.len(),
+            after[0].result
+        ));
+    }
+    let server = intruder
+        .iter()
+        .filter(|a| a.port == DGL_SERVER_PORT)
+        .count();
+    ensure!(
+        server > 0,
+        "job A's probe made no attempt on DGL's server port"
+    );
+    Ok(format!(
+        "B Succeeded under kube-router; job A's probe: {} attempts, 0 connected ({server} on {DGL_SERVER_PORT}); {}",
+        intruder.len(),
+        lines.join("; ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(at: f64, port: u16, result: &str) -> Attempt {
+        Attempt {
+            at,
+            port,
+            result: result.into(),
+        }
+    }
+
+    #[test]
+    fn a_probe_log_parses_and_junk_is_skipped() {
+        let log = "1.5 29500 timeout\nTraceback (most recent call last):\n2.0 30049 open\n";
+        assert_eq!(
+            parse_attempts(log),
+            [a(1.5, 29500, "timeout"), a(2.0, 30049, "open")]
+        );
+    }
+
+    #[test]
+    fn the_judgement_fails_on_an_intruder_in_or_a_member_out() {
+        let member = [a(10.0, TORCH_PORT, "open"), a(11.0, AGENT_PORT, "open")];
+        let refused = [
+            a(12.0, DGL_SERVER_PORT, "timeout"),
+            a(12.0, TORCH_PORT, "timeout"),
+            a(12.0, AGENT_PORT, "refused"),
+        ];
+        assert!(judge(&refused, &member).is_ok());
+        let mut broke_in = refused.to_vec();
+        broke_in.push(a(13.0, TORCH_PORT, "open"));
+        assert!(judge(&broke_in, &member).is_err());
+        // Everything blocked: the member is refused too.
+        let blocked = [
+            a(10.0, TORCH_PORT, "timeout"),
+            a(11.0, AGENT_PORT, "timeout"),
+        ];
+        assert!(judge(&refused, &blocked).is_err());
+        // The intruder only tried before the port was up.
+        let early = [
+            a(1.0, DGL_SERVER_PORT, "refused"),
+            a(1.0, TORCH_PORT, "refused"),
+            a(1.0, AGENT_PORT, "refused"),
+        ];
+        assert!(judge(&early, &member).is_err());
+    }
+}

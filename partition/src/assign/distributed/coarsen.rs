@@ -291,18 +291,68 @@ fn number<E: Exchange>(ex: &E, g: &LocalGraph, labels: &[u64]) -> Result<(Vec<u6
         })
         .collect();
     let coarse_of = graph::lookup(ex, &g.owners, &distinct, &ids)?;
-    let cmap = labels
+    let cmap: Vec<u64> = labels
         .par_iter()
         .map(|l| coarse_of[distinct.partition_point(|d| d < l)])
         .collect();
-    // Coarse vertices split evenly over the ranks, not by who named the
-    // clusters: ties go to lower labels, so rank 0 names more clusters and
-    // would receive more coarse edges than the others.
+    // Coarse vertices split by their edges, not by who named the clusters
+    // nor by count: ties go to lower labels, so rank 0 names more and larger
+    // clusters and would receive more coarse edges than the others.
     let total: u64 = counts.iter().sum();
-    let k = counts.len() as u64;
-    let upto = |r: u64| (u128::from(total) * u128::from(r) / u128::from(k)) as u64;
-    let even: Vec<u64> = (0..k).map(|r| upto(r + 1) - upto(r)).collect();
-    Ok((cmap, Owners::contiguous(&even)))
+    let split = split_by_degree(ex, g, &cmap, total)?;
+    Ok((cmap, Owners::contiguous(&split)))
+}
+
+/// Coarse ids per bucket of the degree histogram (at most this many buckets).
+const SPLIT_BUCKETS: u64 = 1 << 16;
+
+/// How many of `total` coarse vertices (numbered in order) each rank owns,
+/// so that each gets about an equal share of their members' fine adjacency
+/// entries (what its coarse edges will be at most): a histogram of degree
+/// over buckets of coarse ids, summed over the ranks, cut at bucket edges.
+fn split_by_degree<E: Exchange>(
+    ex: &E,
+    g: &LocalGraph,
+    cmap: &[u64],
+    total: u64,
+) -> Result<Vec<u64>> {
+    let k = u64::from(ex.size());
+    let buckets = total.clamp(1, SPLIT_BUCKETS);
+    let edge = |b: u64| (u128::from(total) * u128::from(b) / u128::from(buckets)) as u64;
+    let mut hist = vec![0u64; buckets as usize];
+    for (v, &c) in cmap.iter().enumerate().take(g.n_own) {
+        // The bucket whose id range [edge(b), edge(b + 1)) holds c.
+        let b = ((u128::from(c) * u128::from(buckets)) / u128::from(total.max(1))) as usize;
+        let b = (b..hist.len())
+            .find(|&b| edge(b as u64 + 1) > c)
+            .unwrap_or(hist.len() - 1);
+        hist[b] += g.xadj[v + 1] - g.xadj[v] + 1;
+    }
+    let all = ex.allgather(&hist)?;
+    let mut sum = vec![0u64; hist.len()];
+    for chunk in all.chunks(hist.len()) {
+        sum.iter_mut().zip(chunk).for_each(|(s, c)| *s += c);
+    }
+    let weight: u128 = sum.iter().map(|&w| u128::from(w)).sum();
+    let mut ends = Vec::with_capacity(k as usize);
+    let (mut acc, mut b) = (0u128, 0u64);
+    for r in 1..=k {
+        let want = weight * u128::from(r) / u128::from(k);
+        while b < buckets && (acc < want || r == k) {
+            acc += u128::from(sum[b as usize]);
+            b += 1;
+        }
+        ends.push(edge(b));
+    }
+    let mut at = 0;
+    Ok(ends
+        .into_iter()
+        .map(|e| {
+            let n = e - at;
+            at = e;
+            n
+        })
+        .collect())
 }
 
 /// At each owner, 1 for every owned vertex some rank named in `keys`.

@@ -31,6 +31,7 @@ use localkube::{Component, LocalCluster};
 mod evict;
 mod infra;
 mod timing;
+mod token;
 
 use crate::stack::jobs::{
     apply_job, children, delete_and_count_left, example_job, expect_phase, follow, follow_to_end,
@@ -51,10 +52,11 @@ pub enum Fault {
     Evict,
     Drain,
     KubeletHang,
+    TokenDelete,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 12] = [
+    pub const ALL: [Fault; 13] = [
         Fault::OperatorKill,
         Fault::WorkerDelete,
         Fault::Churn,
@@ -67,6 +69,7 @@ impl Fault {
         Fault::Evict,
         Fault::Drain,
         Fault::KubeletHang,
+        Fault::TokenDelete,
     ];
 }
 
@@ -203,6 +206,7 @@ async fn run_one(
         Fault::Evict => evict::evict(client, ns).await,
         Fault::Drain => evict::drain(client, ns).await,
         Fault::KubeletHang => evict::kubelet_hang(client, cluster, ns).await,
+        Fault::TokenDelete => token::token_delete(client, ns).await,
     }
 }
 

@@ -152,7 +152,8 @@ fn confined(f: Fault) -> bool {
         | Fault::PartitionerKill
         | Fault::ShardCorrupt
         | Fault::NetworkCut
-        | Fault::Evict => true,
+        | Fault::Evict
+        | Fault::TokenDelete => true,
         // Drain cordons the node; KubeletHang freezes it.
         Fault::Drain | Fault::KubeletHang => false,
         Fault::OperatorKill

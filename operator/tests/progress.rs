@@ -1,14 +1,15 @@
 //! Live progress against a real API server: the launcher's ServiceAccount
 //! (impersonated) patches the progress annotation on its own pod with
 //! dglrun's own code, and may patch no other pod; the operator folds the
-//! report into `status.progress`, which the Progress printer column shows,
-//! and keeps it once the job succeeded.
+//! report into `status.progress` with the percent done and the time left
+//! (from the epochs and when it saw them), which the Progress printer
+//! column shows, and keeps it once the job succeeded.
 
 mod common;
 
 use common::Env;
-use dgl_api::progress::Progress;
-use dgl_api::{DGLJob, JobPhase};
+use dgl_api::progress::{short_duration, Progress};
+use dgl_api::{DGLJob, JobPhase, JobProgress};
 use dglrun::progress::{PodAnnotation, Sink};
 use kube::Client;
 
@@ -46,8 +47,8 @@ async fn printed(env: &Env, job: &str) -> serde_json::Map<String, serde_json::Va
         .collect()
 }
 
-fn summary(j: &DGLJob) -> Option<&str> {
-    Some(j.status.as_ref()?.progress.as_ref()?.summary.as_str())
+fn progress(j: &DGLJob) -> Option<&JobProgress> {
+    j.status.as_ref()?.progress.as_ref()
 }
 
 #[tokio::test]
@@ -56,7 +57,7 @@ async fn the_launchers_progress_shows_in_the_status_and_printer_column() {
     env.create_job("prog", |_| {}).await;
     env.drive_to_running("prog", 2).await;
     let job = env.jobs().get("prog").await.unwrap();
-    assert_eq!(summary(&job), None, "no report, no progress");
+    assert_eq!(progress(&job), None, "no report, no progress");
     assert_eq!(
         printed(&env, "prog").await["Progress"],
         serde_json::Value::Null
@@ -80,8 +81,8 @@ async fn the_launchers_progress_shows_in_the_status_and_printer_column() {
     assert!(refused.contains("forbidden"), "{refused}");
 
     let job = env
-        .wait_job("prog", "progress epoch 3/10", |j| {
-            summary(j) == Some("epoch 3/10")
+        .wait_job("prog", "progress epoch 3", |j| {
+            progress(j).is_some_and(|p| p.epoch == 3)
         })
         .await;
     let p = job.status.unwrap().progress.unwrap();
@@ -89,19 +90,55 @@ async fn the_launchers_progress_shows_in_the_status_and_printer_column() {
         (p.epoch, p.epochs, p.loss, p.throughput, p.unit.as_deref()),
         (3, Some(10), Some(0.41), Some(1234.5), Some("samples/s"))
     );
-    assert!(p.updated_at.is_some());
+    // One epoch seen: a percentage, no time left yet.
+    assert_eq!(p.progress_percentage, Some(30));
+    assert_eq!(p.estimated_remaining_seconds, None);
+    assert_eq!(p.summary, "epoch 3/10 (30%)");
+    let first = p.first_report.expect("the run's first report is kept");
+    assert_eq!(
+        (first.epoch, Some(&first.seen_at)),
+        (3, p.updated_at.as_ref())
+    );
     let row = printed(&env, "prog").await;
-    assert_eq!(row["Progress"], "epoch 3/10");
+    assert_eq!(row["Progress"], "epoch 3/10 (30%)");
     assert_eq!(row["Phase"], "Running");
 
-    // The last report before the end stays after Succeeded.
+    // A second epoch, seen at least 2 s later: the time left is the 5
+    // epochs left at the rate between the two sightings the status holds.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    own.publish(&report(5)).await.unwrap();
+    let job = env
+        .wait_job("prog", "progress epoch 5", |j| {
+            progress(j).is_some_and(|p| p.epoch == 5)
+        })
+        .await;
+    let p = job.status.unwrap().progress.unwrap();
+    assert_eq!(p.first_report, Some(first.clone()), "counted from epoch 3");
+    let secs = p.updated_at.as_ref().unwrap().0.as_second() - first.seen_at.0.as_second();
+    assert!((2..60).contains(&secs), "{secs} s between the sightings");
+    let left = (5 * secs + 1) / 2;
+    assert_eq!(p.estimated_remaining_seconds, Some(left));
+    assert_eq!(p.progress_percentage, Some(50));
+    let summary = format!("epoch 5/10 (50%, ~{} left)", short_duration(left));
+    assert_eq!(p.summary, summary);
+    assert_eq!(printed(&env, "prog").await["Progress"], summary.as_str());
+
+    // The last report before the end stays after Succeeded: done, nothing left.
     own.publish(&report(10)).await.unwrap();
-    env.wait_job("prog", "progress epoch 10/10", |j| {
-        summary(j) == Some("epoch 10/10")
+    env.wait_job("prog", "progress epoch 10", |j| {
+        progress(j).is_some_and(|p| p.epoch == 10)
     })
     .await;
     env.kubelet_succeeded("prog-launcher").await;
     let job = env.wait_phase("prog", JobPhase::Succeeded).await;
-    assert_eq!(summary(&job), Some("epoch 10/10"));
-    assert_eq!(printed(&env, "prog").await["Progress"], "epoch 10/10");
+    let p = progress(&job).unwrap();
+    assert_eq!(
+        (p.progress_percentage, p.estimated_remaining_seconds),
+        (Some(100), Some(0))
+    );
+    assert_eq!(p.summary, "epoch 10/10 (100%)");
+    assert_eq!(
+        printed(&env, "prog").await["Progress"],
+        "epoch 10/10 (100%)"
+    );
 }

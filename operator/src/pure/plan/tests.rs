@@ -102,7 +102,8 @@ fn the_launchers_progress_reaches_the_status_only_when_it_changed() {
     pods[3].progress = Some(r#"{"epoch":3,"epochs":10,"loss":0.41}"#.into());
     let p = step(&mut j, &pods, t(1));
     let first = report(&p).expect("a report");
-    assert_eq!(first.summary, "epoch 3/10");
+    assert_eq!(first.summary, "epoch 3/10 (30%)");
+    assert_eq!(first.progress_percentage, Some(30));
     assert_eq!((first.epoch, first.loss), (3, Some(0.41)));
     assert_eq!(first.updated_at, Some(Time(t(1))));
     // The same report later: the status stays as it is (no write).
@@ -117,11 +118,33 @@ fn the_launchers_progress_reaches_the_status_only_when_it_changed() {
     pods[3].state = PodState::Succeeded;
     let p = step(&mut j, &pods, t(5));
     assert_eq!(p.status.phase, Some(JobPhase::Succeeded));
-    assert_eq!(report(&p).unwrap().summary, "epoch 10/10");
+    assert_eq!(report(&p).unwrap().summary, "epoch 10/10 (100%)");
     assert_eq!(
         report(&step(&mut j, &[], t(6))).unwrap().summary,
-        "epoch 10/10"
+        "epoch 10/10 (100%)"
     );
+}
+
+#[test]
+fn the_time_left_counts_from_the_runs_first_report_kept_in_the_status() {
+    let (mut j, mut pods) = running_job();
+    let mut at = |j: &mut DGLJob, epoch: u32, s: i64| {
+        pods[3].progress = Some(format!(r#"{{"epoch":{epoch},"epochs":10}}"#));
+        step(j, &pods, t(s)).status.progress.unwrap()
+    };
+    let p = at(&mut j, 2, 10);
+    assert_eq!(p.estimated_remaining_seconds, None, "one epoch seen");
+    // 2 epochs in 20 s, 6 left.
+    let p = at(&mut j, 4, 30);
+    assert_eq!(p.estimated_remaining_seconds, Some(60));
+    assert_eq!(p.summary, "epoch 4/10 (40%, ~1m00s left)");
+    // A new operator reads the status back from the API server (whole
+    // seconds): the count still starts at epoch 2, 10 s.
+    let text = serde_json::to_string(&j.status).unwrap();
+    j.status = serde_json::from_str(&text).unwrap();
+    let p = at(&mut j, 6, 50);
+    assert_eq!(p.first_report.unwrap().epoch, 2);
+    assert_eq!(p.estimated_remaining_seconds, Some(40));
 }
 
 #[test]

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
-use dgl_api::names::{worker_name, AGENT_PORT, DGL_SERVER_PORT, LABEL_JOB_NAME, LABEL_MANAGED_BY};
+use dgl_api::names::{
+    network_policy_name, worker_name, AGENT_PORT, DGL_SERVER_PORT, LABEL_JOB_NAME, LABEL_MANAGED_BY,
+};
 use dgl_api::JobPhase;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
@@ -100,7 +102,7 @@ async fn isolation_in(
     let job = example_job(name)?;
     apply_job(client, ns, &job).await?;
     let ip = worker_ip(client, ns, name).await?;
-    wait_policy_programmed(engine).await?;
+    wait_guarded(engine, ns, name).await?;
 
     let b_labels = labels_of(name);
     let a_labels = labels_of("iso-a");
@@ -159,15 +161,16 @@ async fn worker_ip(client: &Client, ns: &str, job: &str) -> Result<String> {
     bail!("{name} got no IP within 300 s")
 }
 
-/// The job's NetworkPolicy is in kube-router's rules.
-async fn wait_policy_programmed(engine: &PolicyEngine) -> Result<()> {
+/// kube-router guards worker 0 with the job's NetworkPolicy.
+async fn wait_guarded(engine: &PolicyEngine, ns: &str, job: &str) -> Result<()> {
+    let (pod, policy) = (worker_name(job, 0), network_policy_name(job));
     for _ in 0..120 {
-        if engine.policy_chains()? > 0 {
+        if engine.guards(ns, &pod, &policy)? {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    bail!("kube-router programmed no KUBE-NWPLCY chain within 60 s")
+    bail!("kube-router did not guard {ns}/{pod} with {policy} within 60 s")
 }
 
 /// A pod running [`PROBE`] against `ip`'s `ports`, labelled `labels`.

@@ -40,6 +40,10 @@ impl PolicyEngine {
         let child = Command::new(&bin)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--hostname-override={node}"))
+            .arg(format!(
+                "--service-cluster-ip-range={}",
+                localkube::SERVICE_CIDR
+            ))
             .args([
                 "--run-firewall=true",
                 "--run-router=false",
@@ -100,13 +104,27 @@ impl PolicyEngine {
         }
     }
 
-    /// Whether kube-router has a chain for a NetworkPolicy (`KUBE-NWPLCY-*`).
-    pub(crate) fn policy_chains(&self) -> Result<usize> {
-        let chains = localkube::host::iptables_chains("iptables", "filter")?;
-        Ok(chains
-            .iter()
-            .filter(|c| c.starts_with("KUBE-NWPLCY-"))
-            .count())
+    /// Whether kube-router's rules guard pod `ns/pod` (its REJECT rule) and
+    /// send its traffic through NetworkPolicy `policy` (rule comments as
+    /// kube-router v2.1.0 writes them, `pkg/controllers/netpol/pod.go`).
+    /// Chain names alone say nothing: `KUBE-NWPLCY-DEFAULT` always exists.
+    pub(crate) fn guards(&self, ns: &str, pod: &str, policy: &str) -> Result<bool> {
+        let out = Command::new("iptables-save")
+            .args(["-t", "filter"])
+            .stdin(Stdio::null())
+            .output()
+            .context("running iptables-save -t filter")?;
+        if !out.status.success() {
+            bail!(
+                "iptables-save -t filter failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let rules = String::from_utf8_lossy(&out.stdout);
+        Ok(rules.contains(&format!(
+            "REJECT traffic destined for POD name:{pod} namespace: {ns}\""
+        )) && rules.contains(&format!("run through nw policy {policy}\"")))
     }
 
     /// The last lines of kube-router's log.

@@ -204,7 +204,7 @@ async fn graphstorm_in(client: &Client, ns: &str, name: &str) -> Result<String> 
 }
 
 /// status.progress went through at least two epochs while the job ran
-/// and ends at `epoch N/N` with a loss.
+/// and ends at `epoch N/N (100%)` with a loss.
 async fn check_progress(
     client: &Client,
     ns: &str,
@@ -216,7 +216,7 @@ async fn check_progress(
         .get(name)
         .await?;
     let progress = job.status.as_ref().and_then(|s| s.progress.as_ref());
-    let want = format!("epoch {epochs}/{epochs}");
+    let want = format!("epoch {epochs}/{epochs} (100%)");
     ensure!(
         progress.is_some_and(|p| p.summary == want && p.loss.is_some()),
         "status.progress after Succeeded: {progress:?}, expected {want} with a loss"

@@ -160,8 +160,8 @@ async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
     let progress = job_done.status.as_ref().and_then(|s| s.progress.as_ref());
     let summary = progress.map(|p| p.summary.as_str()).unwrap_or("");
     ensure!(
-        summary == "epoch 3/3" && progress.is_some_and(|p| p.loss.is_some()),
-        "status.progress after Succeeded: {progress:?}, expected epoch 3/3 with a loss"
+        summary == "epoch 3/3 (100%)" && progress.is_some_and(|p| p.loss.is_some()),
+        "status.progress after Succeeded: {progress:?}, expected epoch 3/3 (100%) with a loss"
     );
     let deleted_in = delete_and_check_children(client, ns, name).await?;
     Ok(format!(

@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::time::Instant;
 
+use crate::assign::distributed::log_memory;
 use crate::assign::{self, Assignment, Quality, Request};
 use crate::config::{Config, OwnPart};
 use crate::exchange::{edges_to_owners, Buckets, Exchange, Received};
@@ -90,9 +91,11 @@ pub fn run<E: Exchange>(ex: &E, cfg: &Config<OwnPart>) -> Result<Report> {
     let (local, edges) = report
         .stages
         .timed("exchange", || exchange(ex, share, &assignment.parts, &ids))?;
+    log_memory(rank, "exchanged");
     let part = report.stages.timed("write part", || {
         write_own_part(cfg, rank, &local, &ids, &assignment.parts, edges)
     })?;
+    log_memory(rank, "part written");
     // Every part is in place on every worker before any JSON exists.
     ex.barrier()?;
     report.stages.timed("write json", || {
@@ -443,6 +446,7 @@ fn write_own_part(
     let t = Instant::now();
     let inner = inner_nodes(ids, parts, rank);
     let part = build_partition(local, ids, rank, inner, edges)?;
+    log_memory(rank, "part built");
     let build = t.elapsed();
     let staging = Staging::create(&cfg.out_dir, &format!("{}.rank{rank}", cfg.graph_name))?;
     let dir = staging.dir.join(part_dir(rank));

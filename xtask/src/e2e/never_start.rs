@@ -111,20 +111,40 @@ async fn one(client: &Client, ns: &str, case: &str, reasons: &[&str]) -> Result<
         f_reason == "PodStartTimeout" && f_message.starts_with(&format!("pod {name}-worker-")),
         "{name}: Failed must be PodStartTimeout naming a worker, got {f_reason}: {f_message}"
     );
-    let events = job_events(client, ns, &name).await?;
-    ensure!(
-        events
-            .iter()
-            .filter(|e| e.starts_with("Warning ") && reasons.iter().any(|r| e.contains(r)))
-            .count()
-            == 1,
-        "{name}: one Warning Event for the pod that cannot start, got {events:#?}"
-    );
+    one_warning_each(client, ns, &name, reasons).await?;
     Ok(format!(
         "{name}: {reason} named at {:.1}s, Failed at {:.1}s",
         at.as_secs_f64(),
         failed_after.as_secs_f64()
     ))
+}
+
+/// One Warning Event for the pod that cannot start and one for
+/// PodStartTimeout (the operator sends Events in the background: waited for
+/// up to 10 s). Events read "<type> <reason>: <note>"; the Failed Event's
+/// note quotes the kubelet's reason too, so the reason field is matched.
+async fn one_warning_each(client: &Client, ns: &str, name: &str, reasons: &[&str]) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = job_events(client, ns, name).await?;
+        let warned = |r: &str| {
+            let head = format!("Warning {r}: ");
+            events.iter().filter(|e| e.starts_with(&head)).count()
+        };
+        let (stuck, timed_out) = (
+            reasons.iter().map(|r| warned(r)).sum::<usize>(),
+            warned("PodStartTimeout"),
+        );
+        if (stuck, timed_out) == (1, 1) {
+            return Ok(());
+        }
+        ensure!(
+            stuck <= 1 && timed_out <= 1 && Instant::now() < deadline,
+            "{name}: one Warning Event for the pod that cannot start and one for \
+             PodStartTimeout, got {events:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// `(reason, message)` of condition PodsNotStarting when True.

@@ -123,7 +123,22 @@ async fn the_launchers_progress_shows_in_the_status_and_printer_column() {
     assert_eq!(p.summary, summary);
     assert_eq!(printed(&env, "prog").await["Progress"], summary.as_str());
 
-    // The last report before the end stays after Succeeded: done, nothing left.
+    // The epoch went back (a restarted script): the estimate is gone from
+    // the stored object and the count starts over at epoch 2.
+    own.publish(&report(2)).await.unwrap();
+    let job = env
+        .wait_job("prog", "progress epoch 2", |j| {
+            progress(j).is_some_and(|p| p.epoch == 2)
+        })
+        .await;
+    let p = progress(&job).unwrap();
+    assert_eq!(p.estimated_remaining_seconds, None);
+    assert_eq!(p.first_report.as_ref().map(|m| m.epoch), Some(2));
+    assert_eq!(printed(&env, "prog").await["Progress"], "epoch 2/10 (20%)");
+
+    // The last report before the end stays after Succeeded: done, nothing
+    // left (a second later, else no rate could be measured from epoch 2).
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     own.publish(&report(10)).await.unwrap();
     env.wait_job("prog", "progress epoch 10", |j| {
         progress(j).is_some_and(|p| p.epoch == 10)

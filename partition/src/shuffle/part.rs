@@ -102,7 +102,8 @@ pub fn owned_edges(g: &InputGraph, parts: &[u32], part: u32) -> Vec<OwnedEdges> 
 ///
 /// The owned edges' endpoint lists become the part's in place (the first
 /// type's lists grow to hold the others'), so building holds about the
-/// edges as given, 24 bytes each, rather than a second and third copy.
+/// edges as given, 24 bytes each (and one edge type's list twice while it
+/// is appended), rather than a second and third copy of every edge.
 pub fn build_partition(
     g: &InputGraph,
     ids: &IdMaps,
@@ -114,7 +115,6 @@ pub fn build_partition(
     let p = part as usize;
     let (node_start, node_end) = (ids.part_nodes[p], ids.part_nodes[p + 1]);
     let num_inner = node_end - node_start;
-    let total = (ids.part_edges[p + 1] - ids.part_edges[p]) as usize;
     let (mut src, mut dst) = (Vec::new(), Vec::new());
     let mut eids = Vec::with_capacity(edges.len());
     for (e, owned) in edges.iter_mut().enumerate() {
@@ -122,10 +122,13 @@ pub fn build_partition(
         to_local(g, ids, e, owned, (node_start, node_end))?;
         for (all, one) in [(&mut src, &mut owned.src), (&mut dst, &mut owned.dst)] {
             if all.is_empty() {
-                // Moved, not copied; the growth to `total` is one realloc.
+                // Moved, not copied.
                 *all = std::mem::take(one);
-                all.reserve_exact(total.saturating_sub(all.len()));
             } else {
+                // Grown by one type at a time (a large block grows in place)
+                // and that type's list released at once: one type's list
+                // is all that is held twice.
+                all.reserve_exact(one.len());
                 all.append(one);
                 *one = Vec::new();
             }

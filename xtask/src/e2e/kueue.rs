@@ -73,60 +73,59 @@ pub(super) async fn kueue(stack: &Stack) -> Result<String> {
         marks: Mutex::new(Vec::new()),
     };
     let client = &stack.client;
-    let took = operator_kueue(client, &stack.kubeconfig, true).await?;
-    clock.mark(&format!(
-        "operator with --kueue (helm upgrade, its new pod Ready) in {:.1}s",
-        took.as_secs_f64()
-    ));
-    let r = with_kueue(stack, &clock).await;
-    if r.is_err() {
-        dump_operator(client).await;
-    }
-    let restored = operator_kueue(client, &stack.kubeconfig, false).await;
-    if let Ok(t) = &restored {
-        clock.mark(&format!(
-            "operator without --kueue again in {:.1}s",
-            t.as_secs_f64()
-        ));
-    }
-    let summary = r?;
-    restored.context("switching the operator's Kueue integration off again")?;
-    Ok(summary)
-}
-
-async fn with_kueue(stack: &Stack, clock: &Clock) -> Result<String> {
-    let client = &stack.client;
     let opts = NodeOptions {
         pods_ready_timeout_s: PODS_READY_TIMEOUT_S,
         backoff_base_s: BACKOFF_BASE_S,
     };
+    // First: the operator with --kueue is Ready only once its Workload
+    // watch has listed, which needs Kueue's CRDs.
     let kueue = NodeKueue::start(client, &stack.cluster, &stack.kubeconfig, &opts).await?;
     clock.mark(&format!(
         "Kueue's manager serving, CRDs and webhooks installed (log {})",
         kueue.log_path().display()
     ));
-    let ns = match localkube::create_test_namespace(client, "e2e-kueue").await {
-        Ok(ns) => ns,
-        Err(e) => {
-            kueue.stop(client).await?;
-            return Err(e.into());
+    let r = match operator_kueue(client, &stack.kubeconfig, true).await {
+        Ok(took) => {
+            clock.mark(&format!(
+                "operator with --kueue (helm upgrade, its new pod Ready) in {:.1}s",
+                took.as_secs_f64()
+            ));
+            with_kueue(client, &clock).await
         }
+        Err(e) => Err(e),
     };
+    if r.is_err() {
+        dump_operator(client).await;
+        kueue.print_log_tail(60);
+    }
+    let stopped = kueue.stop(client).await;
+    let restored = operator_kueue(client, &stack.kubeconfig, false).await;
+    if let Ok(t) = &restored {
+        clock.mark(&format!(
+            "Kueue stopped; operator without --kueue again in {:.1}s",
+            t.as_secs_f64()
+        ));
+    }
+    let summary = r?;
+    stopped?;
+    restored.context("switching the operator's Kueue integration off again")?;
+    Ok(summary)
+}
+
+async fn with_kueue(client: &Client, clock: &Clock) -> Result<String> {
+    let ns = localkube::create_test_namespace(client, "e2e-kueue").await?;
     let r = in_queues(client, &ns, clock).await;
     if r.is_err() {
-        for job in ["first", "second", "urgent", "gang", "plain"] {
+        for job in ["one", "two", "urgent", "gang", "plain"] {
             dump_job(client, &ns, job).await;
         }
-        kueue.print_log_tail(60);
     }
     // Kueue's finalizers on its objects are removed by Kueue: clean up
     // while it still runs.
     let cleaned = cleanup(client, &ns).await;
-    let stopped = kueue.stop(client).await;
     let summary = r?;
     cleaned?;
-    stopped?;
-    clock.mark("cleaned up: jobs, Workloads, queues, namespace; Kueue stopped");
+    clock.mark("cleaned up: jobs, Workloads, queues, namespace");
     Ok(summary)
 }
 
@@ -411,61 +410,81 @@ async fn losses_fall(client: &Client, ns: &str, job: &str) -> Result<()> {
 // ---- a and b: queueing, then preemption ----
 
 async fn queue_and_preempt(client: &Client, ns: &str, high: &str, clock: &Clock) -> Result<String> {
-    apply_job(client, ns, &queued_job("first", QUEUE_A, None, 3)?).await?;
-    apply_job(
-        client,
-        ns,
-        &queued_job("second", QUEUE_A, None, LONG_EPOCHS)?,
-    )
-    .await?;
-    let t0 = clock.mark("a: first and second applied to LocalQueue team-a (quota for one)");
-    wait_job(client, ns, "first", "admitted", admitted).await?;
-    clock.mark("a: first admitted");
-    let second = wait_job(client, ns, "second", "queued", |j| {
+    // Both train long enough to be preempted: which one Kueue admits first
+    // is its choice (their Workloads may be created in the same second).
+    for name in ["one", "two"] {
+        apply_job(client, ns, &queued_job(name, QUEUE_A, None, LONG_EPOCHS)?).await?;
+    }
+    let t0 = clock.mark("a: jobs one and two applied to LocalQueue team-a (quota for one)");
+    let (first, second) = admitted_and_waiting(client, ns).await?;
+    clock.mark(&format!("a: {first} admitted, {second} waits"));
+    let waiting = wait_job(client, ns, second, "queued", |j| {
         queued_is(j, "True", "WaitingForAdmission")
     })
     .await?;
-    let column = queue_column(client, ns, "second").await?;
-    let summary = second.status.and_then(|s| s.queue).map(|q| q.summary);
+    let column = queue_column(client, ns, second).await?;
+    let summary = waiting.status.and_then(|s| s.queue).map(|q| q.summary);
     ensure!(
         column == "queued in team-a" && summary.as_deref() == Some("queued in team-a"),
-        "second: the Queue column must say it waits in team-a; column {column:?}, status.queue {summary:?}"
+        "{second}: the Queue column must say it waits in team-a; column {column:?}, status.queue {summary:?}"
     );
     ensure!(
-        pods_of(client, ns, "second").await?.is_empty(),
-        "second has pods while queued"
+        pods_of(client, ns, second).await?.is_empty(),
+        "{second} has pods while queued"
     );
     clock.mark(&format!(
-        "a: second Queued (WaitingForAdmission), Queue column {column:?}, no pod"
+        "a: {second} Queued (WaitingForAdmission), Queue column {column:?}, no pod"
     ));
-    let pod = wait_pod(client, ns, "first-worker-0").await?;
+    let pod = wait_pod(client, ns, &format!("{first}-worker-0")).await?;
     let selector = pod.spec.and_then(|s| s.node_selector).unwrap_or_default();
     ensure!(
         selector.get("kubernetes.io/os").map(String::as_str) == Some("linux"),
-        "first-worker-0 lacks the flavor's node label: {selector:?}"
+        "{first}-worker-0 lacks the flavor's node label: {selector:?}"
     );
-    wait_job(client, ns, "first", "Succeeded", |j| {
+    wait_job(client, ns, first, "Succeeded", |j| {
         phase(j) == Some(JobPhase::Succeeded)
     })
     .await?;
-    let t_first = clock.mark("a: first Succeeded");
-    wait_job(client, ns, "second", "admitted", admitted).await?;
-    let t_second = clock.mark("a: second admitted");
-    wait_workload(client, ns, "first", "Finished", |w| {
+    let t_first = clock.mark(&format!("a: {first} Succeeded"));
+    wait_job(client, ns, second, "admitted", admitted).await?;
+    let t_second = clock.mark(&format!("a: {second} admitted"));
+    wait_workload(client, ns, first, "Finished", |w| {
         wl_condition(w, "Finished").is_some_and(|c| c.0 == "True")
     })
     .await?;
-    let (preempted_at, gone) = preempt(client, ns, high, clock).await?;
-    for j in ["first", "urgent", "second"] {
+    let (preempted_at, gone) = preempt(client, ns, second, high, clock).await?;
+    for j in [first, "urgent", second] {
         losses_fall(client, ns, j).await?;
     }
-    let t_end = clock.mark("a, b: first, urgent and second Succeeded, every worker's loss falling");
+    let t_end = clock.mark("a, b: all three Succeeded, every worker's loss falling");
     Ok(format!(
-        "queued second admitted {:.1}s after first Succeeded; second preempted in {preempted_at:.1}s, \
-         its pods gone {gone:.1}s later; a+b {:.0}s",
+        "queued job admitted {:.1}s after the first Succeeded; preempted {preempted_at:.1}s after \
+         the urgent job's apply, its pods gone {gone:.1}s later; a+b {:.0}s",
         t_second - t_first,
         t_end - t0
     ))
+}
+
+/// Which of `one` and `two` Kueue admitted, and which waits.
+async fn admitted_and_waiting(client: &Client, ns: &str) -> Result<(&'static str, &'static str)> {
+    let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
+    let start = Instant::now();
+    loop {
+        let (one, two) = tokio::try_join!(jobs.get("one"), jobs.get("two"))?;
+        match (admitted(&one), admitted(&two)) {
+            (true, true) => bail!("both jobs admitted though the quota fits one"),
+            (true, false) => return Ok(("one", "two")),
+            (false, true) => return Ok(("two", "one")),
+            _ if start.elapsed() > STEP_TIMEOUT => {
+                bail!(
+                    "neither job admitted: {:?}, {:?}",
+                    queued(&one),
+                    queued(&two)
+                )
+            }
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
 }
 
 async fn wait_pod(client: &Client, ns: &str, name: &str) -> Result<Pod> {
@@ -485,49 +504,59 @@ async fn wait_pod(client: &Client, ns: &str, name: &str) -> Result<Pod> {
 /// b: urgent (priority 1000) arrives while second trains; returns the
 /// seconds from urgent's apply to second's eviction and from that to its
 /// last pod gone.
-async fn preempt(client: &Client, ns: &str, high: &str, clock: &Clock) -> Result<(f64, f64)> {
-    wait_job(client, ns, "second", "Running", |j| {
+async fn preempt(
+    client: &Client,
+    ns: &str,
+    second: &str,
+    high: &str,
+    clock: &Clock,
+) -> Result<(f64, f64)> {
+    wait_job(client, ns, second, "Running", |j| {
         phase(j) == Some(JobPhase::Running)
     })
     .await?;
-    clock.mark("b: second Running (training)");
+    clock.mark(&format!("b: {second} Running (training)"));
     apply_job(client, ns, &queued_job("urgent", QUEUE_A, Some(high), 3)?).await?;
     let t_apply = clock.mark("b: urgent applied (WorkloadPriorityClass value 1000)");
-    let second = wait_job(client, ns, "second", "preempted", |j| {
+    let evicted = wait_job(client, ns, second, "preempted", |j| {
         queued_is(j, "True", "EvictedPreempted") || phase(j).is_some_and(JobPhase::is_terminal)
     })
     .await?;
     ensure!(
-        phase(&second) == Some(JobPhase::Suspended),
-        "second must be preempted and suspended, got phase {:?} (it trained too fast?)",
-        phase(&second)
+        phase(&evicted) == Some(JobPhase::Suspended),
+        "{second} must be preempted and suspended, got phase {:?} (it trained too fast?)",
+        phase(&evicted)
     );
-    let t_evicted = clock.mark("b: second evicted (Queued True, EvictedPreempted), suspended");
-    no_pods_within(client, ns, "second", Duration::from_secs(60)).await?;
-    let t_gone = clock.mark("b: second's pods all gone");
-    wait_workload(client, ns, "second", "requeued", |w| {
+    let t_evicted = clock.mark(&format!(
+        "b: {second} evicted (Queued True, EvictedPreempted), suspended"
+    ));
+    no_pods_within(client, ns, second, Duration::from_secs(60)).await?;
+    let t_gone = clock.mark(&format!("b: {second}'s pods all gone"));
+    wait_workload(client, ns, second, "requeued", |w| {
         wl_condition(w, "Requeued") == Some(("True".into(), "Preempted".into()))
     })
     .await?;
     wait_job(client, ns, "urgent", "admitted", admitted).await?;
-    clock.mark("b: second's Workload Requeued (Preempted); urgent admitted");
+    clock.mark(&format!(
+        "b: {second}'s Workload Requeued (Preempted); urgent admitted"
+    ));
     wait_job(client, ns, "urgent", "Succeeded", |j| {
         phase(j) == Some(JobPhase::Succeeded)
     })
     .await?;
     clock.mark("b: urgent Succeeded");
-    wait_job(client, ns, "second", "admitted again", admitted).await?;
-    clock.mark("b: second admitted again");
-    let done = wait_job(client, ns, "second", "ended", |j| {
+    wait_job(client, ns, second, "admitted again", admitted).await?;
+    clock.mark(&format!("b: {second} admitted again"));
+    let done = wait_job(client, ns, second, "ended", |j| {
         phase(j).is_some_and(JobPhase::is_terminal)
     })
     .await?;
     ensure!(
         phase(&done) == Some(JobPhase::Succeeded),
-        "second ended {:?}",
+        "{second} ended {:?}",
         phase(&done)
     );
-    clock.mark("b: second Succeeded");
+    clock.mark(&format!("b: {second} Succeeded"));
     Ok((t_evicted - t_apply, t_gone - t_evicted))
 }
 
@@ -542,21 +571,32 @@ fn gang_job() -> Result<DGLJob> {
     Ok(job)
 }
 
-fn running(p: &Pod) -> bool {
-    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+/// Whether a container of the pod runs (an init container counts: the
+/// launcher's watcher-loop runs while it waits for the workers).
+fn started(p: &Pod) -> bool {
+    let Some(st) = p.status.as_ref() else {
+        return false;
+    };
+    st.container_statuses
+        .iter()
+        .chain(st.init_container_statuses.iter())
+        .flatten()
+        .any(|c| c.state.as_ref().is_some_and(|s| s.running.is_some()))
 }
 
 async fn gang(client: &Client, ns: &str, clock: &Clock) -> Result<String> {
     apply_job(client, ns, &gang_job()?).await?;
     wait_job(client, ns, "gang", "admitted", admitted).await?;
     let t_admit = clock.mark("c: gang admitted in team-b (its workers' image does not exist)");
-    // A partial set: some pod of it runs (the partitioner) while workers cannot.
+    // A partial set: a container of some pod runs (the launcher's
+    // watcher-loop; the partitioner has the workers' template) while the
+    // workers cannot start.
     let start = Instant::now();
     let partial = loop {
         let pods = pods_of(client, ns, "gang").await?;
         let up: Vec<String> = pods
             .iter()
-            .filter(|p| running(p))
+            .filter(|p| started(p))
             .map(|p| p.name_any())
             .collect();
         if !up.is_empty() {
@@ -568,7 +608,7 @@ async fn gang(client: &Client, ns: &str, clock: &Clock) -> Result<String> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     clock.mark(&format!(
-        "c: gang partly started: {partial:?} Running, workers not"
+        "c: gang partly started: a container runs in {partial:?}, the workers cannot pull"
     ));
     let j = wait_job(client, ns, "gang", "evicted", |j| {
         queued_is(j, "True", "EvictedPodsReadyTimeout")

@@ -502,8 +502,8 @@ async fn queued_job(env: &Env, name: &str, priority: Option<&str>) {
             j.labels_mut()
                 .insert("kueue.x-k8s.io/priority-class".into(), p.into());
         }
-        // 100m launcher (and partitioner, its template) + 2 x 300m workers:
-        // 800m, so a quota of 1 CPU fits one job.
+        // 100m launcher + 300m partitioner (the workers' template) + 2 x
+        // 300m workers: 1 CPU, so a quota of 1 CPU fits one job.
         for (role, cpu) in [
             (dgl_api::ReplicaType::Launcher, "100m"),
             (dgl_api::ReplicaType::Worker, "300m"),

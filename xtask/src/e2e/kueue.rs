@@ -171,7 +171,7 @@ async fn create(api: &Api<DynamicObject>, obj: Value) -> Result<()> {
 }
 
 /// One flavor (its node label must reach the pods); ClusterQueue A with a
-/// quota for one job (each asks 800m CPU) and preemption of lower
+/// quota for one job (each asks 850m CPU) and preemption of lower
 /// priorities; ClusterQueue B, the same quota, for the job that cannot
 /// start; their LocalQueues; a WorkloadPriorityClass of value 1000.
 async fn queues(client: &Client, ns: &str) -> Result<()> {
@@ -231,8 +231,9 @@ async fn in_queues(client: &Client, ns: &str, clock: &Clock) -> Result<String> {
 // ---- the jobs ----
 
 /// The GraphSAGE example named `name`, in LocalQueue `queue` (with the
-/// WorkloadPriorityClass `priority`), its workers asking 300m CPU: 800m in
-/// all with the launcher's and partitioner's 100m.
+/// WorkloadPriorityClass `priority`), its workers asking 250m CPU: 850m in
+/// all with the partitioner (the workers' template) and the launcher's
+/// 100m. Two such jobs and a small one fit the node's 2 CPUs.
 fn queued_job(name: &str, queue: &str, priority: Option<&str>, epochs: u32) -> Result<DGLJob> {
     let mut job = example_job(name)?;
     job.labels_mut()
@@ -243,7 +244,7 @@ fn queued_job(name: &str, queue: &str, priority: Option<&str>, epochs: u32) -> R
     }
     let worker = main_container(&mut job, ReplicaType::Worker)?;
     worker.resources = Some(serde_json::from_value(json!({
-        "requests": {"cpu": "300m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}}))?);
+        "requests": {"cpu": "250m", "memory": "1Gi"}, "limits": {"memory": "4Gi"}}))?);
     let launcher = main_container(&mut job, ReplicaType::Launcher)?;
     let args = launcher.args.get_or_insert_with(Vec::new);
     let i = args

@@ -173,7 +173,8 @@ pub fn state(wl: Option<&Workload>) -> State {
 /// The Workload the operator applies for `job` (server-side apply): owned by
 /// the job, one podSet per role with the role's replica count and pod
 /// template (the partitioner's only where the job has one, with the
-/// launcher's template when it has none of its own), the LocalQueue, and the
+/// workers' template when it has none of its own, as its pod is built), the
+/// LocalQueue, and the
 /// priority when the job names a WorkloadPriorityClass.
 pub fn desired_workload(job: &DGLJob, priority: Option<&Priority>) -> Value {
     let mut spec = json!({
@@ -206,8 +207,11 @@ fn pod_sets(job: &DGLJob) -> Vec<Value> {
         let (count, template) = match role {
             ReplicaType::Partitioner if !job.spec.has_partitioner() => continue,
             ReplicaType::Partitioner => {
+                // Without a template of its own the pod is built from the
+                // workers' (builders::partitioner_pod): count what it asks.
                 let own = job.spec.replica_spec(role);
-                (1, own.or(launcher).map(|s| &s.template))
+                let worker = job.spec.replica_spec(ReplicaType::Worker);
+                (1, own.or(worker).or(launcher).map(|s| &s.template))
             }
             _ => match job.spec.replica_spec(role) {
                 Some(s) => (s.replicas(), Some(&s.template)),
@@ -261,8 +265,8 @@ pub fn gated_job(
         let Some(a) = assignments.iter().find(|a| a.name == pod_set_name(role)) else {
             continue;
         };
-        // The partitioner without a template of its own uses the launcher's:
-        // then it gets the launcher's flavors through that template.
+        // The partitioner without a template of its own is built from the
+        // workers': then it gets the workers' flavors through that template.
         let Some(spec) = job.spec.dgl_replica_specs.get_mut(&role) else {
             continue;
         };

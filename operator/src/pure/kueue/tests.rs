@@ -149,8 +149,8 @@ fn workload_has_one_pod_set_per_role_with_counts_and_requests() {
     let req = &sets[1]["template"]["spec"]["containers"][0]["resources"]["requests"];
     assert_eq!(req["cpu"], "2");
     assert_eq!(req["memory"], "1Gi");
-    // The partitioner without a template of its own runs the launcher's.
-    assert_eq!(sets[2]["template"], sets[0]["template"]);
+    // The partitioner without a template of its own is built from the workers'.
+    assert_eq!(sets[2]["template"], sets[1]["template"]);
     assert!(w["spec"].get("priority").is_none());
 }
 
@@ -403,4 +403,28 @@ fn pods_started_needs_every_pod_running_or_done() {
     assert!(pods_started(&j, &pods));
     pods.remove(1);
     assert!(!pods_started(&j, &pods), "a worker missing");
+}
+
+/// Found when sizing the node scenario's quota: the partitioner's podSet
+/// counted the launcher's requests while its pod is built from the workers'
+/// template, so Kueue reserved less than the pods ask for.
+#[test]
+fn the_partitioner_pod_set_counts_what_its_pod_requests() {
+    let j = job();
+    let w = desired_workload(&j, None);
+    let set = w["spec"]["podSets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "partitioner")
+        .unwrap()
+        .clone();
+    let pod = crate::pure::builders::partitioner_pod(
+        &j,
+        0,
+        &crate::pure::settings::BuildConfig::default(),
+    );
+    let asked = serde_json::to_value(&pod.spec.unwrap().containers[0].resources).unwrap();
+    assert_eq!(set["template"]["spec"]["containers"][0]["resources"], asked);
+    assert_eq!(asked["requests"]["cpu"], "2", "the workers' requests");
 }

@@ -642,27 +642,22 @@ async fn gang(client: &Client, ns: &str, clock: &Clock) -> Result<String> {
     ))
 }
 
-/// Waits until Kueue requeues the evicted gang job (Workload Requeued True
-/// after the backoff it set, Requeued False PodsReadyTimeout until then);
-/// fails if any pod of it exists before that. Returns Kueue's reason.
+/// Waits until Kueue requeues the evicted gang job (Workload condition
+/// Requeued True, BackoffFinished, with a requeue count); fails if any pod
+/// of it exists before that. Returns Kueue's requeue count and reason.
 async fn requeued_without_pods(client: &Client, ns: &str) -> Result<String> {
     let start = Instant::now();
-    let mut saw_backoff = false;
     loop {
         let wl = workload(client, ns, "gang")
             .await?
             .context("gang's Workload is gone")?;
-        match wl_condition(&wl, "Requeued") {
-            Some((s, r)) if s == "True" && saw_backoff => return Ok(r),
-            Some((s, r)) if s == "False" && r == "PodsReadyTimeout" => {
-                ensure!(
-                    wl["status"]["requeueState"]["requeueAt"].is_string(),
-                    "gang's Workload: requeueState.requeueAt must be set during the backoff: {}",
-                    wl["status"]
-                );
-                saw_backoff = true;
-            }
-            _ => {}
+        if let Some((s, r)) = wl_condition(&wl, "Requeued").filter(|c| c.0 == "True") {
+            let count = wl["status"]["requeueState"]["count"].as_i64().unwrap_or(0);
+            ensure!(
+                r == "BackoffFinished" && count >= 1,
+                "gang's Workload: expected Requeued True after a backoff, got {s} {r}, requeue count {count}"
+            );
+            return Ok(format!("Requeued {r}, requeue count {count}"));
         }
         let pods = pods_of(client, ns, "gang").await?;
         if !pods.is_empty() && !queued_again(&wl) {

@@ -2,9 +2,9 @@
 //! NetworkPolicy, so the isolation scenario runs kube-router (built from the
 //! Go module proxy, cached like the Kubernetes binaries) with only its
 //! firewall, the NetworkPolicy controller: no routing, no service proxy
-//! (kube-proxy stays the node's). Stopped, it removes its iptables rules and
-//! ipsets (`--cleanup-config`), so the node is as it was for the scenarios
-//! after it.
+//! (kube-proxy stays the node's). Its iptables rules and ipsets are removed
+//! when it stops (and before it starts, in case an earlier run was killed),
+//! so the node is as it was for the scenarios after it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -21,7 +21,6 @@ const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// kube-router running on this host, stopped (and cleaned up) on drop.
 pub(crate) struct PolicyEngine {
     child: Option<Child>,
-    bin: PathBuf,
     log: PathBuf,
 }
 
@@ -31,6 +30,7 @@ impl PolicyEngine {
     pub(crate) fn start(kubeconfig: &Path, node: &str, log_dir: &Path) -> Result<PolicyEngine> {
         // kube-router shells out to ipset for the policies' pod sets.
         localkube::host::ensure_packages(&["ipset"], log_dir)?;
+        remove_rules().context("removing an earlier kube-router's rules")?;
         let bin = localkube::ensure_tool(localkube::GoTool::KubeRouter)
             .context("building kube-router from the Go module proxy")?;
         std::fs::create_dir_all(log_dir)?;
@@ -66,7 +66,6 @@ impl PolicyEngine {
         );
         let mut engine = PolicyEngine {
             child: Some(child),
-            bin,
             log,
         };
         engine.wait_ready()?;
@@ -109,19 +108,7 @@ impl PolicyEngine {
     /// kube-router v2.1.0 writes them, `pkg/controllers/netpol/pod.go`).
     /// Chain names alone say nothing: `KUBE-NWPLCY-DEFAULT` always exists.
     pub(crate) fn guards(&self, ns: &str, pod: &str, policy: &str) -> Result<bool> {
-        let out = Command::new("iptables-save")
-            .args(["-t", "filter"])
-            .stdin(Stdio::null())
-            .output()
-            .context("running iptables-save -t filter")?;
-        if !out.status.success() {
-            bail!(
-                "iptables-save -t filter failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        let rules = String::from_utf8_lossy(&out.stdout);
+        let rules = output(Command::new("iptables-save").args(["-t", "filter"]))?;
         Ok(rules.contains(&format!(
             "REJECT traffic destined for POD name:{pod} namespace: {ns}\""
         )) && rules.contains(&format!("run through nw policy {policy}\"")))
@@ -145,23 +132,69 @@ impl PolicyEngine {
         };
         child.kill().ok();
         child.wait().ok();
-        let out = Command::new(&self.bin)
-            .arg("--cleanup-config")
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("running {} --cleanup-config", self.bin.display()))?;
-        if !out.status.success() {
-            bail!(
-                "kube-router --cleanup-config failed ({}): {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        if localkube::host::iptables_chains("iptables", "filter")?.contains(FORWARD_CHAIN) {
-            bail!("kube-router --cleanup-config left {FORWARD_CHAIN} behind");
-        }
-        Ok(())
+        remove_rules()
     }
+}
+
+/// Removes what kube-router's NetworkPolicy controller made: the jumps from
+/// INPUT/FORWARD/OUTPUT, its chains and its ipsets. Its own
+/// `--cleanup-config` cannot: in v2.1.0 it cleans with an empty controller
+/// (no iptables handlers, so it removes nothing and says it succeeded), then
+/// panics in the service proxy's cleanup (seen on the node).
+fn remove_rules() -> Result<()> {
+    for hook in ["INPUT", "FORWARD", "OUTPUT"] {
+        let target = format!("-j KUBE-ROUTER-{hook}");
+        // `iptables -S <hook>`: line 0 is the policy, line n is rule n.
+        while let Some(n) = iptables(&["-S", hook])?
+            .lines()
+            .position(|l| l.ends_with(&target))
+        {
+            iptables(&["-D", hook, &n.to_string()])?;
+        }
+    }
+    let chains: Vec<String> = localkube::host::iptables_chains("iptables", "filter")?
+        .into_iter()
+        .filter(|c| OWN_CHAINS.iter().any(|p| c.starts_with(p)))
+        .collect();
+    for c in &chains {
+        iptables(&["-F", c])?;
+    }
+    for c in &chains {
+        iptables(&["-X", c])?;
+    }
+    let sets = output(Command::new("ipset").args(["list", "-n"]))?;
+    for set in sets
+        .lines()
+        .filter(|s| OWN_SETS.iter().any(|p| s.starts_with(p)))
+    {
+        output(Command::new("ipset").args(["destroy", set]))?;
+    }
+    Ok(())
+}
+
+/// Chain and ipset name prefixes of kube-router's NetworkPolicy controller.
+const OWN_CHAINS: [&str; 3] = ["KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-"];
+const OWN_SETS: [&str; 2] = ["KUBE-SRC-", "KUBE-DST-"];
+
+fn iptables(args: &[&str]) -> Result<String> {
+    output(Command::new("iptables").args(["-t", "filter"]).args(args))
+}
+
+/// Runs `cmd`; its stdout, or an error naming it and its stderr.
+fn output(cmd: &mut Command) -> Result<String> {
+    let shown = format!("{cmd:?}");
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("running {shown}"))?;
+    if !out.status.success() {
+        bail!(
+            "{shown} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 impl Drop for PolicyEngine {

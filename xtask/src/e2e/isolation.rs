@@ -68,6 +68,10 @@ pub(super) async fn isolation(stack: &Stack) -> Result<String> {
     in_namespace(&stack.client, "e2e-isolation", job, |ns| async move {
         let engine = start_engine(stack).await?;
         let r = isolation_in(&stack.client, &ns, job, &engine).await;
+        if let Ok(line) = &r {
+            // Printed before the engine stops: its figures stay if the stop fails.
+            println!("    {line}");
+        }
         let tail = engine.log_tail();
         let stopped = tokio::task::spawn_blocking(move || engine.stop()).await?;
         let line = r.with_context(|| format!("kube-router's log ends:\n{tail}"))?;

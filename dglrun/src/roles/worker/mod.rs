@@ -229,9 +229,17 @@ async fn serve(
     Ok(())
 }
 
+/// How long `Start` waits for MPI's daemon of the partitioning to end.
+const DAEMON_END_GRACE: Duration = Duration::from_secs(15);
+
 /// Why this worker does not start the training now; `None` when it does,
 /// and then it is training.
 async fn start_refusal(shared: &Shared) -> Option<String> {
+    // mpirun has ended on the launcher before it sends Start, but this
+    // worker's daemon may take a moment longer to end: wait briefly rather
+    // than refuse (seen in the real-DGL DistParMETIS test under load).
+    let mut busy = shared.exec_busy.subscribe();
+    let _ = tokio::time::timeout(DAEMON_END_GRACE, busy.wait_for(|b| !*b)).await;
     let mut phase = shared.phase.lock().await;
     if *phase != Phase::Idle {
         return Some(format!("training already {:?} on this worker", *phase));

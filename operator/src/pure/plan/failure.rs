@@ -114,10 +114,12 @@ impl<'a> Planner<'a> {
                     facts: FailureFacts::default(),
                 }),
                 Some(p) if p.state == PodState::Terminating => Some(being_deleted(role, p)),
-                // Exited 0 after the launch and before training: it serves
-                // the launched run no more (only `partitioner` is expected
-                // then, so only it can be Succeeded here).
-                Some(p) if p.state == PodState::Succeeded => Some(ended(role, p)),
+                // A partitioner that exited 0 after the launch and before
+                // training serves the launched run no more. (Workers exit 0
+                // at the end of a training that succeeded: not a failure.)
+                Some(p) if role == ReplicaType::Partitioner && p.state == PodState::Succeeded => {
+                    Some(ended(role, p))
+                }
                 Some(_) => None,
             })
             .collect()

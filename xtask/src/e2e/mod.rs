@@ -337,11 +337,8 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
     let faults = |want: bool| -> Vec<Fault> {
         Fault::ALL
             .into_iter()
-            // KubeletHang finds an open fault (docs/reliability.md: the
-            // restarted run waits for a partitioner that completed during
-            // the freeze); it runs from `cargo xtask chaos` until fixed.
             // TokenDelete has not yet passed on the node (docs/reliability.md).
-            .filter(|&f| !matches!(f, Fault::KubeletHang | Fault::TokenDelete))
+            .filter(|&f| !matches!(f, Fault::TokenDelete))
             .filter(|&f| confined(f) == want)
             .collect()
     };

@@ -123,6 +123,30 @@ pub(super) fn restarts(job: &DGLJob) -> i32 {
         .unwrap_or(0)
 }
 
+/// The end of a fault the job must ride out: it Succeeded without a
+/// restart, and deleting it leaves nothing behind.
+pub(super) async fn succeeded_unrestarted(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    terminal: Duration,
+    done: &DGLJob,
+    note: String,
+) -> Result<Outcome> {
+    expect_phase(done, JobPhase::Succeeded)?;
+    ensure!(
+        restarts(done) == 0,
+        "the job restarted {} times after {note}",
+        restarts(done)
+    );
+    let left = delete_and_count_left(client, ns, name).await?;
+    Ok(Outcome {
+        terminal: Some(terminal),
+        left,
+        note,
+    })
+}
+
 /// A control-plane or node component restarted (or frozen) while the job
 /// trains: the job must Succeed without a restart and leave nothing behind.
 pub async fn component(
@@ -158,18 +182,7 @@ pub async fn component(
         },
     )
     .await?;
-    expect_phase(&done, JobPhase::Succeeded)?;
-    ensure!(
-        restarts(&done) == 0,
-        "the job restarted {} times after {note}",
-        restarts(&done)
-    );
-    let left = delete_and_count_left(client, ns, name).await?;
-    Ok(Outcome {
-        terminal: Some(terminal),
-        left,
-        note,
-    })
+    succeeded_unrestarted(client, ns, name, terminal, &done, note).await
 }
 
 /// The partitioner's pod deleted (grace 0) as soon as the job reports

@@ -14,9 +14,9 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams};
 use kube::{Client, ResourceExt};
 
-use super::infra::{during, example, restarts};
+use super::infra::{during, example, succeeded_unrestarted};
 use super::Outcome;
-use crate::stack::jobs::{delete_and_count_left, expect_phase, phase};
+use crate::stack::jobs::phase;
 
 /// How long the operator may take to create the Secret again.
 const BACK_WITHIN: Duration = Duration::from_secs(60);
@@ -29,18 +29,7 @@ pub async fn token_delete(client: &Client, ns: &str) -> Result<Outcome> {
         delete_and_compare(client, &secrets, ns, name)
     })
     .await?;
-    expect_phase(&done, JobPhase::Succeeded)?;
-    ensure!(
-        restarts(&done) == 0,
-        "the job restarted {} times after {note}",
-        restarts(&done)
-    );
-    let left = delete_and_count_left(client, ns, name).await?;
-    Ok(Outcome {
-        terminal: Some(terminal),
-        left,
-        note,
-    })
+    succeeded_unrestarted(client, ns, name, terminal, &done, note).await
 }
 
 /// Deletes `<job>-token` and waits for the operator's new one: another

@@ -48,7 +48,8 @@ const TERMINATION_LOG: &str = "/dev/termination-log";
 the --config-map ConfigMap was deleted; 2 bad arguments or pod file; 3 timeout (waiting \
 for the pods or for the ConfigMap's run); 4 the API refused the watch (RBAC, bad selector) \
 or no client could be built; 5 the ConfigMap's files could not be written (a key that is \
-not a file name, a missing or read-only folder).\n\
+not a file name, a missing or read-only folder); 143 / 130 stopped by SIGTERM / SIGINT \
+(a deleted pod), at once.\n\
 Logs go to stderr (RUST_LOG sets the filter, default info); the final error is also \
 written to /dev/termination-log when that file exists (as in a container)."
 )]
@@ -135,9 +136,34 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&anyhow::Error::new(e).context("starting the async runtime")),
     };
-    match runtime.block_on(run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
+    match runtime.block_on(until_signal(run(cli))) {
+        Ok(Ended::Done) => ExitCode::SUCCESS,
+        Ok(Ended::Signal(name, number)) => {
+            tracing::info!(signal = name, "{name}: stopping the wait");
+            ExitCode::from(128 + number)
+        }
         Err(e) => fail(&e),
+    }
+}
+
+/// How the wait ended, when it did not fail.
+enum Ended {
+    Done,
+    /// A signal asked it to stop: its name and number (exit 128 + number).
+    Signal(&'static str, u8),
+}
+
+/// Runs the wait until SIGTERM or SIGINT. In a container watcher-loop is
+/// PID 1, which the kernel shields from signals it has no handler for: without
+/// this a deleted or suspended pod would wait out its whole grace period.
+async fn until_signal(wait: impl std::future::Future<Output = Result<()>>) -> Result<Ended> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("installing the SIGINT handler")?;
+    tokio::select! {
+        r = wait => r.map(|()| Ended::Done),
+        _ = term.recv() => Ok(Ended::Signal("SIGTERM", 15)),
+        _ = int.recv() => Ok(Ended::Signal("SIGINT", 2)),
     }
 }
 

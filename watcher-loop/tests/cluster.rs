@@ -460,6 +460,20 @@ async fn binary_follows_the_seeds_env_interface_and_exit_codes() {
     assert_eq!(code, 3, "stderr:\n{stderr}");
     assert!(stderr.contains("j-never (not found yet)"), "{stderr}");
 
+    // SIGTERM (the pod deleted or its job suspended) while waiting: exit
+    // 143 at once. Exit code 143 comes only from the handler; without one
+    // the process would die by the signal (no code), and as a container's
+    // PID 1 it would not die at all until the grace period's SIGKILL.
+    let child = run_binary(&env, &missing, "ready", "2m").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let pid = nix::unistd::Pid::from_raw(child.id().expect("running") as i32);
+    let sent = std::time::Instant::now();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let (code, stderr) = finish(child).await;
+    assert_eq!(code, 143, "stderr:\n{stderr}");
+    assert!(sent.elapsed() < Duration::from_secs(10), "{:?}", sent.elapsed());
+    assert!(stderr.contains("SIGTERM: stopping the wait"), "{stderr}");
+
     // A malformed file: exit 2, the file named.
     let bad = dir.join("bad");
     std::fs::write(&bad, "10.0.0.1 j-worker-0\n").unwrap();

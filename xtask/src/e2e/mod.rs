@@ -44,11 +44,20 @@
 //!      GraphStorm's gsgnn_np trains on two workers to Succeeded, its loss
 //!      falls by epoch and status.progress moves through the epochs
 //!      (`graphstorm.rs`).
+//!    - `never-start`: three jobs whose workers cannot start, each named at
+//!      once and Failed at its podStartTimeout (`never_start.rs`).
+//!    - `isolation`: kube-router enforces the NetworkPolicies; a pod with
+//!      another job's labels is refused by a training job's ports
+//!      (`isolation.rs`).
 //!    - `chaos-job`: every fault of `cargo xtask chaos` confined to one
 //!      job (a worker deleted, the partitioner killed, a shard corrupted,
-//!      the network cut), once each;
+//!      the network cut, an eviction, the job's token Secret deleted), once
+//!      each;
+//!    - `kueue` (alone): Kueue's queueing, preemption and waitForPodsReady
+//!      eviction of DGLJobs (`kueue.rs`).
 //!    - `chaos`: every fault that disturbs the whole cluster (the operator
-//!      killed, churn, kube-apiserver / etcd / kubelet restarted), once each.
+//!      killed, churn, kube-apiserver / etcd / kubelet restarted, a drain, a
+//!      hung kubelet), once each.
 //!    - `namespaced` (last): the Helm release is replaced by the
 //!      single-namespace install `deploy/namespaced` (kustomize), whose
 //!      namespace enforces Pod Security "restricted"; the example must train
@@ -56,8 +65,9 @@
 //!      admission (`namespaced.rs`).
 //!
 //! Scenarios run side by side (`--parallel`, default 3) where they only
-//! touch their own namespace; `train` (which replaces the operator's pod),
-//! `chaos` and `namespaced` run alone, in that order, after them. Most of a
+//! touch their own namespace; `kueue` and `train` (which replace the
+//! operator's pod), `chaos` and `namespaced` run alone, in that order, after
+//! them. Most of a
 //! scenario's time is waiting for pods, so side by side the tier takes
 //! about half the time it takes in a row (docs/benchmarks.md, "Test command").
 //!
@@ -257,16 +267,11 @@ pub(crate) fn finish(
     Ok(())
 }
 
-/// The scenarios asked for, in `Scenario::ALL`'s order.
-/// Without `--only`, every scenario but `isolation`, which has not yet
-/// passed on the node (docs/reliability.md); `--only` runs it.
+/// The scenarios asked for (all without `--only`), in `Scenario::ALL`'s order.
 fn chosen(only: &[Scenario]) -> Vec<Scenario> {
     Scenario::ALL
         .into_iter()
-        .filter(|s| match only.is_empty() {
-            true => *s != Scenario::Isolation,
-            false => only.contains(s),
-        })
+        .filter(|s| only.is_empty() || only.contains(s))
         .collect()
 }
 
@@ -333,8 +338,6 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
     let faults = |want: bool| -> Vec<Fault> {
         Fault::ALL
             .into_iter()
-            // TokenDelete has not yet passed on the node (docs/reliability.md).
-            .filter(|&f| !matches!(f, Fault::TokenDelete))
             .filter(|&f| confined(f) == want)
             .collect()
     };

@@ -471,7 +471,11 @@ async fn binary_follows_the_seeds_env_interface_and_exit_codes() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let (code, stderr) = finish(child).await;
     assert_eq!(code, 143, "stderr:\n{stderr}");
-    assert!(sent.elapsed() < Duration::from_secs(10), "{:?}", sent.elapsed());
+    assert!(
+        sent.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        sent.elapsed()
+    );
     assert!(stderr.contains("SIGTERM: stopping the wait"), "{stderr}");
 
     // A malformed file: exit 2, the file named.

@@ -8,6 +8,7 @@ use dgl_operator::client::RateLimit;
 use dgl_operator::metrics::Metrics;
 use dgl_operator::server::{serve_on, MetricsAuth, ServerState, Verdict};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use kube::api::{Api, Patch, PatchParams, PostParams};
@@ -101,9 +102,38 @@ async fn metrics_require_an_authorized_token() {
         .patch(&role_name, &pp, &Patch::Apply(&binding))
         .await
         .unwrap();
+    // The API server's RBAC authorizer sees a new binding a moment later
+    // (through its informers). Asking the server before then would cache a
+    // denial for the TTL, so wait until the API server itself allows it.
+    allowed_soon(&client, &format!("system:serviceaccount:{ns}:scraper")).await;
     let (code, body) = get(addr, "/metrics", Some(&scraper)).await;
     assert_eq!(code, 200, "{body}");
     assert!(body.contains("dgl_operator_is_leader"), "{body}");
+}
+
+/// Waits (up to 30 s) until a SubjectAccessReview allows `user` to get
+/// /metrics.
+async fn allowed_soon(client: &kube::Client, user: &str) {
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {"user": user, "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}
+    }))
+    .unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        let got = reviews
+            .create(&PostParams::default(), &review)
+            .await
+            .unwrap();
+        if got.status.is_some_and(|s| s.allowed) {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "RBAC never allowed {user} get /metrics"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 /// Verdicts are cached (a repeated token costs no review), and past the

@@ -104,34 +104,88 @@ fn room(g: &LocalGraph, c: &Clusters, v: usize, l: u64, max_w: &[i64]) -> bool {
     }
 }
 
-/// The linked clusters of owned `v` with their connection, by label.
-fn links(g: &LocalGraph, label: &[u64], v: usize) -> Vec<(u64, u64)> {
-    let mut l: Vec<(u64, u64)> = g.edges(v).map(|(u, w)| (label[u], w)).collect();
-    l.sort_unstable_by_key(|x| x.0);
-    let mut out: Vec<(u64, u64)> = Vec::with_capacity(l.len());
-    for (k, w) in l {
-        match out.last_mut() {
-            Some(last) if last.0 == k => last.1 += w,
-            _ => out.push((k, w)),
+/// Connections of one vertex to its linked clusters, summed by label in an
+/// open-addressing table kept per thread and cleared through the slots
+/// used: no sort and no allocation per vertex.
+#[derive(Default)]
+struct Links {
+    keys: Vec<u64>,
+    sums: Vec<u64>,
+    /// Slots in use, in the order first filled.
+    used: Vec<usize>,
+}
+
+/// Marks a free slot (labels are global ids, below the vertex count).
+const FREE: u64 = u64::MAX;
+
+impl Links {
+    /// Fills the table with the linked clusters of owned `v`.
+    fn fill(&mut self, g: &LocalGraph, label: &[u64], v: usize) {
+        let deg = (g.xadj[v + 1] - g.xadj[v]) as usize;
+        // At most half full: probes stay short.
+        let cap = (2 * deg).next_power_of_two().max(16);
+        if self.keys.len() < cap {
+            self.keys.resize(cap, FREE);
+            self.sums.resize(cap, 0);
+        }
+        let (mask, shift) = (cap - 1, 64 - cap.trailing_zeros());
+        for (u, w) in g.edges(v) {
+            let key = label[u];
+            let mut at = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize;
+            loop {
+                if self.keys[at] == key {
+                    self.sums[at] += w;
+                    break;
+                }
+                if self.keys[at] == FREE {
+                    (self.keys[at], self.sums[at]) = (key, w);
+                    self.used.push(at);
+                    break;
+                }
+                at = (at + 1) & mask;
+            }
         }
     }
-    out
+
+    /// The (label, connection) pairs filled since the last clear.
+    fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.used.iter().map(|&i| (self.keys[i], self.sums[i]))
+    }
+
+    fn clear(&mut self) {
+        for &i in &self.used {
+            self.keys[i] = FREE;
+        }
+        self.used.clear();
+    }
+}
+
+thread_local! {
+    static LINKS: std::cell::RefCell<Links> = std::cell::RefCell::default();
+}
+
+/// Runs `f` on the linked clusters of owned `v` (this thread's table).
+fn with_links<R>(g: &LocalGraph, label: &[u64], v: usize, f: impl FnOnce(&Links) -> R) -> R {
+    LINKS.with(|l| {
+        let mut l = l.borrow_mut();
+        l.fill(g, label, v);
+        let out = f(&l);
+        l.clear();
+        out
+    })
 }
 
 /// The heaviest linked cluster `allowed` accepts (ties: the lower label)
 /// and the connection to `own`.
-fn rate(
-    links: &[(u64, u64)],
-    own: u64,
-    allowed: impl Fn(u64) -> bool,
-) -> (Option<(u64, u64)>, u64) {
+fn rate(links: &Links, own: u64, allowed: impl Fn(u64) -> bool) -> (Option<(u64, u64)>, u64) {
     let mut best: Option<(u64, u64)> = None;
     let mut own_r = 0;
-    for &(l, r) in links {
+    for (l, r) in links.iter() {
         if l == own {
             own_r = r;
         }
-        if best.is_none_or(|(_, br)| r > br) && allowed(l) {
+        let better = best.is_none_or(|(bl, br)| r > br || (r == br && l < bl));
+        if better && allowed(l) {
             best = Some((l, r));
         }
     }
@@ -150,8 +204,9 @@ fn best_clusters(
         .into_par_iter()
         .filter_map(|v| {
             let own = c.label[v];
-            let l = links(g, &c.label, v);
-            let (best, own_r) = rate(&l, own, |x| x != own && room(g, c, v, x, max_w));
+            let (best, own_r) = with_links(g, &c.label, v, |l| {
+                rate(l, own, |x| x != own && room(g, c, v, x, max_w))
+            });
             let (to, r) = best?;
             // Ties go to a seeded coin so that equally linked neighbours
             // still merge, one way only.
@@ -247,8 +302,7 @@ fn merge_singletons(g: &LocalGraph, c: &mut Clusters, max_w: &[i64]) {
         .into_par_iter()
         .filter(|&v| globals[v] == own_id[v] && c.size[v] == 1)
         .map(|v| {
-            let l = links(g, &c.label, v);
-            let (best, _) = rate(&l, own_id[v], |x| x != own_id[v]);
+            let (best, _) = with_links(g, &c.label, v, |l| rate(l, own_id[v], |x| x != own_id[v]));
             (best.map_or(u64::MAX, |b| b.0), v)
         })
         .collect();

@@ -254,7 +254,7 @@ pub fn build<E: Exchange>(
     }
     drop(fill);
     tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "neighbours placed");
-    sort_dedup(&mut xadj, &mut nbrs, None);
+    sort_dedup(&mut xadj, &mut nbrs);
     tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "rows deduplicated");
     let graph = assemble(ex, owners, n_own, xadj, nbrs, Vec::new())?;
     tracing::debug!(
@@ -319,30 +319,21 @@ fn send_round<E: Exchange>(
     ex.alltoallv(&send)
 }
 
-/// Sorts every row of `nbrs` (with its weights), merges repeats (weights
-/// summed) and closes the gaps, rewriting `xadj`.
-pub fn sort_dedup(xadj: &mut [u64], nbrs: &mut Vec<u64>, mut w: Option<&mut Vec<u64>>) {
+/// Sorts every row of `nbrs` in place, drops repeats and closes the gaps,
+/// rewriting `xadj`.
+pub fn sort_dedup(xadj: &mut [u64], nbrs: &mut Vec<u64>) {
     let n = xadj.len().saturating_sub(1);
     let mut out = 0usize;
-    let mut row: Vec<(u64, u64)> = Vec::new();
     for v in 0..n {
         let (a, b) = (xadj[v] as usize, xadj[v + 1] as usize);
         xadj[v] = out as u64;
-        row.clear();
-        row.extend((a..b).map(|i| (nbrs[i], w.as_ref().map_or(1, |w| w[i]))));
-        row.sort_unstable_by_key(|x| x.0);
-        for (i, &(u, x)) in row.iter().enumerate() {
-            if i > 0 && row[i - 1].0 == u {
-                if let Some(w) = w.as_deref_mut() {
-                    w[out - 1] += x;
-                }
-                continue;
+        nbrs[a..b].sort_unstable();
+        for i in a..b {
+            // `out <= i`: the kept entries never overtake the read ones.
+            if i == a || nbrs[i] != nbrs[i - 1] {
+                nbrs[out] = nbrs[i];
+                out += 1;
             }
-            nbrs[out] = u;
-            if let Some(w) = w.as_deref_mut() {
-                w[out] = x;
-            }
-            out += 1;
         }
     }
     if let Some(last) = xadj.last_mut() {
@@ -350,10 +341,6 @@ pub fn sort_dedup(xadj: &mut [u64], nbrs: &mut Vec<u64>, mut w: Option<&mut Vec<
     }
     nbrs.truncate(out);
     nbrs.shrink_to_fit();
-    if let Some(w) = w {
-        w.truncate(out);
-        w.shrink_to_fit();
-    }
 }
 
 /// Walks a share's edges type after type, a bounded number at a time.
@@ -484,53 +471,32 @@ pub fn assemble<E: Exchange>(
             ))
         })
     };
-    // Distinct remote neighbours, merged a block at a time so that the
-    // scratch stays small.
-    let mut ids: Vec<u64> = Vec::new();
-    for block in nbrs.chunks(1 << 20) {
-        let mut b = Vec::new();
-        for &v in block {
-            if find(v)?.0 != rank {
-                b.push(v);
-            }
+    let mut bits = GhostBits::new(owners.total())?;
+    for &v in &nbrs {
+        if find(v)?.0 != rank {
+            bits.mark(v);
         }
-        b.par_sort_unstable();
-        b.dedup();
-        ids = merge_sorted(&ids, &b);
     }
-    tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "ghosts listed");
-    let mut remote: Vec<(u32, u64, u64)> = Vec::with_capacity(ids.len());
-    for v in ids {
-        let (r, l) = find(v)?;
-        remote.push((r, v, l));
-    }
-    remote.par_sort_unstable();
-    let local_count = n_own as u64 + remote.len() as u64;
-    if local_count > u64::from(u32::MAX) {
+    let n_ghosts = bits.rank_all();
+    if n_own as u64 + n_ghosts > u64::from(u32::MAX) {
         return Err(stage(format!(
-            "rank {rank} holds {n_own} nodes and {} ghosts, more than 32-bit local indices",
-            remote.len()
+            "rank {rank} holds {n_own} nodes and {n_ghosts} ghosts, more than 32-bit local indices"
         )));
     }
-    let index = GhostIndex::new(&remote);
+    let (ghosts, want, ghost_counts, slot) = ghost_order(&bits, n_ghosts as usize, world, find)?;
+    tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "ghosts listed");
     let mut adj = Vec::with_capacity(nbrs.len());
     for &v in &nbrs {
         let (r, l) = find(v)?;
         let idx = if r == rank {
             l
         } else {
-            let at = index
-                .find(v)
-                .ok_or_else(|| stage(format!("rank {rank} lost ghost {v}")))?;
-            n_own as u64 + u64::from(at)
+            n_own as u64 + u64::from(slot[bits.position(v)])
         };
         adj.push(idx as u32);
     }
-    drop((nbrs, index));
+    drop((nbrs, bits, slot));
     tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "adjacency mapped");
-    let mut ghost_counts = vec![0u64; world];
-    remote.iter().for_each(|g| ghost_counts[g.0 as usize] += 1);
-    let want: Vec<u64> = remote.iter().map(|g| g.2).collect();
     let halo = ex.alltoallv(&Buckets::new(want, ghost_counts.clone())?)?;
     if halo
         .data()
@@ -545,7 +511,7 @@ pub fn assemble<E: Exchange>(
         owners,
         rank,
         n_own,
-        ghosts: remote.into_iter().map(|g| g.1).collect(),
+        ghosts,
         ghost_counts,
         halo,
         xadj,
@@ -556,84 +522,90 @@ pub fn assemble<E: Exchange>(
     })
 }
 
-/// Ghost numbers by global id: the ids sorted, with a directory of about
-/// one bucket per four ids over their range, so that a lookup reads a few
-/// entries instead of a binary search over millions (the cost of mapping
-/// every adjacency entry).
-struct GhostIndex {
-    keys: Vec<u64>,
-    /// Ghost number (position in owner order) of each key.
-    slot: Vec<u32>,
-    dir: Vec<u32>,
-    lo: u64,
-    span: u128,
+/// The ghosts in owner order (grouped by owner rank, by id within one):
+/// their global ids, their local indices at their owners, how many each
+/// rank owns, and each ghost's number by its position in id order.
+#[allow(clippy::type_complexity)]
+fn ghost_order(
+    bits: &GhostBits,
+    n: usize,
+    world: usize,
+    find: impl Fn(u64) -> Result<(u32, u64)>,
+) -> Result<(Vec<u64>, Vec<u64>, Vec<u64>, Vec<u32>)> {
+    let mut counts = vec![0u64; world];
+    for v in bits.ids() {
+        counts[find(v)?.0 as usize] += 1;
+    }
+    // Ids ascend, so each owner's ghosts come in id order.
+    let mut next = crate::exchange::plan::offsets(&counts);
+    let (mut ghosts, mut want, mut slot) = (vec![0u64; n], vec![0u64; n], vec![0u32; n]);
+    for (i, v) in bits.ids().enumerate() {
+        let (r, l) = find(v)?;
+        let at = next[r as usize] as usize;
+        next[r as usize] += 1;
+        (ghosts[at], want[at], slot[i]) = (v, l, at as u32);
+    }
+    Ok((ghosts, want, counts, slot))
 }
 
-impl GhostIndex {
-    /// `remote` as `assemble` sorts it: (owner, global id, local there);
-    /// fewer than 2^32 of them (checked by the caller).
-    fn new(remote: &[(u32, u64, u64)]) -> GhostIndex {
-        let mut pairs: Vec<(u64, u32)> = remote
+/// A bit per global vertex marking the ghosts, with the count of marks
+/// before each word: a ghost's position in id order is two reads, and
+/// the marks list the ghosts sorted (an eighth of a byte per vertex).
+struct GhostBits {
+    bits: Vec<u64>,
+    before: Vec<u32>,
+}
+
+impl GhostBits {
+    fn new(total: u64) -> Result<GhostBits> {
+        let words = usize::try_from(total.div_ceil(64))
+            .map_err(|_| stage(format!("{total} vertices do not fit in memory")))?;
+        Ok(GhostBits {
+            bits: vec![0; words],
+            before: Vec::new(),
+        })
+    }
+
+    /// `v` is below the total (the caller found its owner).
+    fn mark(&mut self, v: u64) {
+        self.bits[(v / 64) as usize] |= 1 << (v % 64);
+    }
+
+    /// Counts the marks before each word; returns all of them.
+    fn rank_all(&mut self) -> u64 {
+        let mut n = 0u64;
+        self.before = self
+            .bits
             .iter()
-            .enumerate()
-            .map(|(i, g)| (g.1, i as u32))
+            .map(|w| {
+                let at = n as u32;
+                n += u64::from(w.count_ones());
+                at
+            })
             .collect();
-        pairs.par_sort_unstable();
-        let (keys, slot): (Vec<u64>, Vec<u32>) = pairs.into_iter().unzip();
-        let lo = keys.first().copied().unwrap_or(0);
-        let span = u128::from(keys.last().copied().unwrap_or(0) - lo) + 1;
-        let mut index = GhostIndex {
-            dir: Vec::new(),
-            keys,
-            slot,
-            lo,
-            span,
-        };
-        let buckets = index.keys.len() / 4 + 1;
-        let mut dir = vec![0u32; buckets + 1];
-        for &k in &index.keys {
-            dir[index.bucket(k, buckets) + 1] += 1;
-        }
-        for b in 0..buckets {
-            dir[b + 1] += dir[b];
-        }
-        index.dir = dir;
-        index
+        n
     }
 
-    fn bucket(&self, v: u64, buckets: usize) -> usize {
-        (u128::from(v - self.lo) * buckets as u128 / self.span) as usize
+    /// Position in id order of marked `v` (after [`Self::rank_all`]).
+    fn position(&self, v: u64) -> usize {
+        let (w, b) = ((v / 64) as usize, v % 64);
+        let below = self.bits[w] & ((1u64 << b) - 1);
+        self.before[w] as usize + below.count_ones() as usize
     }
 
-    fn find(&self, v: u64) -> Option<u32> {
-        let buckets = self.dir.len() - 1;
-        if v < self.lo || u128::from(v - self.lo) >= self.span {
-            return None;
-        }
-        let b = self.bucket(v, buckets);
-        let (a, z) = (self.dir[b] as usize, self.dir[b + 1] as usize);
-        let i = a + self.keys[a..z].binary_search(&v).ok()?;
-        Some(self.slot[i])
+    /// The marked ids, ascending.
+    fn ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.bits.iter().enumerate().flat_map(|(i, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                (w != 0).then(|| {
+                    let b = w.trailing_zeros();
+                    w &= w - 1;
+                    i as u64 * 64 + u64::from(b)
+                })
+            })
+        })
     }
-}
-
-/// The sorted union of two sorted lists without repeats.
-fn merge_sorted(a: &[u64], b: &[u64]) -> Vec<u64> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
-        let take_a = j == b.len() || (i < a.len() && a[i] <= b[j]);
-        let v = if take_a { a[i] } else { b[j] };
-        if take_a {
-            i += 1;
-        } else {
-            j += 1;
-        }
-        if out.last() != Some(&v) {
-            out.push(v);
-        }
-    }
-    out
 }
 
 /// The values of `keys` (global ids of `owners`' graph) from their owners,
@@ -701,22 +673,33 @@ pub fn all_sum_vec<E: Exchange>(ex: &E, v: &[i64]) -> Result<Vec<i64>> {
 mod tests {
     use super::*;
 
-    /// Every ghost is found at its place in owner order, nothing else is.
+    /// Marked ids come out ascending, each at its position in id order,
+    /// and ghosts are grouped by owner, by id within one owner.
     #[test]
-    fn ghost_index_finds_each_ghost_in_owner_order() {
+    fn ghost_bits_rank_and_order_the_ghosts() {
         for n in [0u64, 1, 5, 1000] {
-            // Owners interleave the ids, so owner order is not id order.
-            let mut remote: Vec<(u32, u64, u64)> =
-                (0..n).map(|i| ((i % 3) as u32, i * i * 7 + 3, i)).collect();
-            remote.sort_unstable();
-            let index = GhostIndex::new(&remote);
-            for (at, g) in remote.iter().enumerate() {
-                assert_eq!(index.find(g.1), Some(at as u32), "{n} ghosts, id {}", g.1);
+            let total = n * n * 7 + 130;
+            let mut bits = GhostBits::new(total).unwrap();
+            let ids: Vec<u64> = (0..n).map(|i| i * i * 7 + 3).collect();
+            for &v in ids.iter().rev() {
+                bits.mark(v);
+                bits.mark(v);
             }
-            for absent in [0u64, 1, 4, 2, u64::MAX, n * n * 7 + 4] {
-                if !remote.iter().any(|g| g.1 == absent) {
-                    assert_eq!(index.find(absent), None, "{n} ghosts, id {absent}");
-                }
+            assert_eq!(bits.rank_all(), n);
+            assert_eq!(bits.ids().collect::<Vec<_>>(), ids, "{n} ghosts");
+            for (i, &v) in ids.iter().enumerate() {
+                assert_eq!(bits.position(v), i, "{n} ghosts, id {v}");
+            }
+            // Owners interleave the ids, so owner order is not id order.
+            let find = |v: u64| Ok(((v % 3) as u32, v / 3));
+            let (ghosts, want, counts, slot) = ghost_order(&bits, n as usize, 3, find).unwrap();
+            let mut expect: Vec<(u32, u64)> = ids.iter().map(|&v| ((v % 3) as u32, v)).collect();
+            expect.sort_unstable();
+            assert_eq!(ghosts, expect.iter().map(|g| g.1).collect::<Vec<_>>());
+            assert_eq!(want, ghosts.iter().map(|v| v / 3).collect::<Vec<_>>());
+            assert_eq!(counts.iter().sum::<u64>(), n);
+            for (i, &v) in ids.iter().enumerate() {
+                assert_eq!(ghosts[slot[i] as usize], v);
             }
         }
     }

@@ -113,37 +113,50 @@ struct Links {
     sums: Vec<u64>,
     /// Slots in use, in the order first filled.
     used: Vec<usize>,
+    /// Of the table's first `mask + 1` slots, indexed by a hash's top bits.
+    mask: usize,
+    shift: u32,
 }
 
 /// Marks a free slot (labels are global ids, below the vertex count).
 const FREE: u64 = u64::MAX;
 
 impl Links {
-    /// Fills the table with the linked clusters of owned `v`.
-    fn fill(&mut self, g: &LocalGraph, label: &[u64], v: usize) {
-        let deg = (g.xadj[v + 1] - g.xadj[v]) as usize;
+    /// Readies the table for up to `n` distinct keys.
+    fn start(&mut self, n: usize) {
         // At most half full: probes stay short.
-        let cap = (2 * deg).next_power_of_two().max(16);
+        let cap = (2 * n).next_power_of_two().max(16);
         if self.keys.len() < cap {
             self.keys.resize(cap, FREE);
             self.sums.resize(cap, 0);
         }
-        let (mask, shift) = (cap - 1, 64 - cap.trailing_zeros());
-        for (u, w) in g.edges(v) {
-            let key = label[u];
-            let mut at = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> shift) as usize;
-            loop {
-                if self.keys[at] == key {
-                    self.sums[at] += w;
-                    break;
-                }
-                if self.keys[at] == FREE {
-                    (self.keys[at], self.sums[at]) = (key, w);
-                    self.used.push(at);
-                    break;
-                }
-                at = (at + 1) & mask;
+        self.mask = cap - 1;
+        self.shift = 64 - cap.trailing_zeros();
+    }
+
+    /// Adds `w` to the sum of `key` (at most the `n` of [`Self::start`]
+    /// distinct keys between clears).
+    fn add(&mut self, key: u64, w: u64) {
+        let mut at = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize;
+        loop {
+            if self.keys[at] == key {
+                self.sums[at] += w;
+                return;
             }
+            if self.keys[at] == FREE {
+                (self.keys[at], self.sums[at]) = (key, w);
+                self.used.push(at);
+                return;
+            }
+            at = (at + 1) & self.mask;
+        }
+    }
+
+    /// Fills the table with the linked clusters of owned `v`.
+    fn fill(&mut self, g: &LocalGraph, label: &[u64], v: usize) {
+        self.start((g.xadj[v + 1] - g.xadj[v]) as usize);
+        for (u, w) in g.edges(v) {
+            self.add(label[u], w);
         }
     }
 
@@ -450,31 +463,7 @@ fn contract<E: Exchange>(
     let mut acc = Compacting::default();
     for r in 0..rounds as usize {
         let range = chunks.get(r).cloned().unwrap_or(0..0);
-        let mut pairs: Vec<(u64, u64, u64)> = range
-            .into_par_iter()
-            .flat_map_iter(|v| {
-                let c = all[v];
-                g.edges(v)
-                    .filter(move |&(u, _)| all[u] != c)
-                    .map(move |(u, w)| (c, all[u], w))
-            })
-            .collect();
-        pairs.par_sort_unstable_by_key(|p| (p.0, p.1));
-        let (mut rows, mut dest) = (Vec::new(), Vec::new());
-        for (i, &(c, d, w)) in pairs.iter().enumerate() {
-            if i > 0 && (pairs[i - 1].0, pairs[i - 1].1) == (c, d) {
-                // Summed below, with the previous row.
-                let last = rows.len() - 1;
-                rows[last] += w;
-                continue;
-            }
-            let (o, l) = owners
-                .find(c)
-                .ok_or_else(|| stage(format!("coarse vertex {c} has no owner")))?;
-            rows.extend([l, d, w]);
-            dest.push(o);
-        }
-        drop(pairs);
+        let (rows, dest) = coarse_edges(g, all, &owners, range)?;
         let send = Buckets::by_destination(&rows, 3, &dest, world)?;
         drop(rows);
         for row in ex.alltoallv(&send)?.data().chunks_exact(3) {
@@ -487,12 +476,53 @@ fn contract<E: Exchange>(
         }
         acc.maybe_compact(true);
     }
+    // The table may have grown to a round's entries: give it back.
+    LINKS.with(|l| l.take());
     super::log_memory(rank, "contraction received");
     let (xadj, nbrs, w) = acc.finish(n_coarse);
     let mut coarse = graph::assemble(ex, owners, n_coarse, xadj, nbrs, w)?;
     coarse.vwgt = vwgt;
     coarse.ncon = ncon;
     Ok(coarse)
+}
+
+/// The coarse edges of the owned vertices in `range`: the members of one
+/// coarse vertex summed in a table (no sort of the entries), inner edges
+/// dropped; rows `[local index at its owner, coarse neighbour, weight]`
+/// and the owner of each.
+fn coarse_edges(
+    g: &LocalGraph,
+    all: &[u64],
+    owners: &Owners,
+    range: std::ops::Range<usize>,
+) -> Result<(Vec<u64>, Vec<u32>)> {
+    let mut members: Vec<(u64, usize)> = range.map(|v| (all[v], v)).collect();
+    members.sort_unstable();
+    let (mut rows, mut dest) = (Vec::new(), Vec::new());
+    LINKS.with(|t| {
+        let mut t = t.borrow_mut();
+        for group in members.chunk_by(|a, b| a.0 == b.0) {
+            let c = group[0].0;
+            let entries: u64 = group.iter().map(|&(_, v)| g.xadj[v + 1] - g.xadj[v]).sum();
+            t.start(entries as usize);
+            for &(_, v) in group {
+                for (u, w) in g.edges(v) {
+                    if all[u] != c {
+                        t.add(all[u], w);
+                    }
+                }
+            }
+            let (o, l) = owners
+                .find(c)
+                .ok_or_else(|| stage(format!("coarse vertex {c} has no owner")))?;
+            for (d, w) in t.iter() {
+                rows.extend([l, d, w]);
+                dest.push(o);
+            }
+            t.clear();
+        }
+        Ok((rows, dest))
+    })
 }
 
 /// Ranges of owned vertices with about `limit` edges each (at least one
@@ -542,4 +572,46 @@ fn coarse_weights<E: Exchange>(
             .for_each(|(s, &x)| *s += x as i64);
     }
     Ok(vwgt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Repeated keys are summed, each key listed once in first-touch
+    /// order, and a cleared table (even readied smaller) starts empty.
+    #[test]
+    fn links_table_sums_by_key_and_clears() {
+        let mut t = Links::default();
+        t.start(1000);
+        for k in 0..1000u64 {
+            t.add(k * 7919, 1);
+            t.add((k % 10) * 7919, 2);
+        }
+        let got: Vec<(u64, u64)> = t.iter().collect();
+        assert_eq!(got.len(), 1000);
+        assert_eq!(got[3], (3 * 7919, 1 + 2 * 100));
+        assert_eq!(got[999], (999 * 7919, 1));
+        t.clear();
+        t.start(2);
+        t.add(5, 1);
+        t.add(1 << 40, 4);
+        t.add(5, 2);
+        assert_eq!(t.iter().collect::<Vec<_>>(), [(5, 3), (1 << 40, 4)]);
+    }
+
+    /// The best allowed cluster wins, ties go to the lower label, and the
+    /// connection to the own cluster is reported even when not allowed.
+    #[test]
+    fn rate_picks_heaviest_allowed_lowest_label() {
+        let mut t = Links::default();
+        t.start(4);
+        for (k, w) in [(9u64, 3u64), (4, 3), (7, 5), (2, 1)] {
+            t.add(k, w);
+        }
+        assert_eq!(rate(&t, 2, |_| true), (Some((7, 5)), 1));
+        assert_eq!(rate(&t, 7, |x| x != 7), (Some((4, 3)), 5));
+        assert_eq!(rate(&t, 1, |x| x == 2), (Some((2, 1)), 0));
+        assert_eq!(rate(&t, 1, |_| false), (None, 0));
+    }
 }

@@ -46,19 +46,29 @@ pub fn edges_to_owners<E: Exchange>(
     let round = round.max(1);
     let chunks = src.len().div_ceil(round);
     let rounds = ex.all_max(chunks as u64)?;
+    // What was received is kept for the next round to receive into (fresh
+    // pages cost a fault each); the send buffer is not, so that it is gone
+    // while the rows are placed into `out`, whose pages fill only then.
+    let mut recv_buf = Vec::new();
     for i in 0..rounds as usize {
         // Backwards: chunk `chunks - 1` first, so the lists only shrink.
         let lo = chunks.checked_sub(i + 1).map_or(src.len(), |c| c * round);
-        let rows: Vec<u64> = (lo..src.len())
-            .flat_map(|j| [first + j as u64, src[j], dst[j]])
-            .collect();
-        let send = Buckets::by_destination(&rows, 3, &dest[lo..src.len()], ex.size())?;
-        drop(rows);
-        let got = ex.alltoallv(&send)?;
+        let send = Buckets::by_destination_with(
+            3,
+            &dest[lo..src.len()],
+            ex.size(),
+            Vec::new(),
+            |k, row| {
+                let j = lo + k;
+                row.copy_from_slice(&[first + j as u64, src[j], dst[j]]);
+            },
+        )?;
+        let got = ex.alltoallv_into(&send, recv_buf)?;
         drop(send);
         for (r, piece) in got.parts().enumerate() {
             place(&mut out, piece, r, start[r], &mut end[r])?;
         }
+        recv_buf = got.into_data();
         for list in [&mut src, &mut dst] {
             list.truncate(lo);
             list.shrink_to_fit();

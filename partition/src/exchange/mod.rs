@@ -74,6 +74,12 @@ pub trait Exchange {
     /// Sends bucket `j` of `send` to rank `j`; returns what every rank sent
     /// to this one, bucket `i` from rank `i`.
     fn alltoallv<T: Elem>(&self, send: &Buckets<T>) -> Result<Buckets<T>>;
+    /// [`Self::alltoallv`] receiving into `buf`'s storage (its contents are
+    /// dropped), for rounds that reuse one buffer.
+    fn alltoallv_into<T: Elem>(&self, send: &Buckets<T>, buf: Vec<T>) -> Result<Buckets<T>> {
+        drop(buf);
+        self.alltoallv(send)
+    }
     /// Data-moving calls issued so far into the transport (MPI calls; 0 for
     /// [`Single`]), for logs and for tests of the chunking.
     fn transfers(&self) -> u64 {
@@ -145,6 +151,21 @@ impl<T: Copy + Default> Buckets<T> {
                 dest.len()
             )));
         }
+        Self::by_destination_with(row_len, dest, num_buckets, Vec::new(), |r, out| {
+            out.copy_from_slice(&rows[r * row_len..(r + 1) * row_len])
+        })
+    }
+
+    /// As [`Self::by_destination`], row `r` written by `row(r, slot)` straight
+    /// into its bucket (no list of rows first), in `buf`'s storage: a
+    /// buffer reused round after round costs no fresh pages.
+    pub fn by_destination_with(
+        row_len: usize,
+        dest: &[u32],
+        num_buckets: u32,
+        mut buf: Vec<T>,
+        mut row: impl FnMut(usize, &mut [T]),
+    ) -> Result<Self> {
         let mut counts = vec![0u64; num_buckets as usize];
         for (r, &d) in dest.iter().enumerate() {
             let c = counts.get_mut(d as usize).ok_or_else(|| {
@@ -155,13 +176,60 @@ impl<T: Copy + Default> Buckets<T> {
             *c += row_len as u64;
         }
         let mut next = plan::offsets(&counts);
-        let mut data = vec![T::default(); rows.len()];
-        for (row, &d) in rows.chunks_exact(row_len).zip(dest) {
+        buf.clear();
+        buf.resize(dest.len() * row_len, T::default());
+        for (r, &d) in dest.iter().enumerate() {
             let at = next[d as usize] as usize;
-            data[at..at + row_len].copy_from_slice(row);
+            row(r, &mut buf[at..at + row_len]);
             next[d as usize] += row_len as u64;
         }
-        Ok(Buckets { data, counts })
+        Ok(Buckets { data: buf, counts })
+    }
+}
+
+/// The buffers of a sequence of alltoallv rounds, kept from one round to
+/// the next: a fresh buffer costs a page fault per 4 KiB in every round,
+/// which on a loaded machine was a tenth of a rank's time.
+#[derive(Debug, Default)]
+pub struct RoundBuffers<T> {
+    /// This round's rows, filled by the caller (`row_len` elements each).
+    pub rows: Vec<T>,
+    /// The rank each row goes to.
+    pub dest: Vec<u32>,
+    send: Vec<T>,
+    recv: Vec<T>,
+}
+
+impl<T: Elem> RoundBuffers<T> {
+    /// Sends the round's rows to their ranks and returns what this rank
+    /// received; `rows` and `dest` are emptied for the next round. Give
+    /// the result back with [`Self::recycle`].
+    pub fn exchange<E: Exchange>(&mut self, ex: &E, row_len: usize) -> Result<Buckets<T>> {
+        if row_len == 0 || self.rows.len() != self.dest.len() * row_len {
+            return Err(exchange_error(format!(
+                "{} elements are not {} rows of {row_len}",
+                self.rows.len(),
+                self.dest.len()
+            )));
+        }
+        let rows = &self.rows;
+        let send = Buckets::by_destination_with(
+            row_len,
+            &self.dest,
+            ex.size(),
+            std::mem::take(&mut self.send),
+            |r, out| out.copy_from_slice(&rows[r * row_len..(r + 1) * row_len]),
+        )?;
+        self.rows.clear();
+        self.dest.clear();
+        let got = ex.alltoallv_into(&send, std::mem::take(&mut self.recv));
+        self.send = send.into_data();
+        got
+    }
+
+    /// A received round's storage, for the next round to receive into.
+    pub fn recycle(&mut self, got: Buckets<T>) {
+        self.recv = got.into_data();
     }
 }
 

@@ -249,6 +249,10 @@ impl Exchange for MpiExchange {
     }
 
     fn alltoallv<T: Elem>(&self, send: &Buckets<T>) -> Result<Buckets<T>> {
+        self.alltoallv_into(send, Vec::new())
+    }
+
+    fn alltoallv_into<T: Elem>(&self, send: &Buckets<T>, mut out: Vec<T>) -> Result<Buckets<T>> {
         check_buckets(send, self.size)?;
         let to_others: u64 = send.counts().iter().sum::<u64>() - send.counts()[self.rank as usize];
         self.sent::<T>(to_others, 1);
@@ -260,7 +264,13 @@ impl Exchange for MpiExchange {
         let largest = send.counts().iter().copied().max().unwrap_or(0);
         // Every rank must take the same path: agree on it.
         let agreed = self.allgather(&[u64::from(fits), largest])?;
-        let mut out = vec![T::default(); recv_sum as usize];
+        if out.capacity() < recv_sum as usize {
+            // Zeroed fresh (calloc: pages are mapped as they are written).
+            out = vec![T::default(); recv_sum as usize];
+        } else {
+            out.clear();
+            out.resize(recv_sum as usize, T::default());
+        }
         if agreed.chunks(2).all(|c| c[0] == 1) {
             let sl = Layout::of(send.counts(), self.max_count())?;
             let rl = Layout::of(&recv_totals, self.max_count())?;

@@ -10,7 +10,7 @@
 use rayon::prelude::*;
 
 use super::stage;
-use crate::exchange::{Buckets, Exchange};
+use crate::exchange::{Buckets, Exchange, RoundBuffers};
 use crate::input::Share;
 use crate::Result;
 
@@ -221,13 +221,23 @@ pub fn build<E: Exchange>(
     let t0 = std::time::Instant::now();
     let (mut deg, mut indeg) = (vec![0u64; n_own], vec![0i64; n_own]);
     let mut cursor = EdgeCursor::default();
+    let mut bufs = RoundBuffers::default();
     for _ in 0..rounds {
-        let got = send_round(ex, share, &owners, &mut cursor, round_edges, false)?;
+        let got = send_round(
+            ex,
+            share,
+            &owners,
+            &mut cursor,
+            round_edges,
+            false,
+            &mut bufs,
+        )?;
         for &r in got.data() {
             let local = owned_index(r & LOCAL, n_own, rank)?;
             indeg[local] += i64::from(r & IN_EDGE != 0);
             deg[local] += u64::from(r & LOOP == 0);
         }
+        bufs.recycle(got);
     }
     tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "degrees counted");
     let mut xadj = Vec::with_capacity(n_own + 1);
@@ -239,7 +249,15 @@ pub fn build<E: Exchange>(
     let mut nbrs = vec![0u64; xadj[n_own] as usize];
     let mut cursor = EdgeCursor::default();
     for _ in 0..rounds {
-        let got = send_round(ex, share, &owners, &mut cursor, round_edges, true)?;
+        let got = send_round(
+            ex,
+            share,
+            &owners,
+            &mut cursor,
+            round_edges,
+            true,
+            &mut bufs,
+        )?;
         for r in got.data().chunks_exact(2) {
             let local = owned_index(r[0], n_own, rank)?;
             let at = fill[local];
@@ -251,8 +269,9 @@ pub fn build<E: Exchange>(
             nbrs[at as usize] = r[1];
             fill[local] += 1;
         }
+        bufs.recycle(got);
     }
-    drop(fill);
+    drop((fill, bufs));
     tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "neighbours placed");
     sort_dedup(&mut xadj, &mut nbrs);
     tracing::debug!(rank, secs = t0.elapsed().as_secs_f64(), "rows deduplicated");
@@ -284,10 +303,11 @@ fn send_round<E: Exchange>(
     cursor: &mut EdgeCursor,
     n: u64,
     pairs: bool,
+    bufs: &mut RoundBuffers<u64>,
 ) -> Result<Buckets<u64>> {
     let g = &share.graph;
     let offs = g.node_offsets();
-    let (mut rows, mut dest) = (Vec::new(), Vec::new());
+    let (rows, dest) = (&mut bufs.rows, &mut bufs.dest);
     cursor.take(g, n, |e, s, d| {
         let ty = &g.etypes[e];
         let (s, d) = (offs[ty.src_type] + s, offs[ty.dst_type] + d);
@@ -314,9 +334,7 @@ fn send_round<E: Exchange>(
         }
         Ok(())
     })?;
-    let send = Buckets::by_destination(&rows, if pairs { 2 } else { 1 }, &dest, ex.size())?;
-    drop((rows, dest));
-    ex.alltoallv(&send)
+    bufs.exchange(ex, if pairs { 2 } else { 1 })
 }
 
 /// Sorts every row of `nbrs` in place, drops repeats and closes the gaps,

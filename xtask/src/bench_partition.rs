@@ -582,6 +582,9 @@ fn last_json(text: &str) -> Option<Value> {
 /// its whole process tree.
 fn measure(tool: &'static str, cmd: &mut Command, args: &PartitionArgs) -> Result<Measured> {
     let timeout = args.timeout;
+    // The tool before wrote its parts: flushed now, its writeback is not
+    // charged to this one (the tools run in a fixed order).
+    let _ = Command::new("sync").status();
     let started = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -598,8 +601,9 @@ fn measure(tool: &'static str, cmd: &mut Command, args: &PartitionArgs) -> Resul
     let sampler = {
         let (peak, stop) = (peak.clone(), stop.clone());
         std::thread::spawn(move || {
+            let mut tree = TreeSampler::new(pid);
             while !stop.load(Ordering::Relaxed) {
-                peak.fetch_max(tree_rss(pid), Ordering::Relaxed);
+                peak.fetch_max(tree.sample(), Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(20));
             }
         })
@@ -713,13 +717,52 @@ fn tail(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Sum of VmRSS (bytes) of `root` and every descendant.
-fn tree_rss(root: u32) -> u64 {
+/// The peak of the summed VmRSS of a process tree. Walking all of /proc
+/// every 20 ms took a few percent of a CPU from the tool measured (most
+/// from the one that keeps both cores busy), so the tree is found again
+/// only every half second and its known members are read in between.
+struct TreeSampler {
+    root: u32,
+    members: Vec<u32>,
+    found: Option<Instant>,
+}
+
+impl TreeSampler {
+    fn new(root: u32) -> Self {
+        TreeSampler {
+            root,
+            members: vec![root],
+            found: None,
+        }
+    }
+
+    fn sample(&mut self) -> u64 {
+        if self
+            .found
+            .is_none_or(|t| t.elapsed() > Duration::from_millis(500))
+        {
+            self.members = tree_members(self.root);
+            self.found = Some(Instant::now());
+        }
+        self.members
+            .iter()
+            .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+            .map(|status| status_kib(&status, "VmRSS:").unwrap_or(0) * 1024)
+            .sum()
+    }
+}
+
+fn status_kib(status: &str, key: &str) -> Option<u64> {
+    let v = status.lines().find_map(|l| l.strip_prefix(key))?;
+    v.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
+/// `root` and every descendant.
+fn tree_members(root: u32) -> Vec<u32> {
     let Ok(dir) = std::fs::read_dir("/proc") else {
-        return 0;
+        return vec![root];
     };
     let mut parent = std::collections::HashMap::new();
-    let mut rss = std::collections::HashMap::new();
     for e in dir.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
@@ -727,18 +770,12 @@ fn tree_rss(root: u32) -> u64 {
         let Ok(status) = std::fs::read_to_string(e.path().join("status")) else {
             continue;
         };
-        for line in status.lines() {
-            if let Some(v) = line.strip_prefix("PPid:") {
-                parent.insert(pid, v.trim().parse::<u32>().unwrap_or(0));
-            } else if let Some(v) = line.strip_prefix("VmRSS:") {
-                let kb = v
-                    .trim()
-                    .trim_end_matches("kB")
-                    .trim()
-                    .parse::<u64>()
-                    .unwrap_or(0);
-                rss.insert(pid, kb * 1024);
-            }
+        if let Some(pp) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|v| v.trim().parse::<u32>().ok())
+        {
+            parent.insert(pid, pp);
         }
     }
     let in_tree = |mut p: u32| {
@@ -753,10 +790,7 @@ fn tree_rss(root: u32) -> u64 {
         }
         false
     };
-    rss.iter()
-        .filter(|(p, _)| in_tree(**p))
-        .map(|(_, r)| r)
-        .sum()
+    parent.keys().copied().filter(|&p| in_tree(p)).collect()
 }
 
 fn print_table(args: &PartitionArgs, rows: &[Row]) {

@@ -104,6 +104,7 @@ pub fn refine<E: Exchange>(
         let mut bal = Balance::global(ex, g, &parts[..g.n_own], k, ub)?.local(ranks);
         sync_ghosts(ex, g, parts)?;
         let moved = ex.all_sum(refine_round(g, parts, &mut bal, round % 2 == 0) as u64)?;
+        tracing::debug!(n = n_global, round, moved, "refine round");
         if round % 2 == 1 && moved <= n_global / 1000 {
             break;
         }

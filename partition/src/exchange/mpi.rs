@@ -256,26 +256,14 @@ impl Exchange for MpiExchange {
         check_buckets(send, self.size)?;
         let to_others: u64 = send.counts().iter().sum::<u64>() - send.counts()[self.rank as usize];
         self.sent::<T>(to_others, 1);
-        // One collective tells every rank what it receives from each and
-        // every rank's send total and largest bucket, so that all take the
-        // same path without a second one: a single call when the whole
-        // exchange fits the count limit (then every receive does too).
-        let (world, my_total) = (self.size as usize, send.data().len() as u64);
-        let largest = send.counts().iter().copied().max().unwrap_or(0);
-        let header: Vec<u64> = send
-            .counts()
-            .iter()
-            .flat_map(|&c| [c, my_total, largest])
-            .collect();
-        let mut got = vec![0u64; 3 * world];
-        self.world.all_to_all_into(&header[..], &mut got[..]);
-        let recv_totals: Vec<u64> = got.chunks_exact(3).map(|h| h[0]).collect();
+        let mut recv_totals = vec![0u64; self.size as usize];
+        self.world
+            .all_to_all_into(send.counts(), &mut recv_totals[..]);
         let recv_sum: u64 = recv_totals.iter().sum();
-        let all_sent = got
-            .chunks_exact(3)
-            .try_fold(0u64, |s, h| s.checked_add(h[1]));
-        let fits = all_sent.is_some_and(|n| n <= self.max_count());
-        let largest = got.chunks_exact(3).map(|h| h[2]).max().unwrap_or(0);
+        let fits = send.data().len() as u64 <= self.max_count() && recv_sum <= self.max_count();
+        let largest = send.counts().iter().copied().max().unwrap_or(0);
+        // Every rank must take the same path: agree on it.
+        let agreed = self.allgather(&[u64::from(fits), largest])?;
         if out.capacity() < recv_sum as usize {
             // Zeroed fresh (calloc: pages are mapped as they are written).
             out = vec![T::default(); recv_sum as usize];
@@ -283,7 +271,7 @@ impl Exchange for MpiExchange {
             out.clear();
             out.resize(recv_sum as usize, T::default());
         }
-        if fits {
+        if agreed.chunks(2).all(|c| c[0] == 1) {
             let sl = Layout::of(send.counts(), self.max_count())?;
             let rl = Layout::of(&recv_totals, self.max_count())?;
             let (spare, mut rspare) = ([T::default()], [T::default()]);
@@ -297,6 +285,7 @@ impl Exchange for MpiExchange {
             );
             self.moved();
         } else {
+            let largest = agreed.chunks(2).map(|c| c[1]).max().unwrap_or(0);
             self.alltoallv_rounds(send, &recv_totals, largest, &mut out)?;
         }
         Buckets::new(out, recv_totals)

@@ -75,7 +75,8 @@ enum Cmd {
     /// Only build (or verify the cache of) the binaries; print paths and versions.
     ///
     /// Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler,
-    /// kubelet, kube-proxy), etcd and kwok/kwokctl, from the Go module proxy.
+    /// kubelet, kube-proxy), etcd and kwok/kwokctl, and SeaweedFS's weed (the
+    /// object-storage tests' S3 server), from the Go module proxy.
     Build {
         /// Parallel Go compile jobs (`go build -p`); default: number of CPUs.
         #[arg(long)]
@@ -251,6 +252,12 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
             let bins = tokio::task::spawn_blocking(move || localkube::ensure_kwok(&opts))
                 .await
                 .context("build task")??;
+            // The S3 server of the object-storage tests.
+            let weed = tokio::task::spawn_blocking(|| {
+                localkube::ensure_tool(localkube::GoTool::SeaweedFs)
+            })
+            .await
+            .context("build task")??;
             eprintln!(
                 "binaries ready in {:.1}s (Kubernetes {}, etcd {}, kwok {})",
                 started.elapsed().as_secs_f64(),
@@ -266,6 +273,12 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
                 };
                 println!("{name:<24}{version:<10}{}", path.display());
             }
+            println!(
+                "{:<24}{:<10}{}",
+                "weed (SeaweedFS)",
+                localkube::SEAWEEDFS_VERSION,
+                weed.display()
+            );
         }
     }
     Ok(())

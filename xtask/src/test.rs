@@ -164,12 +164,15 @@ pub fn run(args: Args) -> Result<()> {
     // The venv is mostly downloads and unpacking, the Kubernetes build is
     // CPU: cold, they overlap (about 5 min saved on 2 cores).
     let t = step(
-        "Python venv with DGL 2.1.0 + torch 2.2.1 (+ the training image's python-env), Kueue's manager, and Kubernetes/etcd binaries \
+        "Python venv with DGL 2.1.0 + torch 2.2.1 (+ the training image's python-env), Kueue's manager, SeaweedFS, and Kubernetes/etcd binaries \
          + the test control plane (all cached)",
     );
     let venv = std::thread::spawn(move || {
         // Kueue's manager (a Go build, cached) for operator/tests/kueue.rs.
         let kueue = std::thread::spawn(crate::stack::kueue::ensure_binary);
+        // SeaweedFS's weed (a Go build, cached): the S3 server of
+        // partition/tests/object_store.rs, which fails without it.
+        let weed = std::thread::spawn(|| localkube::ensure_tool(localkube::GoTool::SeaweedFs));
         let python = crate::pyenv::ensure_venv(&repo_root())?;
         // GraphStorm's thin layer on it (dglrun/tests/graphstorm.rs).
         let graphstorm = crate::graphstorm_env::ensure(&repo_root(), &python)?;
@@ -183,27 +186,33 @@ pub fn run(args: Args) -> Result<()> {
             .join()
             .map_err(|_| anyhow::anyhow!("the Kueue build thread panicked"))?
             .context("building Kueue's manager")?;
-        anyhow::Ok((python, graphstorm, kueue))
+        let weed = weed
+            .join()
+            .map_err(|_| anyhow::anyhow!("the SeaweedFS build thread panicked"))?
+            .context("building SeaweedFS (weed)")?;
+        anyhow::Ok((python, graphstorm, kueue, weed))
     });
     let rt = tokio::runtime::Runtime::new()?;
     let info = rt
         .block_on(localkube::ensure_cluster())
         .context("starting the test control plane");
-    let (python, graphstorm, kueue) = venv
+    let (python, graphstorm, kueue, weed) = venv
         .join()
         .map_err(|_| anyhow::anyhow!("the venv thread panicked"))??;
     let info = info?;
     println!("    python: {}", python.display());
     println!("    graphstorm python: {}", graphstorm.display());
     println!("    kueue: {}", kueue.display());
+    println!("    weed (SeaweedFS): {}", weed.display());
     println!("    kubeconfig: {}", info.kubeconfig.display());
     done(t);
 
     let (build_args, test_args) = split_test_args(&args.cargo_test_args);
-    let envs: [(&str, &Path); 3] = [
+    let envs: [(&str, &Path); 4] = [
         ("DGLRUN_TEST_PYTHON", &python),
         ("DGLRUN_TEST_GRAPHSTORM_PYTHON", &graphstorm),
         ("DGL_OPERATOR_KUEUE_BIN", &kueue),
+        (localkube::s3::WEED_BIN_ENV, &weed),
     ];
     let e2e_args = crate::e2e::Args {
         name: crate::stack::DEFAULT_CLUSTER.into(),

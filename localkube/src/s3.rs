@@ -85,13 +85,28 @@ impl S3Server {
     /// Starts the server; `buckets` are the test buckets the reader may
     /// read (they are created by the first [`S3Server::put`] into them).
     pub fn start(buckets: &[&str]) -> Result<S3Server> {
+        // A free port can be taken between its pick and weed's bind: a
+        // start that fails so is tried again on other ports.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match S3Server::start_once(buckets) {
+                Err(Error::Invalid(m)) if attempt < 3 && m.contains("address already in use") => {
+                    continue
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn start_once(buckets: &[&str]) -> Result<S3Server> {
         let weed = weed_binary()?;
         let dir = std::env::temp_dir().join(format!("localkube-s3-{}", unique()));
         util::create_dir_all(&dir.join("data"))?;
         let ids = [identity("admin"), identity("reader"), identity("outsider")];
         let config = identities_json(&ids, buckets);
         util::write_atomic(&dir.join("s3.json"), config.as_bytes(), 0o600)?;
-        let ports: Vec<u16> = (0..8).map(|_| free_port()).collect::<Result<_>>()?;
+        let ports = free_ports(8)?;
         let log = std::fs::File::create(dir.join("weed.log"))
             .map_err(Error::io("creating", &dir.join("weed.log")))?;
         let log2 = log
@@ -219,8 +234,11 @@ impl S3Server {
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.join("weed.log")).unwrap_or_default();
+                // The fatal line, before Go's goroutine dump.
+                let fatal = log.lines().find(|l| l.starts_with('F')).unwrap_or("");
                 return Err(Error::Invalid(format!(
-                    "weed server exited ({status}) before S3 answered; its log:\n{}",
+                    "weed server exited ({status}) before S3 answered: {fatal}; its log:\n{}",
                     self.log_tail(30)
                 )));
             }
@@ -331,12 +349,21 @@ fn unique() -> String {
     )
 }
 
-fn free_port() -> Result<u16> {
-    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .map_err(Error::io("binding a free port", Path::new("127.0.0.1")))?;
-    l.local_addr()
-        .map(|a| a.port())
-        .map_err(Error::io("reading a port", Path::new("127.0.0.1")))
+/// `n` distinct free ports (all held until every one is picked).
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| {
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .map_err(Error::io("binding a free port", Path::new("127.0.0.1")))
+        })
+        .collect::<Result<_>>()?;
+    held.iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(Error::io("reading a port", Path::new("127.0.0.1")))
+        })
+        .collect()
 }
 
 /// Every regular file under `dir`, sorted.

@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use super::csv::{self, Ends, Pairs};
 use super::limits::{self, quoted};
 use super::metadata::{self, DataMeta, EdgeMeta, FileFormat, Metadata};
-use super::{npy, parquet, split_even, Share};
+use super::{npy, parquet, split_even, store, Share};
 use crate::model::{EdgeType, InputGraph, NodeType, Tensor};
 use crate::{Error, Result};
 
@@ -178,7 +178,10 @@ fn missing(path: &Path, what: String) -> impl Fn(std::io::Error) -> Error + '_ {
         ErrorKind::NotFound => Error::input(
             path,
             "",
-            format!("missing: metadata.json lists it as {what}"),
+            format!(
+                "missing: metadata.json lists it as {what}{}",
+                store::detail(path, &e)
+            ),
         ),
         _ => Error::io(path, e),
     }
@@ -188,10 +191,10 @@ fn missing(path: &Path, what: String) -> impl Fn(std::io::Error) -> Error + '_ {
 fn rows_of(et: &EdgeMeta, k: usize) -> Result<u64> {
     let path = &et.files[k];
     let what = format!("chunk {k} of edges.{}", limits::safe(&et.name));
-    std::fs::metadata(path).map_err(missing(path, what))?;
+    store::len(path).map_err(missing(path, what))?;
     match et.format {
         FileFormat::Csv { .. } => Ok(csv::count_rows(
-            &std::fs::read(path).map_err(|e| Error::io(path, e))?,
+            &store::read(path).map_err(|e| Error::io(path, e))?,
         )),
         FileFormat::Parquet => parquet::count_rows(path),
         FileFormat::Numpy => Ok(npy::read_header(path)?.rows()),
@@ -204,15 +207,15 @@ fn read_chunk(et: &EdgeMeta, e: usize, k: usize, ends: &Ends) -> Result<Pairs> {
     let what = format!("chunk {k} of edges.{}", limits::safe(&et.name));
     let pairs = match et.format {
         FileFormat::Csv { delimiter } => {
-            let bytes = std::fs::read(path).map_err(missing(path, what))?;
+            let bytes = store::read(path).map_err(missing(path, what))?;
             csv::parse_edges(&bytes, delimiter, path, ends)?
         }
         FileFormat::Parquet => {
-            std::fs::metadata(path).map_err(missing(path, what))?;
+            store::len(path).map_err(missing(path, what))?;
             parquet::read_edges(path, k, ends)?
         }
         FileFormat::Numpy => {
-            std::fs::metadata(path).map_err(missing(path, what))?;
+            store::len(path).map_err(missing(path, what))?;
             read_npy_edges(path, k, ends)?
         }
     };
@@ -323,7 +326,7 @@ fn read_feature(
         .par_iter()
         .enumerate()
         .map(|(k, path)| {
-            std::fs::metadata(path).map_err(missing(path, format!("chunk {k} of {}", d.key)))?;
+            store::len(path).map_err(missing(path, format!("chunk {k} of {}", d.key)))?;
             npy::read_header(path)
         })
         .collect::<Result<_>>()?;

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::limits::{self, kind, quoted, safe};
+use super::store;
 use crate::{Error, Result};
 
 /// How a data file is stored.
@@ -89,13 +90,14 @@ pub(crate) struct Metadata {
 /// Reads and checks `path`; unless `anywhere`, every file it lists must
 /// be in its folder.
 pub(crate) fn load(path: &Path, anywhere: bool) -> Result<Metadata> {
-    let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let text = store::read(path).map_err(|e| Error::io(path, e))?;
     let root: Value = serde_json::from_slice(&text).map_err(|e| json_error(path, &e))?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let confined = if anywhere {
+    // An object's listed files are checked by key (`store::place`).
+    let confined = if anywhere || store::is_object(path) {
         None
     } else {
         Some(dir.canonicalize().map_err(|e| Error::io(dir, e))?)
@@ -104,6 +106,7 @@ pub(crate) fn load(path: &Path, anywhere: bool) -> Result<Metadata> {
         path,
         dir,
         confined,
+        anywhere,
     };
     let root = j.object(&root, "the top level")?;
     let ntypes = j.strings(j.key(root, "node_type")?, "node_type")?;
@@ -174,6 +177,7 @@ struct Json<'a> {
     /// The folder every listed file must be in (canonical), unless the
     /// input may be anywhere.
     confined: Option<PathBuf>,
+    anywhere: bool,
 }
 
 impl<'a> Json<'a> {
@@ -411,6 +415,12 @@ impl<'a> Json<'a> {
     /// with `..`, an absolute path out of the folder or a symlink leading
     /// out of it is refused (the message does not repeat the path).
     fn place(&self, f: &str, key: &str) -> Result<PathBuf> {
+        if store::is_object(self.path) {
+            return store::place(self.dir, f, self.anywhere).map_err(|why| {
+                let m = format!("{why}; expected a key below metadata.json's prefix");
+                self.err(key, m)
+            });
+        }
         let path = self.dir.join(f);
         let Some(root) = &self.confined else {
             return Ok(path);

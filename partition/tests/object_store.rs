@@ -302,7 +302,15 @@ fn storage_faults(s3: &S3Server, tmp: &Path) {
     assert!(text.contains("input fetched from object storage"), "{text}");
     no_secret(&text, "success");
 
-    let cases: [(&str, String, &Credentials, Option<&str>, &[&str]); 4] = [
+    // (case, input, identity, secret instead of its own, what it says)
+    type Fault<'a> = (
+        &'a str,
+        String,
+        &'a Credentials,
+        Option<&'a str>,
+        &'a [&'a str],
+    );
+    let cases: [Fault; 4] = [
         (
             "missing metadata.json",
             format!("s3://{BUCKET}/faults/nothing-here/metadata.json"),

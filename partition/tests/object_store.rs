@@ -14,7 +14,7 @@
 //! - the storage faults: a missing object, access denied, a wrong secret
 //!   key, each named `s3://bucket/key` with the server's reason, through the
 //!   `dgl-partition rank` binary as a worker runs it; its error and its
-//!   logs (RUST_LOG=debug) never hold the access key or the secret.
+//!   logs (RUST_LOG=trace) never hold the access key or the secret.
 //!
 //! One test function: one server for every step, killed when it ends.
 
@@ -230,7 +230,7 @@ fn hostile_header(s3: &S3Server, tmp: &Path) {
 }
 
 /// `dgl-partition rank` of `url` as `who` (secret replaced by `secret`
-/// when given), logs at debug; its exit status and all its output.
+/// when given), logs at trace; its exit status and all its output.
 fn rank_binary(
     s3: &S3Server,
     url: &str,
@@ -253,7 +253,7 @@ fn rank_binary(
     .arg("--workspace")
     .arg(out.path())
     .env_remove("DGL_OPERATOR_WORKER_INDEX")
-    .env("RUST_LOG", "debug");
+    .env("RUST_LOG", "trace");
     for (k, v) in s3.env(who) {
         cmd.env(k, v);
     }
@@ -300,6 +300,12 @@ fn storage_faults(s3: &S3Server, tmp: &Path) {
     let (ok, text) = rank_binary(s3, &url, &s3.reader, None);
     assert!(ok, "the reader partitions the graph:\n{text}");
     assert!(text.contains("input fetched from object storage"), "{text}");
+    // The logs were captured (RUST_LOG=trace: the HTTP client's too).
+    assert!(text.contains("TRACE") && text.contains("INFO"), "{text}");
+    println!(
+        "the reader's run: {} lines of output and logs",
+        text.lines().count()
+    );
     no_secret(&text, "success");
 
     // (case, input, identity, secret instead of its own, what it says)

@@ -179,6 +179,8 @@ impl S3Server {
 
     /// An `object_store` client of `bucket` as `who`, with few retries.
     pub fn store(&self, bucket: &str, who: &Credentials) -> Result<Arc<AmazonS3>> {
+        // reqwest's rustls takes the process default: ring, as kube's.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let retry = RetryConfig {
             max_retries: 2,
             retry_timeout: Duration::from_secs(10),

@@ -222,6 +222,9 @@ fn client(bucket: &str) -> io::Result<Arc<AmazonS3>> {
     if let Some(c) = map.get(&key) {
         return Ok(c.clone());
     }
+    // reqwest's rustls takes the process default provider: ring (the one
+    // kube uses too; an error means one is installed already).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let built = AmazonS3Builder::from_env()
         .with_bucket_name(bucket)
         .with_retry(retry_config())

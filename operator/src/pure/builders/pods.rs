@@ -334,6 +334,7 @@ pub fn worker_pod(job: &DGLJob, index: i32, epoch: i32, cfg: &BuildConfig) -> Po
     );
     let spec = pod.spec.as_mut().expect("base_pod sets a spec");
     add_data_plane(spec);
+    super::placement::add_worker_spread(spec, job);
     if let Some(c) = spec.containers.first_mut() {
         add_port(c, "dgl-server", DGL_SERVER_PORT);
         if !mounts_at(c, "/dev/shm") {

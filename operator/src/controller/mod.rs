@@ -31,7 +31,7 @@ use dgl_api::names::{config_name, LABEL_MANAGED_BY, MANAGED_BY};
 use dgl_api::DGLJob;
 use futures::future;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
@@ -119,6 +119,8 @@ pub struct Context {
     written: Arc<WrittenStatus>,
     /// The Workloads' watch, with `--kueue` (pure::kueue).
     kueue: Option<kueue::Workloads>,
+    /// When each job's token Secret was last known to exist (no watch).
+    secrets: children::SecretsSeen,
 }
 
 /// Label selector of everything the operator owns.
@@ -166,7 +168,7 @@ pub async fn run_reporting(
     let ns = settings.namespace.clone();
     let owned = watcher::Config::default().labels(&managed_selector());
     let network_policy = settings.build.network_policy;
-    let ready = Readiness::new(if network_policy { 7 } else { 6 });
+    let ready = Readiness::new(if network_policy { 6 } else { 5 });
     let r = ready.clone();
     let waiter = tokio::spawn(async move {
         r.wait().await;
@@ -186,8 +188,9 @@ pub async fn run_reporting(
         cache::child_triggers::<ServiceAccount>(&client, &ns, &owned, &children, &ready),
         cache::child_triggers::<Role>(&client, &ns, &owned, &children, &ready),
         cache::child_triggers::<RoleBinding>(&client, &ns, &owned, &children, &ready),
-        // Metadata only: whether the job's Secret exists, and whose it is.
-        cache::child_triggers::<Secret>(&client, &ns, &owned, &children, &ready),
+        // No Secret watch: the operator may not read Secrets (least
+        // privilege); a running job's token Secret is created again on
+        // reconcile (children::ensure_secret, SECRET_RECHECK).
     ];
     if network_policy {
         triggers.push(cache::child_triggers::<NetworkPolicy>(
@@ -232,6 +235,7 @@ pub async fn run_reporting(
         failures: Mutex::default(),
         written,
         kueue,
+        secrets: Default::default(),
     });
 
     Controller::for_stream(jobs, reader)
@@ -371,7 +375,14 @@ async fn reconcile_job(
         g.report(ctx, &key.namespace, &plan.status, &pods, now)
             .await?;
     }
-    Ok(match plan.requeue_after {
+    // Secrets are not watched: an active job comes back at least every
+    // SECRET_RECHECK, so a deleted token Secret is created again.
+    let requeue = match (plan.requeue_after, plan.ensure_children) {
+        (Some(d), true) => Some(d.min(children::SECRET_RECHECK)),
+        (None, true) => Some(children::SECRET_RECHECK),
+        (d, false) => d,
+    };
+    Ok(match requeue {
         Some(d) => Action::requeue(d),
         None => Action::await_change(),
     })

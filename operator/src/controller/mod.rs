@@ -121,6 +121,8 @@ pub struct Context {
     kueue: Option<kueue::Workloads>,
     /// When each job's token Secret was last known to exist (no watch).
     secrets: children::SecretsSeen,
+    /// When each job last had a progress change written (rate limit).
+    progress_writes: status::ProgressWrites,
 }
 
 /// Label selector of everything the operator owns.
@@ -236,6 +238,7 @@ pub async fn run_reporting(
         written,
         kueue,
         secrets: Default::default(),
+        progress_writes: Default::default(),
     });
 
     Controller::for_stream(jobs, reader)
@@ -363,7 +366,8 @@ async fn reconcile_job(
             Ok(())
         }
     };
-    let (children, status) = futures::join!(children, status::write_status(ctx, job, &plan.status));
+    let (status_now, progress_wait) = status::limit_progress(ctx, job, &plan.status);
+    let (children, status) = futures::join!(children, status::write_status(ctx, job, &status_now));
     if let Err(e) = children {
         return fail_if_final(ctx, job, &key, &pods, now, e).await;
     }
@@ -381,6 +385,11 @@ async fn reconcile_job(
         (Some(d), true) => Some(d.min(children::SECRET_RECHECK)),
         (None, true) => Some(children::SECRET_RECHECK),
         (d, false) => d,
+    };
+    // A progress report held back by the rate limit is written when due.
+    let requeue = match (requeue, progress_wait) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     };
     Ok(match requeue {
         Some(d) => Action::requeue(d),

@@ -3,6 +3,9 @@
 //! job watch shows it (an expectation: only this operator writes the status).
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use dgl_api::names::FIELD_MANAGER;
 use dgl_api::{DGLJob, DGLJobStatus};
@@ -82,4 +85,46 @@ pub(super) async fn write_status(
         ctx.written.expect(&uid, (), status);
     }
     Ok(())
+}
+
+/// The least time between two status writes of a job that change only its
+/// progress: the launcher may report as often as it likes, its job's status
+/// is written about once a second (issue #36 item 6).
+pub(super) const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// When each job (by uid) last had a progress change written.
+#[derive(Default)]
+pub struct ProgressWrites(Mutex<HashMap<String, Instant>>);
+
+/// The status to write now, and when to come back: a change of the progress
+/// alone waits until [`PROGRESS_EVERY`] after the job's last one (the status
+/// keeps the progress it has until then); any other change is written at
+/// once, with the progress.
+pub(super) fn limit_progress(
+    ctx: &Context,
+    job: &DGLJob,
+    status: &DGLJobStatus,
+) -> (DGLJobStatus, Option<Duration>) {
+    let current = job.status.clone().unwrap_or_default();
+    if current.progress == status.progress {
+        return (status.clone(), None);
+    }
+    let mut held = status.clone();
+    held.progress = current.progress.clone();
+    let only_progress = held == current;
+    let uid = job.uid().unwrap_or_default();
+    let mut last = ctx.progress_writes.0.lock().expect("not poisoned");
+    if only_progress {
+        if let Some(wait) = last
+            .get(&uid)
+            .and_then(|t| PROGRESS_EVERY.checked_sub(t.elapsed()))
+            .filter(|w| !w.is_zero())
+        {
+            return (held, Some(wait));
+        }
+    }
+    // Bounded: entries older than the interval no longer hold anything back.
+    last.retain(|_, t| t.elapsed() < PROGRESS_EVERY);
+    last.insert(uid, Instant::now());
+    (status.clone(), None)
 }

@@ -37,6 +37,7 @@ fn context(client: Client) -> Context {
         written: Arc::default(),
         kueue: None,
         secrets: Default::default(),
+        progress_writes: Default::default(),
     }
 }
 

@@ -17,8 +17,15 @@ use kube::{Resource, ResourceExt};
 use super::{kube_err, Context, Error};
 use crate::expectations::Expectations;
 
+/// A status this operator wrote, and the job's resourceVersion after it.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Written {
+    status: DGLJobStatus,
+    resource_version: Option<String>,
+}
+
 /// Statuses this operator wrote, by job uid, until the job watch shows them.
-pub(super) type WrittenStatus = Expectations<String, (), DGLJobStatus>;
+pub(super) type WrittenStatus = Expectations<String, (), Written>;
 
 /// Forgets a written status once the job watch shows it (or the job is gone).
 pub(super) fn prune_written(
@@ -34,21 +41,23 @@ pub(super) fn prune_written(
         return;
     };
     let deleted = matches!(ev, watcher::Event::Delete(_));
-    written.remove_if(uid, &(), |status, expired| {
-        deleted || job.status.as_ref() == Some(status) || expired
+    written.remove_if(uid, &(), |w, expired| {
+        deleted || job.status.as_ref() == Some(&w.status) || expired
     });
 }
 
-/// The job with the status this operator last wrote, if the job cache has
-/// not caught up with that write yet.
+/// The job with the status this operator last wrote (and the
+/// resourceVersion that write made), if the job cache has not caught up
+/// with that write yet.
 pub(super) fn with_written_status<'a>(ctx: &Context, job: &'a DGLJob) -> Cow<'a, DGLJob> {
     let Some(uid) = job.uid() else {
         return Cow::Borrowed(job);
     };
     match ctx.written.get(&uid, &()) {
-        Some(status) if job.status.as_ref() != Some(&status) => {
+        Some(w) if job.status.as_ref() != Some(&w.status) => {
             let mut j = job.clone();
-            j.status = Some(status);
+            j.status = Some(w.status);
+            j.metadata.resource_version = w.resource_version;
             Cow::Owned(j)
         }
         _ => Cow::Borrowed(job),
@@ -57,6 +66,12 @@ pub(super) fn with_written_status<'a>(ctx: &Context, job: &'a DGLJob) -> Cow<'a,
 
 /// Writes the job's status unless it is what the job already has, and
 /// remembers the write until the job watch shows it.
+///
+/// The write carries the resourceVersion the status was computed from (a
+/// precondition of the apply): a status computed from a job cache older
+/// than the last write (a restart counted since) is refused with 409
+/// Conflict, and the reconcile is retried from a newer cache, instead of
+/// rolling the status back (issue #36 item 9).
 pub(super) async fn write_status(
     ctx: &Context,
     job: &DGLJob,
@@ -67,11 +82,14 @@ pub(super) async fn write_status(
     }
     let name = job.name_any();
     let ns = job.namespace().ok_or(Error::NoNamespace)?;
-    let patch = serde_json::json!({
+    let mut patch = serde_json::json!({
         "apiVersion": DGLJob::api_version(&()),
         "kind": DGLJob::kind(&()),
         "status": status,
     });
+    if let Some(rv) = job.resource_version() {
+        patch["metadata"] = serde_json::json!({ "resourceVersion": rv });
+    }
     ctx.metrics.status_writes.inc();
     let written = Api::<DGLJob>::namespaced(ctx.client.clone(), &ns)
         .patch_status(
@@ -81,8 +99,13 @@ pub(super) async fn write_status(
         )
         .await
         .map_err(kube_err("write status of", DGLJob::kind(&()), &name))?;
+    let resource_version = written.metadata.resource_version.clone();
     if let (Some(uid), Some(status)) = (job.uid(), written.status) {
-        ctx.written.expect(&uid, (), status);
+        let w = Written {
+            status,
+            resource_version,
+        };
+        ctx.written.expect(&uid, (), w);
     }
     Ok(())
 }

@@ -454,3 +454,5 @@ async fn an_existing_secret_of_the_jobs_name_is_neither_read_nor_rewritten() {
     );
     assert!(requests.contains(&format!("POST /api/v1/namespaces/ns/pods{CREATE}")));
 }
+
+mod stale;

@@ -19,6 +19,12 @@ pub const LABEL_RUN: &str = "dgloperator.io/run";
 /// Annotation on the launcher pod: the training's latest progress report
 /// (`dgl_api::progress::Progress` as JSON), written by the launcher itself.
 pub const ANNOTATION_PROGRESS: &str = "dgloperator.io/progress";
+/// Annotation on a DGLJob: `none` turns off the spread of its workers over
+/// nodes that the operator adds by default (docs/user-guide.md, Placement);
+/// `preferred` (or no annotation) keeps it.
+pub const ANNOTATION_WORKER_SPREAD: &str = "dgloperator.io/worker-spread";
+/// The node label the default worker spread is over.
+pub const TOPOLOGY_HOSTNAME: &str = "kubernetes.io/hostname";
 /// Standard label naming the controller of every child.
 pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// Value of [`LABEL_MANAGED_BY`].

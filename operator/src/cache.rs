@@ -7,8 +7,9 @@
 //!   reconcile only when what the state machine sees changed (not, say, when
 //!   the scheduler binds it). It also holds the job's *expectations*: pods
 //!   this operator created or deleted that the watch has not shown yet.
-//! - [`ChildCache`]: for ConfigMaps, ServiceAccounts, Roles, RoleBindings,
-//!   Secrets and (with `--network-policy`) NetworkPolicies, only the
+//! - [`ChildCache`]: for ConfigMaps, ServiceAccounts, Roles, RoleBindings
+//!   and (with `--network-policy`) NetworkPolicies (not Secrets: the
+//!   operator may not read them), only the
 //!   applied-hash annotation, the controller and (ConfigMap) the run it
 //!   launched, by kind, namespace and name (metadata-only watches), plus
 //!   what this operator wrote and has not seen back yet. A deletion triggers the owner's reconcile, and so

@@ -403,9 +403,9 @@ const TOKEN_KEY_MIN: usize = 32;
 /// Reads the jobs' token key from Secret `ns/name`, creating it (immutable,
 /// 32 random bytes) when absent; a replica that loses the race to create it
 /// reads the winner's.
-/// The jobs' token key, from where the install's RBAC lets the operator
-/// read and create Secrets: the watched namespace of a single-namespace
-/// install, else its own.
+/// The jobs' token key, where the install's RBAC lets the operator create
+/// Secrets and get this one by name: the watched namespace of a
+/// single-namespace install, else its own.
 async fn job_token_key(client: &Client, args: &RunArgs) -> anyhow::Result<TokenKey> {
     let key_ns = args
         .namespace

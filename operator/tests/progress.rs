@@ -11,7 +11,7 @@ use common::Env;
 use dgl_api::progress::{short_duration, Progress};
 use dgl_api::{DGLJob, JobPhase, JobProgress};
 use dglrun::progress::{PodAnnotation, Sink};
-use kube::Client;
+use kube::{Client, ResourceExt};
 
 /// A client acting as `<job>-launcher`'s ServiceAccount, as its pod's token would.
 async fn as_launcher(env: &Env, job: &str) -> Client {
@@ -155,5 +155,101 @@ async fn the_launchers_progress_shows_in_the_status_and_printer_column() {
     assert_eq!(
         printed(&env, "prog").await["Progress"],
         "epoch 10/10 (100%)"
+    );
+}
+
+/// Issue #36 item 6: the launcher may write its progress as often as it
+/// likes; the status writes it causes are about one a second for its job,
+/// and another job's status still moves at once.
+#[tokio::test]
+async fn a_flood_of_progress_is_written_about_once_a_second_and_spares_other_jobs() {
+    use futures::StreamExt;
+    use kube::api::{Patch, PatchParams};
+    use kube::runtime::{watcher, WatchStreamExt};
+    use std::time::{Duration, Instant};
+
+    let env = Env::new("op-flood").await;
+    env.create_job("flood", |_| {}).await;
+    env.drive_to_running("flood", 2).await;
+
+    // Every status of "flood" the API server stores, counted by its progress.
+    let jobs = env.jobs();
+    let cfg = watcher::Config::default().fields("metadata.name=flood");
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let s = seen.clone();
+    let counter = tokio::spawn(async move {
+        let mut stream = watcher(jobs, cfg).applied_objects().boxed();
+        while let Some(Ok(j)) = stream.next().await {
+            let p = progress(&j).map(|p| format!("{p:?}")).unwrap_or_default();
+            let mut s = s.lock().unwrap();
+            if s.last() != Some(&p) {
+                s.push(p);
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = seen.lock().unwrap().len();
+
+    // 100 patches a second for 5 s, each a new report.
+    let pods = env.pods();
+    let flood = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        for i in 0..500u32 {
+            tick.tick().await;
+            let report = Progress {
+                epoch: i,
+                epochs: Some(1_000_000),
+                loss: Some(f64::from(i)),
+                throughput: None,
+                unit: None,
+            };
+            let patch = serde_json::json!({"metadata": {"annotations": {
+                dgl_api::names::ANNOTATION_PROGRESS: serde_json::to_string(&report).unwrap()
+            }}});
+            let pods = pods.clone();
+            tokio::spawn(async move {
+                let _ = pods
+                    .patch(
+                        "flood-launcher",
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await;
+            });
+        }
+    });
+    // Meanwhile another job is created: its status is written at once.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let t = Instant::now();
+    env.create_job("calm", |_| {}).await;
+    env.wait_job("calm", "a phase", |j| {
+        j.status.as_ref().and_then(|s| s.phase).is_some()
+    })
+    .await;
+    let calm_after = t.elapsed();
+    flood.await.unwrap();
+    let flood_time = t.elapsed() + Duration::from_secs(1);
+    // The last report stored (patches may land out of order) is written.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pod = env.pods().get("flood-launcher").await.unwrap();
+    let last: Progress =
+        serde_json::from_str(&pod.annotations()[dgl_api::names::ANNOTATION_PROGRESS]).unwrap();
+    env.wait_job("flood", "the last report", |j| {
+        progress(j).is_some_and(|p| p.epoch == last.epoch)
+    })
+    .await;
+    counter.abort();
+    let writes = seen.lock().unwrap().len() - before;
+    let most = flood_time.as_secs() + 4;
+    eprintln!(
+        "{writes} progress writes in {flood_time:?}; the other job's status after {calm_after:?}"
+    );
+    assert!(
+        writes as u64 <= most,
+        "{writes} progress writes in {flood_time:?} (at most {most})"
+    );
+    assert!(
+        calm_after < Duration::from_secs(8),
+        "the other job's first status took {calm_after:?}"
     );
 }

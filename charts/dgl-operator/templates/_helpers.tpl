@@ -35,9 +35,11 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [""]
   resources: ["configmaps", "serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "patch"]
+# Create only: the jobs' token Secrets are created (again) on reconcile,
+# never read; the token key is read by name (the -token-key Role).
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "list", "watch", "create"]
+  verbs: ["create"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
   verbs: ["get", "list", "watch", "create", "patch"]

@@ -2,6 +2,9 @@
 //! RBAC, NetworkPolicy, PodGroup), each written only when it changed.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use dgl_api::names::{
     CONFIG_RUN, FIELD_MANAGER, HOSTFILE, IP_CONFIG, LABEL_RUN, LEADFILE, PARTFILE,
@@ -9,7 +12,7 @@ use dgl_api::names::{
 use dgl_api::DGLJob;
 use futures::future::{self, BoxFuture};
 use futures::FutureExt;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
@@ -266,8 +269,9 @@ pub(super) async fn apply_children(
     let (sa, role, binding) = builders::launcher_rbac(job);
     let mut writes: Vec<BoxFuture<'_, Result<(), Error>>> = Vec::new();
 
-    // The Secret is created once (random token) and never rewritten; a
-    // missing one (deleted, or a create that failed) is created again.
+    // The Secret is created (its token derived from the key and the job's
+    // UID) and never rewritten; a missing one (deleted, or a create that
+    // failed) is created again within SECRET_RECHECK.
     writes.push(ensure_secret(ctx, job, ns).boxed());
     match config_map {
         Some((cm, when)) => writes.push(write_config_map(ctx, job, ns, cm, *when).boxed()),
@@ -306,11 +310,44 @@ pub(super) async fn apply_children(
     Ok(())
 }
 
-/// The job's Secret exists and is this job's: the watch (metadata only)
-/// shows it, or it is created (POST) now, with the token derived from the
-/// operator's key and the job's UID: deleted mid-run, it comes back with
-/// the token the running pods hold. Never rewritten.
+/// How long a job's token Secret, once created or found, is taken to
+/// exist without asking again; also the longest an active job waits
+/// between reconciles (Secrets are not watched).
+pub(super) const SECRET_RECHECK: Duration = Duration::from_secs(15);
+
+/// When each job's token Secret (by namespace, name and job UID) was last
+/// created or found present.
+#[derive(Default)]
+pub struct SecretsSeen(Mutex<HashMap<(String, String, String), Instant>>);
+
+impl SecretsSeen {
+    fn fresh(&self, key: &(String, String, String)) -> bool {
+        let seen = self.0.lock().expect("not poisoned");
+        seen.get(key).is_some_and(|t| t.elapsed() < SECRET_RECHECK)
+    }
+
+    fn record(&self, key: (String, String, String)) {
+        let mut seen = self.0.lock().expect("not poisoned");
+        // Bounded: entries past the recheck are worthless.
+        seen.retain(|_, t| t.elapsed() < SECRET_RECHECK);
+        seen.insert(key, Instant::now());
+    }
+}
+
+/// The job's Secret exists: created (POST) now, with the token derived
+/// from the operator's key and the job's UID (deleted mid-run, it comes
+/// back with the token the running pods hold), unless it was created or
+/// found within [`SECRET_RECHECK`]. Never rewritten, never read: the
+/// operator may create Secrets but not get, list or watch them, so an
+/// AlreadyExists answer is taken as the job's own Secret (a Secret of that
+/// name made by someone else before the job is mounted as it is, and left
+/// alone: docs/reliability.md).
 async fn ensure_secret(ctx: &Context, job: &DGLJob, ns: &str) -> Result<(), Error> {
+    let name = dgl_api::names::secret_name(&job.name_any());
+    let key = (ns.to_string(), name.clone(), job.uid().unwrap_or_default());
+    if ctx.secrets.fresh(&key) {
+        return Ok(());
+    }
     let token = ctx
         .settings
         .build
@@ -319,7 +356,21 @@ async fn ensure_secret(ctx: &Context, job: &DGLJob, ns: &str) -> Result<(), Erro
         .and_then(|key| builders::job_token(key, job))
         .unwrap_or_else(random_token);
     let secret = builders::secret(job, &token);
-    ensure_exists(ctx, job, ns, &secret).await.map(|_| ())
+    let pp = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    ctx.metrics.api_writes.inc();
+    match Api::<Secret>::namespaced(ctx.client.clone(), ns)
+        .create(&pp, &secret)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if is_status(&e, 409) => {}
+        Err(e) => return Err(kube_err("create", "Secret", &name)(e)),
+    }
+    ctx.secrets.record(key);
+    Ok(())
 }
 
 /// The job's PodGroup. PodGroups are not cached (their CRDs are optional):

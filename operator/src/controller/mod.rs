@@ -31,7 +31,7 @@ use dgl_api::names::{config_name, LABEL_MANAGED_BY, MANAGED_BY};
 use dgl_api::DGLJob;
 use futures::future;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::jiff::Timestamp;
@@ -119,6 +119,10 @@ pub struct Context {
     written: Arc<WrittenStatus>,
     /// The Workloads' watch, with `--kueue` (pure::kueue).
     kueue: Option<kueue::Workloads>,
+    /// When each job's token Secret was last known to exist (no watch).
+    secrets: children::SecretsSeen,
+    /// When each job last had a progress change written (rate limit).
+    progress_writes: status::ProgressWrites,
 }
 
 /// Label selector of everything the operator owns.
@@ -166,7 +170,7 @@ pub async fn run_reporting(
     let ns = settings.namespace.clone();
     let owned = watcher::Config::default().labels(&managed_selector());
     let network_policy = settings.build.network_policy;
-    let ready = Readiness::new(if network_policy { 7 } else { 6 });
+    let ready = Readiness::new(if network_policy { 6 } else { 5 });
     let r = ready.clone();
     let waiter = tokio::spawn(async move {
         r.wait().await;
@@ -186,8 +190,9 @@ pub async fn run_reporting(
         cache::child_triggers::<ServiceAccount>(&client, &ns, &owned, &children, &ready),
         cache::child_triggers::<Role>(&client, &ns, &owned, &children, &ready),
         cache::child_triggers::<RoleBinding>(&client, &ns, &owned, &children, &ready),
-        // Metadata only: whether the job's Secret exists, and whose it is.
-        cache::child_triggers::<Secret>(&client, &ns, &owned, &children, &ready),
+        // No Secret watch: the operator may not read Secrets (least
+        // privilege); a running job's token Secret is created again on
+        // reconcile (children::ensure_secret, SECRET_RECHECK).
     ];
     if network_policy {
         triggers.push(cache::child_triggers::<NetworkPolicy>(
@@ -232,6 +237,8 @@ pub async fn run_reporting(
         failures: Mutex::default(),
         written,
         kueue,
+        secrets: Default::default(),
+        progress_writes: Default::default(),
     });
 
     Controller::for_stream(jobs, reader)
@@ -359,7 +366,8 @@ async fn reconcile_job(
             Ok(())
         }
     };
-    let (children, status) = futures::join!(children, status::write_status(ctx, job, &plan.status));
+    let (status_now, progress_wait) = status::limit_progress(ctx, job, &plan.status);
+    let (children, status) = futures::join!(children, status::write_status(ctx, job, &status_now));
     if let Err(e) = children {
         return fail_if_final(ctx, job, &key, &pods, now, e).await;
     }
@@ -371,7 +379,19 @@ async fn reconcile_job(
         g.report(ctx, &key.namespace, &plan.status, &pods, now)
             .await?;
     }
-    Ok(match plan.requeue_after {
+    // Secrets are not watched: an active job comes back at least every
+    // SECRET_RECHECK, so a deleted token Secret is created again.
+    let requeue = match (plan.requeue_after, plan.ensure_children) {
+        (Some(d), true) => Some(d.min(children::SECRET_RECHECK)),
+        (None, true) => Some(children::SECRET_RECHECK),
+        (d, false) => d,
+    };
+    // A progress report held back by the rate limit is written when due.
+    let requeue = match (requeue, progress_wait) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    Ok(match requeue {
         Some(d) => Action::requeue(d),
         None => Action::await_change(),
     })

@@ -18,7 +18,18 @@ pub struct Refusal {
 pub fn validate(job: &DGLJob, cfg: &BuildConfig) -> Result<(), Refusal> {
     protected_service_accounts(job, cfg)?;
     launcher_accounts(job)?;
-    graphbolt(job)
+    graphbolt(job)?;
+    placement(job)
+}
+
+/// The job's worker-spread annotation is one the operator knows.
+fn placement(job: &DGLJob) -> Result<(), Refusal> {
+    crate::pure::builders::worker_spread(job)
+        .map(|_| ())
+        .map_err(|message| Refusal {
+            reason: "AnnotationRefused",
+            message,
+        })
 }
 
 /// No Worker or Partitioner runs as a launcher's ServiceAccount, which may

@@ -58,9 +58,11 @@ pub fn with_hash<T: serde::Serialize + Resource>(mut obj: T) -> T {
 }
 
 mod objects;
+mod placement;
 mod pods;
 
 pub use objects::{config_map, job_token, launcher_rbac, network_policy, pod_group, secret};
+pub use placement::{worker_spread, WorkerSpread};
 pub use pods::{launcher_pod, parse_quantity_bytes, partitioner_pod, shm_size_limit, worker_pod};
 
 #[cfg(test)]

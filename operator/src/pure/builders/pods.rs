@@ -334,6 +334,7 @@ pub fn worker_pod(job: &DGLJob, index: i32, epoch: i32, cfg: &BuildConfig) -> Po
     );
     let spec = pod.spec.as_mut().expect("base_pod sets a spec");
     add_data_plane(spec);
+    super::placement::add_worker_spread(spec, job);
     if let Some(c) = spec.containers.first_mut() {
         add_port(c, "dgl-server", DGL_SERVER_PORT);
         if !mounts_at(c, "/dev/shm") {
@@ -411,6 +412,14 @@ pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
         }),
         ..Default::default()
     };
+    // Bounded by the job's deadline: it gives up (exit 3) that long after it
+    // starts rather than wait on (issue #36 item 2). No deadline: no limit, as
+    // partitioning may take hours; the operator judges the pods it waits on.
+    if let Some(secs) = job.spec.run_policy().active_deadline_seconds {
+        if let Some(env) = watcher.env.as_mut() {
+            env.push(env_value(ENV_WATCHER_TIMEOUT, format!("{}s", secs.max(1))));
+        }
+    }
     // It writes the ConfigMap's files, complete for this run.
     add_mount(&mut watcher, CONFIG_VOLUME, CONFIG_DIR, false);
     spec.init_containers

@@ -461,3 +461,27 @@ fn quantities() {
     assert_eq!(parse_quantity_bytes("1e9"), Some(1_000_000_000));
     assert_eq!(parse_quantity_bytes("bad"), None);
 }
+
+fn watcher_env(j: &DGLJob) -> Option<String> {
+    let pod = launcher_pod(j, 0, &BuildConfig::default());
+    let init = pod.spec.unwrap().init_containers.unwrap();
+    let w = init.iter().find(|c| c.name == WATCHER_CONTAINER).unwrap();
+    w.env
+        .iter()
+        .flatten()
+        .find(|e| e.name == ENV_WATCHER_TIMEOUT)
+        .and_then(|e| e.value.clone())
+}
+
+/// The launcher's watcher-loop gives up (exit 3) at the job's
+/// activeDeadlineSeconds (issue #36 item 2): it cannot outlive the job.
+#[test]
+fn the_watcher_times_out_at_the_jobs_active_deadline() {
+    let mut j = seed();
+    assert_eq!(watcher_env(&j), None, "no deadline, no timeout");
+    j.spec.run_policy = Some(dgl_api::RunPolicy {
+        active_deadline_seconds: Some(3600),
+        ..Default::default()
+    });
+    assert_eq!(watcher_env(&j).as_deref(), Some("3600s"));
+}

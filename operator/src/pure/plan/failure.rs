@@ -53,11 +53,18 @@ impl<'a> Planner<'a> {
     /// started, the pods it uses that are gone or being deleted by someone
     /// else.
     pub(super) fn failure(&self, current: &[&ObservedPod]) -> Option<Failure> {
-        // Only pods created by this run count: a failed pod of an earlier run
-        // that the cache still shows must not trigger a second restart.
+        // Only pods this run uses count: a failed pod of an earlier run that
+        // the cache still shows must not trigger a second restart. The one
+        // exception is the partitioner kept across a restart (it served
+        // then): an earlier run's, but this run's now. An earlier run's
+        // failed partitioner was deleted at that restart (Terminating until
+        // gone), so one Failed here failed after it was kept (#36 item 2).
         let mut failures: Vec<Failure> = current
             .iter()
-            .filter(|p| p.epoch == self.epoch)
+            .filter(|p| {
+                p.epoch == self.epoch
+                    || (p.role == ReplicaType::Partitioner && p.epoch < self.epoch)
+            })
             .filter_map(|p| failed(p))
             .collect();
         if self.training_started(current) {

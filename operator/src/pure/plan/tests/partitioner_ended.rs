@@ -138,3 +138,35 @@ fn a_partitioner_that_completes_at_the_end_of_training_is_left_alone() {
     let p = plan(&j, &pods, t(21), &BuildConfig::default(), Some(0));
     assert_eq!(p.status.phase, Some(JobPhase::Succeeded));
 }
+
+/// Issue #36 item 2: the partitioner kept across the restart (it served)
+/// then fails (OOMKilled, evicted) before the launch. It is of the earlier
+/// run's epoch; it must still end the current run, which uses it: a
+/// restart under backoffLimit, or the job fails, never Partitioning for
+/// ever.
+#[test]
+fn a_kept_partitioner_that_fails_after_the_restart_ends_the_run() {
+    // backoffLimit 1, one restart spent: the job fails.
+    let (mut j, mut pods) = restarted_after_the_partitioner_completed();
+    pods[0].state = failed("OOMKilled");
+    let p = step(&mut j, &pods, t(151));
+    assert_eq!(p.status.phase, Some(JobPhase::Failed), "{:?}", p.status);
+    let c = p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Failed")
+        .unwrap();
+    assert_eq!(c.reason, "PartitionerFailed");
+
+    // backoffLimit 2: run 2 starts, without the failed partitioner.
+    let (mut j, mut pods) = restarted_after_the_partitioner_completed();
+    j.spec.run_policy = Some(RunPolicy {
+        backoff_limit: Some(2),
+        ..Default::default()
+    });
+    pods[0].state = failed("OOMKilled");
+    let p = step(&mut j, &pods, t(151));
+    assert_eq!(p.status.restart_count, Some(2), "{:?}", p.status);
+    assert!(deleted(&p).contains(&partitioner_name(JOB)));
+}

@@ -35,6 +35,9 @@ fn run_stages(cfg: &Config<AllParts>) -> Result<Report> {
     let graph = report
         .stages
         .timed("read", || input::read(&cfg.source, cfg.threads))?;
+    // Names become file names (the assignment's `<ntype>.txt`, the JSON):
+    // checked before anything is written.
+    shuffle_write::validate_names(&graph, &cfg.graph_name)?;
     report.num_nodes = graph.num_nodes();
     report.num_edges = graph.num_edges();
     let adjacency = report

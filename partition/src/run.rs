@@ -37,6 +37,9 @@ fn run_stages(cfg: &Config<AllParts>) -> Result<Report> {
         .timed("read", || input::read_share(&cfg.source, 0, 1, cfg.threads))?;
     report.fetched = share.fetched;
     let graph = share.graph;
+    // Names become file names (the assignment's `<ntype>.txt`, the JSON):
+    // checked before anything is written.
+    shuffle_write::validate_names(&graph, &cfg.graph_name)?;
     report.num_nodes = graph.num_nodes();
     report.num_edges = graph.num_edges();
     let adjacency = report

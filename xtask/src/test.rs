@@ -208,11 +208,14 @@ pub fn run(args: Args) -> Result<()> {
     done(t);
 
     let (build_args, test_args) = split_test_args(&args.cargo_test_args);
-    let envs: [(&str, &Path); 4] = [
+    // DGL_OPERATOR_TEST_STRICT: a test whose prerequisite is missing fails
+    // here instead of skipping (everything it needs was just installed).
+    let envs: [(&str, &Path); 5] = [
         ("DGLRUN_TEST_PYTHON", &python),
         ("DGLRUN_TEST_GRAPHSTORM_PYTHON", &graphstorm),
         ("DGL_OPERATOR_KUEUE_BIN", &kueue),
         (localkube::s3::WEED_BIN_ENV, &weed),
+        ("DGL_OPERATOR_TEST_STRICT", Path::new("1")),
     ];
     let e2e_args = crate::e2e::Args {
         name: crate::stack::DEFAULT_CLUSTER.into(),

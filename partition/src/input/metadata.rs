@@ -109,7 +109,7 @@ pub(crate) fn load(path: &Path, anywhere: bool) -> Result<Metadata> {
         anywhere,
     };
     let root = j.object(&root, "the top level")?;
-    let ntypes = j.strings(j.key(root, "node_type")?, "node_type")?;
+    let ntypes = j.names(j.key(root, "node_type")?, "node_type")?;
     let ncounts = j.counts(root, &ntypes, "num_nodes_per_chunk", "num_nodes_per_type")?;
     let enames = j.strings(j.key(root, "edge_type")?, "edge_type")?;
     let ecounts = j.counts(root, &enames, "num_edges_per_chunk", "num_edges_per_type")?;
@@ -129,7 +129,7 @@ pub(crate) fn load(path: &Path, anywhere: bool) -> Result<Metadata> {
     })?;
     let edge_data = j.data(root, "edge_data", &enames, |k| edge_index(&etypes, k))?;
     let graph_name = match root.get("graph_name") {
-        Some(v) => j.string(v, "graph_name")?.to_string(),
+        Some(v) => j.name(v, "graph_name", true)?,
         None => String::new(),
     };
     Ok(Metadata {
@@ -212,6 +212,24 @@ impl<'a> Json<'a> {
                 format!("expected a non-negative integer, found {}", kind(v)),
             )
         })
+    }
+
+    /// A type, feature or graph name: it may become a file name, so it
+    /// must be one path component (`crate::names`); `""` only if `empty`.
+    fn name(&self, v: &Value, key: &str, empty: bool) -> Result<String> {
+        let s = self.string(v, key)?;
+        match crate::names::check(s) {
+            Err(crate::names::NameError::Empty) if empty => Ok(String::new()),
+            Err(e) => Err(self.err(key, format!("found {e}; {}", crate::names::EXPECTED))),
+            Ok(()) => Ok(s.to_string()),
+        }
+    }
+
+    fn names(&self, v: &Value, key: &str) -> Result<Vec<String>> {
+        let items = self.array(v, key)?.iter().enumerate();
+        items
+            .map(|(i, s)| self.name(s, &format!("{key}[{i}]"), false))
+            .collect()
     }
 
     fn strings(&self, v: &Value, key: &str) -> Result<Vec<String>> {
@@ -326,6 +344,8 @@ impl<'a> Json<'a> {
             let m = format!("{} is not of the form src:rel:dst", quoted(name));
             return Err(self.err(key, m));
         };
+        // Its parts may become file names (the ends are node types).
+        self.name(&Value::from(rel), &key, false)?;
         let ntype = |t: &str| {
             ntypes.iter().position(|n| n == t).ok_or_else(|| {
                 self.err(
@@ -488,6 +508,9 @@ impl<'a> Json<'a> {
                 .ok_or_else(|| self.err(&tkey, format!("unknown type {}", quoted(tname))))?;
             for (fname, entry) in self.object(feats, &tkey)? {
                 let fkey = format!("{tkey}.{}", safe(fname));
+                // Keyed without the name: a bad one is not repeated.
+                let nkey = format!("{tkey}, a feature's name");
+                self.name(&Value::from(fname.as_str()), &nkey, false)?;
                 let (format, files) = self.files(entry, &fkey, true)?;
                 out[t].push(DataMeta {
                     name: fname.clone(),

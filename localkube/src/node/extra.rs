@@ -357,11 +357,7 @@ impl LocalCluster {
         env: Vec<(String, String)>,
     ) -> Result<()> {
         let np = NodePorts::for_ports(&self.config().ports);
-        let cgroup_name = format!("{}-{}", self.config().name, e.index);
-        let mut doc = super::kubelet_doc(&e.paths, &e.node, &np, pki, &cgroup_name);
-        // 127.0.0.1 in the node's namespace is not the host's: serve health
-        // on the node IP, which the host reaches over the veth.
-        doc["healthzBindAddress"] = e.node.node_ip.clone().into();
+        let doc = kubelet_doc(e, &np, pki, &self.config().name);
         util::write_atomic(
             &e.paths.kubelet_config(),
             serde_yaml::to_string(&doc)?.as_bytes(),
@@ -389,10 +385,8 @@ impl LocalCluster {
         env: Vec<(String, String)>,
     ) -> Result<()> {
         let np = NodePorts::for_ports(&self.config().ports);
-        let mut doc = super::proxy_doc(&e.paths, &e.node, &np);
+        let doc = proxy_doc(e, &np);
         let ip = e.node.node_ip.clone();
-        doc["healthzBindAddress"] = format!("{ip}:{}", np.proxy_healthz).into();
-        doc["metricsBindAddress"] = format!("{ip}:{}", np.proxy_metrics).into();
         util::write_atomic(
             &e.paths.proxy_config(),
             serde_yaml::to_string(&doc)?.as_bytes(),
@@ -532,6 +526,25 @@ impl LocalCluster {
     }
 }
 
+/// Node `e`'s kubelet configuration: node 0's, with its own paths, node
+/// IP, cgroup root `/localkube-<cluster>-<i>`, and health on the node IP
+/// (127.0.0.1 in the node's namespace is not the host's).
+fn kubelet_doc(e: &ExtraNode, np: &NodePorts, pki: &PkiFiles, cluster: &str) -> serde_json::Value {
+    let cgroup_name = format!("{cluster}-{}", e.index);
+    let mut doc = super::kubelet_doc(&e.paths, &e.node, np, pki, &cgroup_name);
+    doc["healthzBindAddress"] = e.node.node_ip.clone().into();
+    doc
+}
+
+/// Node `e`'s kube-proxy configuration, health and metrics on the node IP.
+fn proxy_doc(e: &ExtraNode, np: &NodePorts) -> serde_json::Value {
+    let mut doc = super::proxy_doc(&e.paths, &e.node, np);
+    let ip = &e.node.node_ip;
+    doc["healthzBindAddress"] = format!("{ip}:{}", np.proxy_healthz).into();
+    doc["metricsBindAddress"] = format!("{ip}:{}", np.proxy_metrics).into();
+    doc
+}
+
 /// Stops the process of a pid file in `run_dir`, noting it in `report`.
 async fn stop_recorded(run_dir: &Path, name: &'static str, report: &mut NodeTeardown) {
     let Some(rec) = process::read_pid(run_dir, name) else {
@@ -611,4 +624,70 @@ fn copy_image(from: &Path, to: &Path, reference: &str) -> Result<()> {
         )));
     }
     imported.map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Ports;
+
+    #[test]
+    fn extra_node_configs_are_its_own() {
+        let mut n = NodeConfig::for_cluster("mn");
+        n.nodes = 2;
+        let e = plan::extra_nodes(
+            "mn",
+            &n,
+            Path::new("/c/cluster/mn"),
+            Path::new("/c/node-images/containerd"),
+        )
+        .unwrap()
+        .remove(0);
+        let np = NodePorts::for_ports(&Ports::for_name("mn"));
+        let pki = PkiFiles {
+            dir: PathBuf::from("/c/cluster/mn/pki"),
+        };
+        let k = kubelet_doc(&e, &np, &pki, "mn");
+        assert_eq!(k["cgroupRoot"], format!("/{}", e.cgroup_root));
+        assert_eq!(k["address"], "10.213.255.2");
+        assert_eq!(k["healthzBindAddress"], "10.213.255.2");
+        assert!(k["containerRuntimeEndpoint"]
+            .as_str()
+            .unwrap()
+            .starts_with("unix:///c/cluster/mn/node/n1/containerd/"));
+        let args = super::super::kubelet_args(&e.paths, &e.node, "pause:x");
+        assert!(args.contains(&"--hostname-override=localkube-mn-1".to_string()));
+        assert!(args.contains(&"--node-ip=10.213.255.2".to_string()));
+        assert!(args
+            .iter()
+            .any(|a| a == "--root-dir=/c/cluster/mn/node/n1/kubelet"));
+        let p = proxy_doc(&e, &np);
+        assert_eq!(p["hostnameOverride"], "localkube-mn-1");
+        assert_eq!(p["clusterCIDR"], "10.244.1.0/24");
+        assert!(p["healthzBindAddress"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.213.255.2:"));
+        assert!(p["metricsBindAddress"]
+            .as_str()
+            .unwrap()
+            .starts_with("10.213.255.2:"));
+        let c = super::super::containerd_config(&e.paths, "pause:x").unwrap();
+        assert!(
+            c.contains(r#"root = "/c/node-images/containerd-n1""#),
+            "{c}"
+        );
+        assert!(c.contains(r#"address = "/c/cluster/mn/node/n1/containerd/containerd.sock""#));
+        let cni: serde_json::Value = serde_json::from_str(&super::super::cni_conflist(
+            &e.cni_network,
+            &e.node.pod_cidr,
+            &e.paths.cni_ipam_dir(),
+        ))
+        .unwrap();
+        assert_eq!(cni["name"], "localkube-mn-1");
+        assert_eq!(
+            cni["plugins"][0]["ipam"]["ranges"][0][0]["subnet"],
+            "10.244.1.0/24"
+        );
+    }
 }

@@ -610,10 +610,14 @@ fn copy_image(from: &Path, to: &Path, reference: &str) -> Result<()> {
         .stdout
         .take()
         .ok_or_else(|| Error::Invalid("ctr images export has no stdout".into()))?;
-    let imported = host::run_with_stdin(
-        ctr_at(to).args(["images", "import", "-"]),
-        Stdio::from(pipe),
-    );
+    let mut import = ctr_at(to);
+    import.args(["images", "import"]);
+    // The archive names the image in full; a base name only matters if a
+    // ctr version wrote the tag alone.
+    if let Some(base) = base_name(reference) {
+        import.args(["--base-name", base]);
+    }
+    let imported = host::run_with_stdin(import.arg("-"), Stdio::from(pipe));
     let status = export
         .wait()
         .map_err(Error::io("waiting for ctr images export of", from))?;
@@ -626,8 +630,26 @@ fn copy_image(from: &Path, to: &Path, reference: &str) -> Result<()> {
     imported.map(|_| ())
 }
 
+/// `repo` of `repo:tag` (a registry port's colon is before the last `/`).
+fn base_name(reference: &str) -> Option<&str> {
+    let slash = reference.rfind('/').map(|i| i + 1).unwrap_or(0);
+    let colon = reference[slash..].rfind(':')? + slash;
+    (!reference.contains('@')).then(|| &reference[..colon])
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn base_names_strip_only_the_tag() {
+        assert_eq!(
+            super::base_name("localhost/localkube/netcheck:abc"),
+            Some("localhost/localkube/netcheck")
+        );
+        assert_eq!(super::base_name("host:5000/a/b:v1"), Some("host:5000/a/b"));
+        assert_eq!(super::base_name("host:5000/a/b"), None);
+        assert_eq!(super::base_name("a/b@sha256:00"), None);
+    }
+
     use super::*;
     use crate::cluster::Ports;
 

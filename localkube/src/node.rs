@@ -954,7 +954,7 @@ impl LocalCluster {
         //    the volumes and removes the sandboxes' network namespaces.
         if self.component_running(KUBELET, None) {
             match self.drain(&node_name).await {
-                Ok(n) => report.pods_deleted = n,
+                Ok(n) => report.pods_deleted += n,
                 Err(e) => report.warnings.push(format!("draining {node_name}: {e}")),
             }
         }
@@ -974,7 +974,7 @@ impl LocalCluster {
         if self.component_running(CONTAINERD, None) {
             let this = self.clone();
             match blocking(move || this.remove_all_containers()).await {
-                Ok(n) => report.containers_removed = n,
+                Ok(n) => report.containers_removed += n,
                 Err(e) => report.warnings.push(format!("removing containers: {e}")),
             }
         }
@@ -1203,7 +1203,7 @@ fn remove_cgroup_and_mounts(cgroup_root: &str, paths: &NodePaths, report: &mut N
         Err(e) => warn(report, "removing the cgroup root", e),
     }
     match host::unmount_all_under(&paths.dir) {
-        Ok(m) => report.mounts_removed = m,
+        Ok(m) => report.mounts_removed.extend(m),
         Err(e) => warn(report, "unmounting", e),
     }
 }

@@ -110,6 +110,11 @@ pub(crate) fn setup_node(
         ],
     )?;
     host::cmd("ip", &["link", "set", &me.veth, "up"])?;
+    // Node 0's IP on the host's end too: kube-proxy's MASQUERADE takes the
+    // outgoing link's address, and without one the kernel would pick the
+    // host's real address, which no node namespace routes back.
+    let host_addr = format!("{}/32", node0.node_ip);
+    host::cmd("ip", &["addr", "replace", &host_addr, "dev", &me.veth])?;
     let addr = format!("{}/32", me.node.node_ip);
     ns_run(ns, "ip", &["addr", "replace", &addr, "dev", NS_INTERFACE])?;
     ns_run(ns, "ip", &["link", "set", NS_INTERFACE, "up"])?;

@@ -46,8 +46,8 @@ pub use error::{Error, Result};
 pub use faults::Component;
 pub use kubeconfig::{client_from_file, config_from_file};
 pub use node::{
-    NodeConfig, NodePaths, NodePorts, NodeTeardown, CNI_BRIDGE, CRI_NAMESPACE, NODE_INTERFACE,
-    NODE_IP, NODE_PACKAGES, PAUSE_REPOSITORY, POD_CIDR,
+    NodeConfig, NodePaths, NodePorts, NodeSummary, NodeTeardown, CNI_BRIDGE, CRI_NAMESPACE,
+    MAX_NODES, NODE_INTERFACE, NODE_IP, NODE_PACKAGES, PAUSE_REPOSITORY, POD_CIDR,
 };
 pub use pki::{apiserver_sans, GeneratedPki, ADMIN_GROUP, ADMIN_USER, KUBERNETES_SERVICE_IP};
 pub use testing::{

@@ -228,9 +228,13 @@ pub fn run(args: Args) -> Result<()> {
     let e2e_rt = crate::stack::runtime()?;
     let lanes = args.lanes as usize;
 
+    // localkube's two-node test needs the host's node to itself: it runs
+    // after the e2e tier has torn its node cluster down.
+    let mut multinode = None;
     let result = if lanes > 1 {
         let t = step("cargo test --workspace --no-run");
         let bins = crate::test_binaries::build(&cargo, &build_args)?;
+        multinode = bins.iter().find(|b| b.label == MULTINODE_TEST).cloned();
         done(t);
         std::thread::scope(|scope| {
             // The node, the images and the operator's install, beside the tests.
@@ -298,10 +302,25 @@ pub fn run(args: Args) -> Result<()> {
         };
         crate::e2e::finish(&e2e_rt, stack, &e2e_args, Instant::now())?;
         done(t);
+        if let (Some(bin), false) = (multinode, args.keep_cluster) {
+            let t = step(
+                "two nodes (localkube --nodes 2): pods across nodes by pod IP and Service, teardown clean",
+            );
+            let envs = [
+                ("LOCALKUBE_SMOKE_CLUSTER", "multinode"),
+                ("LOCALKUBE_SMOKE_NODES", "2"),
+            ];
+            crate::test_binaries::run_ignored(&bin, &cargo, &envs)?;
+            done(t);
+        }
     }
     println!("\nall checks passed in {:.0}s", all.elapsed().as_secs_f64());
     Ok(())
 }
+
+/// The test binary of localkube's several-nodes test (`#[ignore]`d: it
+/// needs root and the host's node to itself).
+const MULTINODE_TEST: &str = "localkube: test multinode";
 
 /// `cargo_test_args` split at `--`: cargo's build arguments, then the test
 /// binaries' arguments.

@@ -219,6 +219,8 @@ pub fn run(args: Args) -> Result<()> {
     ];
     let e2e_args = crate::e2e::Args {
         name: crate::stack::DEFAULT_CLUSTER.into(),
+        // The multi-node scenarios (#34): workers on different nodes.
+        nodes: 2,
         keep_cluster: args.keep_cluster,
         only: Vec::new(),
         // The binaries `cargo test` just built: no second (release) compile.
@@ -344,7 +346,7 @@ fn stop_node(rt: &tokio::runtime::Runtime, args: &crate::e2e::Args, started: boo
     if !started || args.keep_cluster {
         return;
     }
-    if let Ok(c) = crate::cluster::node_cluster(&args.name) {
+    if let Ok(c) = crate::cluster::node_cluster_n(&args.name, args.nodes as usize) {
         if let Err(e) = rt.block_on(c.down(false)) {
             eprintln!("test: stopping node cluster {:?}: {e:#}", args.name);
         }

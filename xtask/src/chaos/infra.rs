@@ -116,6 +116,28 @@ pub(super) fn example(name: &str, backoff_limit: i32) -> Result<DGLJob> {
     Ok(job)
 }
 
+/// `job` with every pod held on node 0 (`kubernetes.io/hostname`): the
+/// faults that act on one node's files or processes (its kubelet frozen or
+/// restarted, a shard flipped under its kubelet's root) act on node 0's, so
+/// on a cluster of several nodes the job must be there to be hit.
+pub(super) fn on_node0(mut job: DGLJob, cluster: &LocalCluster) -> Result<DGLJob> {
+    let node = cluster
+        .node_summaries()
+        .into_iter()
+        .next()
+        .context("the cluster has no node")?
+        .node_name;
+    for spec in job.spec.dgl_replica_specs.values_mut() {
+        spec.template
+            .spec
+            .get_or_insert_with(Default::default)
+            .node_selector
+            .get_or_insert_with(Default::default)
+            .insert("kubernetes.io/hostname".into(), node.clone());
+    }
+    Ok(job)
+}
+
 pub(super) fn restarts(job: &DGLJob) -> i32 {
     job.status
         .as_ref()
@@ -157,10 +179,15 @@ pub async fn component(
     pause: Option<Duration>,
 ) -> Result<Outcome> {
     let name = "chaos-infra";
+    // The control plane's components serve every node; a kubelet is node 0's.
+    let job = match c {
+        Component::Kubelet => on_node0(example(name, 0)?, cluster)?,
+        _ => example(name, 0)?,
+    };
     let (terminal, done, note) = during(
         client,
         ns,
-        example(name, 0)?,
+        job,
         |j, _| running(j),
         || async {
             let t = Instant::now();
@@ -230,7 +257,7 @@ pub async fn shard_corrupt(client: &Client, cluster: &LocalCluster, ns: &str) ->
     let (terminal, done, note) = during(
         client,
         ns,
-        launcher_delayed(example(name, 0)?, 10),
+        launcher_delayed(on_node0(example(name, 0)?, cluster)?, 10),
         |j, _| condition_true(j, "Partitioned"),
         || async {
             let uid = pods

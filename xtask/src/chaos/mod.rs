@@ -97,6 +97,10 @@ pub struct Args {
     /// Binaries in the operator and runtime images.
     #[arg(long, value_enum, default_value_t = crate::images::Profile::Release)]
     pub profile: crate::images::Profile,
+    /// Nodes of the cluster (as `cargo xtask e2e --nodes`): with 2, the
+    /// drain moves the job's pods to the other node.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=3))]
+    pub nodes: u32,
     /// Leave the cluster running afterwards (it is shared: the e2e tier's).
     #[arg(long)]
     pub keep_cluster: bool,
@@ -104,7 +108,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let rt = crate::stack::runtime()?;
-    let stack = crate::stack::prepare(&rt, &args.name, args.profile)?;
+    let stack = crate::stack::prepare(&rt, &args.name, args.nodes as usize, args.profile)?;
     let faults = if args.only.is_empty() {
         Fault::ALL.to_vec()
     } else {

@@ -87,7 +87,7 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 
 use crate::chaos::Fault;
-use crate::cluster::node_cluster;
+use crate::cluster::node_cluster_n;
 use crate::stack::{dump_operator, prepare, runtime, Stack, DEFAULT_CLUSTER};
 use crate::test::{done, step};
 
@@ -191,6 +191,12 @@ pub struct Args {
     /// Node cluster to run on (started when not running).
     #[arg(long, default_value = DEFAULT_CLUSTER)]
     pub name: String,
+    /// Nodes of the cluster (each extra one in a network namespace of its
+    /// own, see `cargo xtask cluster up --help`). With 2 or more, the
+    /// train, distparmetis and isolation scenarios check that the job's
+    /// workers sit on different nodes, and the drain moves pods for real.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=3))]
+    pub nodes: u32,
     /// Leave the cluster, the operator and the jobs' namespaces running afterwards.
     #[arg(long)]
     pub keep_cluster: bool,
@@ -216,10 +222,10 @@ pub fn run(args: Args) -> Result<()> {
 /// Starts the node cluster, loads the images and installs the operator;
 /// on a failure, stops the cluster again unless asked to keep it.
 pub(crate) fn start(rt: &tokio::runtime::Runtime, args: &Args) -> Result<Stack> {
-    prepare(rt, &args.name, args.profile).inspect_err(|_| {
+    prepare(rt, &args.name, args.nodes as usize, args.profile).inspect_err(|_| {
         if !args.keep_cluster {
             // Leave no node behind; the cluster's logs stay in its state dir.
-            if let Ok(c) = node_cluster(&args.name) {
+            if let Ok(c) = node_cluster_n(&args.name, args.nodes as usize) {
                 if let Err(down) = rt.block_on(c.down(false)) {
                     eprintln!("e2e: stopping node cluster {:?}: {down:#}", args.name);
                 }

@@ -640,7 +640,9 @@ fn ensure_image(
 /// Loads `img` into every node's containerd that does not hold the same
 /// content hash: from podman into node 0's, then from node 0's into each
 /// other node's (a multi-node cluster pays the import once per node; the
-/// time of each copy is printed). Returns the total time spent.
+/// time of each copy is printed). Returns the total time spent. The
+/// GraphStorm image stays on node 0 (its scenario's jobs are held there):
+/// a second 6 GB copy would not fit the disk beside the training image's.
 fn load(
     cluster: &localkube::LocalCluster,
     podman: &Podman,
@@ -648,6 +650,9 @@ fn load(
     log_dir: &Path,
 ) -> Result<Option<Duration>> {
     let mut took = load_node0(cluster, podman, img, log_dir)?;
+    if img.which == Which::Graphstorm {
+        return Ok(took);
+    }
     let copies = cluster
         .sync_node_image(&img.reference, Some((HASH_LABEL, img.hash.as_str())))
         .with_context(|| format!("copying {} to the other nodes", img.reference))?;

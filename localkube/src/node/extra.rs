@@ -433,6 +433,12 @@ impl LocalCluster {
     pub(crate) async fn stop_extra_nodes(&self) -> NodeTeardown {
         let mut report = NodeTeardown::default();
         for e in self.recorded_extra_nodes() {
+            // A node a chaos fault left cut off could not be drained.
+            if let Err(err) = super::cut::uncut(&e) {
+                report
+                    .warnings
+                    .push(format!("joining {} again: {err}", e.node.node_name));
+            }
             if running_in(&e.run_dir, KUBELET).is_some() {
                 match self.drain(&e.node.node_name).await {
                     Ok(n) => report.pods_deleted += n,

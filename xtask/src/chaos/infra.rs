@@ -120,22 +120,11 @@ pub(super) fn example(name: &str, backoff_limit: i32) -> Result<DGLJob> {
 /// faults that act on one node's files or processes (its kubelet frozen or
 /// restarted, a shard flipped under its kubelet's root) act on node 0's, so
 /// on a cluster of several nodes the job must be there to be hit.
-pub(super) fn on_node0(mut job: DGLJob, cluster: &LocalCluster) -> Result<DGLJob> {
-    let node = cluster
-        .node_summaries()
-        .into_iter()
-        .next()
-        .context("the cluster has no node")?
-        .node_name;
-    for spec in job.spec.dgl_replica_specs.values_mut() {
-        spec.template
-            .spec
-            .get_or_insert_with(Default::default)
-            .node_selector
-            .get_or_insert_with(Default::default)
-            .insert("kubernetes.io/hostname".into(), node.clone());
-    }
-    Ok(job)
+pub(super) fn on_node0(job: DGLJob, cluster: &LocalCluster) -> Result<DGLJob> {
+    Ok(crate::stack::placement::pin_to_node(
+        job,
+        &crate::stack::placement::node0(cluster)?,
+    ))
 }
 
 pub(super) fn restarts(job: &DGLJob) -> i32 {
@@ -422,7 +411,7 @@ pub async fn network_cut(client: &Client, ns: &str) -> Result<Outcome> {
 }
 
 /// A process of the pod with `uid` (its cgroup path names the uid).
-fn pid_in_pod(uid: &str) -> Result<u32> {
+pub(super) fn pid_in_pod(uid: &str) -> Result<u32> {
     let needles = [uid.to_owned(), uid.replace('-', "_")];
     for e in std::fs::read_dir("/proc")? {
         let e = e?;

@@ -11,8 +11,17 @@
 //!   killed: afterwards no pod, Secret, ConfigMap, Service or RBAC object of
 //!   any of them may remain.
 //! - `evict`, `drain`, `kubelet-hang` (`evict.rs`): a worker evicted through
-//!   the Eviction API, the node drained, the kubelet frozen while the job's
-//!   pods are deleted.
+//!   the Eviction API, worker 0's node drained (on 2 nodes the evicted pods
+//!   must come back on the other one), node 0's kubelet frozen while the
+//!   job's pods are deleted.
+//! - `node-loss` (`node_loss.rs`, 2 nodes): the extra node holding a worker
+//!   cut off the network mid-training; the operator must name it within 60 s
+//!   of NotReady, the run restart on the other node and Succeed, and nothing
+//!   of the old run be left once the node is back.
+//!
+//! Faults that act on one node's processes or files (the kubelet restarted
+//! or frozen, a shard flipped on disk) pin their job to node 0, whose
+//! kubelet they act on.
 //!
 //! The test command runs every scenario once (`e2e` scenario `chaos`); the
 //! full figures (`--runs 5`) go to docs/reliability.md.
@@ -30,6 +39,7 @@ use localkube::{Component, LocalCluster};
 
 mod evict;
 mod infra;
+mod node_loss;
 mod timing;
 mod token;
 
@@ -53,10 +63,12 @@ pub enum Fault {
     Drain,
     KubeletHang,
     TokenDelete,
+    /// A worker's node cut off the network mid-training (needs 2 nodes).
+    NodeLoss,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::OperatorKill,
         Fault::WorkerDelete,
         Fault::Churn,
@@ -70,6 +82,7 @@ impl Fault {
         Fault::Drain,
         Fault::KubeletHang,
         Fault::TokenDelete,
+        Fault::NodeLoss,
     ];
 }
 
@@ -211,6 +224,7 @@ async fn run_one(
         Fault::Drain => evict::drain(client, ns).await,
         Fault::KubeletHang => evict::kubelet_hang(client, cluster, ns).await,
         Fault::TokenDelete => token::token_delete(client, ns).await,
+        Fault::NodeLoss => node_loss::node_loss(client, cluster, ns).await,
     }
 }
 

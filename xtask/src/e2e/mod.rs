@@ -164,8 +164,8 @@ fn confined(f: Fault) -> bool {
         | Fault::NetworkCut
         | Fault::Evict
         | Fault::TokenDelete => true,
-        // Drain cordons the node; KubeletHang freezes it.
-        Fault::Drain | Fault::KubeletHang => false,
+        // Drain cordons a node; KubeletHang freezes one; NodeLoss cuts one off.
+        Fault::Drain | Fault::KubeletHang | Fault::NodeLoss => false,
         Fault::OperatorKill
         | Fault::Churn
         | Fault::ApiserverRestart
@@ -355,7 +355,7 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
         Scenario::Launchpy => scenarios::launchpy(&stack.client).await,
         Scenario::Standalone => scenarios::standalone(&stack.client).await,
         Scenario::Graphbolt => scenarios::graphbolt(&stack.client).await,
-        Scenario::Graphstorm => graphstorm::graphstorm(&stack.client).await,
+        Scenario::Graphstorm => graphstorm::graphstorm(stack).await,
         Scenario::ChaosJob => {
             crate::chaos::run_all(&stack.client, &stack.cluster, &faults(true), 1, 4).await
         }

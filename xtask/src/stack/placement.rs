@@ -5,11 +5,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use dgl_api::names::worker_name;
+use dgl_api::DGLJob;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
+use localkube::LocalCluster;
 
 /// Pod name → the node it was bound to (the last one seen).
 #[derive(Debug, Default)]
@@ -53,6 +55,29 @@ impl Placement {
         let pods: Vec<String> = self.0.iter().map(|(p, n)| format!("{p}@{n}")).collect();
         pods.join(" ")
     }
+}
+
+/// `job` with every pod held on node `node` (`kubernetes.io/hostname`).
+pub(crate) fn pin_to_node(mut job: DGLJob, node: &str) -> DGLJob {
+    for spec in job.spec.dgl_replica_specs.values_mut() {
+        spec.template
+            .spec
+            .get_or_insert_with(Default::default)
+            .node_selector
+            .get_or_insert_with(Default::default)
+            .insert("kubernetes.io/hostname".into(), node.to_owned());
+    }
+    job
+}
+
+/// The name of node 0 (the one in the host's network namespace).
+pub(crate) fn node0(cluster: &LocalCluster) -> Result<String> {
+    cluster
+        .node_summaries()
+        .into_iter()
+        .next()
+        .map(|n| n.node_name)
+        .context("the cluster has no node")
 }
 
 /// How many nodes the cluster has.

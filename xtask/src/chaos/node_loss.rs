@@ -1,0 +1,239 @@
+//! A node lost mid-training (issue #34 item 4): the extra node that holds a
+//! worker is cut off the network (`LocalCluster::cut_node`: every packet of
+//! its veth dropped, as a failed NIC or a partitioned rack does; its
+//! kubelet, containerd and containers keep running, unreachable). Expected:
+//! the node turns NotReady once its lease is stale; the operator then names
+//! the node and the pods on it (condition `NodeLost`, a Warning Event),
+//! stops the run and replaces the lost pods on the remaining node; the job
+//! restarts once and Succeeds. The node is joined again once the new run's
+//! pods are placed; then no process of the old run may be left on it.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use dgl_api::names::{worker_name, LABEL_JOB_NAME};
+use dgl_api::JobPhase;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use localkube::LocalCluster;
+
+use super::infra::{condition_message, during, example, pid_in_pod, restarts, running};
+use super::Outcome;
+use crate::stack::jobs::{delete_and_count_left, expect_phase, job_events};
+
+/// The job condition and Event reason the operator reports a lost node with.
+const NODE_LOST: &str = "NodeLost";
+/// How long after NotReady the operator has to name the node (the issue's bound).
+const NAME_WITHIN: Duration = Duration::from_secs(60);
+/// The control plane's node-monitor grace (40-50 s) and some slack.
+const NOT_READY_WITHIN: Duration = Duration::from_secs(120);
+
+pub async fn node_loss(client: &Client, cluster: &LocalCluster, ns: &str) -> Result<Outcome> {
+    let name = "chaos-nodeloss";
+    let extra: BTreeSet<String> = cluster
+        .node_summaries()
+        .into_iter()
+        .filter(|n| !n.host_network)
+        .map(|n| n.node_name)
+        .collect();
+    ensure!(
+        !extra.is_empty(),
+        "NodeLoss needs a cluster of 2 nodes or more (`--nodes 2`)"
+    );
+    let mut lost = None;
+    let (terminal, done, note) = during(
+        client,
+        ns,
+        example(name, 2)?,
+        |j, pods| running(j) && worker_on(pods, name, &extra).is_some(),
+        || async {
+            let r = lose_and_return(client, cluster, ns, name, &extra).await;
+            if let Ok((_, node, old)) = &r {
+                lost = Some((node.clone(), old.clone()));
+            }
+            r.map(|(note, _, _)| note)
+        },
+    )
+    .await?;
+    expect_phase(&done, JobPhase::Succeeded)?;
+    ensure!(restarts(&done) == 1, "restarted {} times", restarts(&done));
+    let (node, old) = lost.context("the fault reported no node")?;
+    let cleared = old_run_gone(client, &node, &old).await?;
+    let left = delete_and_count_left(client, ns, name).await?;
+    Ok(Outcome {
+        terminal: Some(terminal),
+        left,
+        note: format!("{note}; {cleared}"),
+    })
+}
+
+/// The worker of job `name` on one of `nodes`: (pod, node).
+fn worker_on(pods: &[Pod], name: &str, nodes: &BTreeSet<String>) -> Option<(String, String)> {
+    let workers: Vec<String> = (0..2).map(|i| worker_name(name, i)).collect();
+    pods.iter().find_map(|p| {
+        let node = p.spec.as_ref()?.node_name.clone()?;
+        (workers.contains(&p.name_any()) && nodes.contains(&node)).then(|| (p.name_any(), node))
+    })
+}
+
+/// Cuts the worker's node off, waits for NotReady, for the operator to name
+/// it and for the new run's pods to be placed elsewhere, then joins it
+/// again. Returns the note, the node and the uids of the pods lost on it.
+async fn lose_and_return(
+    client: &Client,
+    cluster: &LocalCluster,
+    ns: &str,
+    name: &str,
+    extra: &BTreeSet<String>,
+) -> Result<(String, String, Vec<String>)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={name}"));
+    let before = pods.list(&lp).await?.items;
+    let (victim, node) = worker_on(&before, name, extra).context("no worker on an extra node")?;
+    let old: Vec<(String, String)> = before
+        .iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect();
+    let cut = Instant::now();
+    cluster.cut_node(&node)?;
+    let result = async {
+        let not_ready = wait_not_ready(client, &node).await?;
+        let named = wait_named(client, ns, name, &node, &victim).await?;
+        wait_replaced(&pods, &old, &node).await?;
+        anyhow::Ok((not_ready, named, cut.elapsed()))
+    }
+    .await;
+    let restored = cluster.restore_node(&node);
+    let (not_ready, (named, message), placed) = result?;
+    restored.with_context(|| format!("joining {node} again"))?;
+    let note = format!(
+        "{node} (with {victim}) cut off: NotReady after {:.0}s, named by the operator {:.0}s \
+         after NotReady ({}), {} lost pod(s) replaced elsewhere {:.0}s after the cut, node joined again",
+        not_ready.as_secs_f64(),
+        named.as_secs_f64(),
+        super::infra::truncate(&message, 160),
+        old.len(),
+        placed.as_secs_f64(),
+    );
+    Ok((note, node, old.into_iter().map(|(_, uid)| uid).collect()))
+}
+
+/// Whether `node`'s Ready condition is True.
+async fn ready(client: &Client, node: &str) -> Result<bool> {
+    let n = Api::<Node>::all(client.clone()).get(node).await?;
+    Ok(n.status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .iter()
+        .any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Waits until `node` is not Ready; how long that took.
+async fn wait_not_ready(client: &Client, node: &str) -> Result<Duration> {
+    let t = Instant::now();
+    while ready(client, node).await? {
+        ensure!(
+            t.elapsed() < NOT_READY_WITHIN,
+            "{node} still Ready {}s after it was cut off",
+            NOT_READY_WITHIN.as_secs()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    Ok(t.elapsed())
+}
+
+/// Waits (at most [`NAME_WITHIN`]) until the job's `NodeLost` condition
+/// names `node` and the victim, and a Warning Event says so; returns how
+/// long that took and the condition's message.
+async fn wait_named(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: &str,
+    victim: &str,
+) -> Result<(Duration, String)> {
+    let jobs: Api<dgl_api::DGLJob> = Api::namespaced(client.clone(), ns);
+    let t = Instant::now();
+    loop {
+        let job = jobs.get(name).await?;
+        if let Some(m) = condition_message(&job, NODE_LOST) {
+            ensure!(
+                m.contains(node) && m.contains(victim),
+                "the {NODE_LOST} condition does not name {node} and {victim}: {m:?}"
+            );
+            let events = job_events(client, ns, name).await?;
+            if events
+                .iter()
+                .any(|e| e.starts_with("Warning NodeLost") && e.contains(node))
+            {
+                return Ok((t.elapsed(), m));
+            }
+        }
+        if t.elapsed() > NAME_WITHIN {
+            bail!(
+                "{NODE_LOST} naming {node} not reported within {}s of NotReady; status: {:?}",
+                NAME_WITHIN.as_secs(),
+                job.status
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Waits (at most 300 s) until every pod in `old` (name, uid) has a
+/// replacement on another node than `node`.
+async fn wait_replaced(pods: &Api<Pod>, old: &[(String, String)], node: &str) -> Result<()> {
+    let t = Instant::now();
+    loop {
+        let mut placed = 0;
+        for (pod, uid) in old {
+            let now = pods.get_opt(pod).await?;
+            let elsewhere = now.filter(|p| p.uid().as_deref() != Some(uid.as_str()));
+            match elsewhere.and_then(|p| p.spec?.node_name) {
+                Some(n) if n == node => bail!("{pod}'s replacement was placed on the lost {node}"),
+                Some(_) => placed += 1,
+                None => {}
+            }
+        }
+        if placed == old.len() {
+            return Ok(());
+        }
+        ensure!(
+            t.elapsed() < Duration::from_secs(300),
+            "the lost pods were not replaced on another node within 300 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Once `node` is Ready again, no process of the lost pods (`uids`) is
+/// left on the machine (its kubelet, back, kills what the API no longer has).
+async fn old_run_gone(client: &Client, node: &str, uids: &[String]) -> Result<String> {
+    let t = Instant::now();
+    while !ready(client, node).await? {
+        ensure!(
+            t.elapsed() < Duration::from_secs(120),
+            "{node} not Ready within 120 s of joining again"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let back = t.elapsed();
+    loop {
+        let alive: Vec<&String> = uids.iter().filter(|u| pid_in_pod(u).is_ok()).collect();
+        if alive.is_empty() {
+            return Ok(format!(
+                "{node} Ready again {:.0}s after joining, no process of the lost pods left {:.0}s after",
+                back.as_secs_f64(),
+                t.elapsed().as_secs_f64()
+            ));
+        }
+        ensure!(
+            t.elapsed() < Duration::from_secs(180),
+            "processes of the lost pods {alive:?} still run on {node} 180 s after it joined again"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

@@ -1,10 +1,16 @@
 //! `cargo xtask e2e`: real DGLJobs on a real node.
 //!
-//! 1. A node cluster (`localkube`, `with_node`): etcd, kube-apiserver,
-//!    kube-controller-manager, kube-scheduler, containerd + runc + CNI bridge,
-//!    kubelet and kube-proxy on this host.
+//! 1. A node cluster of `--nodes` nodes (default 2; `localkube`,
+//!    `with_nodes`): etcd, kube-apiserver, kube-controller-manager,
+//!    kube-scheduler once; per node containerd + runc + CNI bridge, kubelet
+//!    and kube-proxy (node 0 on this host, the others each in a network
+//!    namespace of its own). `train`, `distparmetis` and `isolation` check
+//!    that the job's workers sat on different nodes (`stack::placement`);
+//!    faults that act on one node's kubelet or disk hold their job on node 0.
 //! 2. The images (`cargo xtask images`): operator, runtime and the GraphSAGE
-//!    training image, built with podman and imported into the node's containerd.
+//!    training image, built with podman and imported into every node's
+//!    containerd (the GraphStorm image into node 0's only: its jobs are held
+//!    there).
 //! 3. The operator, installed from `charts/dgl-operator` with Helm (the CRD
 //!    is applied first with server-side apply, as docs say for upgrades).
 //! 4. Scenarios, each in a namespace of its own:

@@ -202,6 +202,21 @@ impl Podman {
 }
 
 /// Runs a short command, returning stdout; the error names the command and shows stderr.
+/// Copies `path` out of image `which` (as built, from podman's storage)
+/// to `dest`: a container created and removed, nothing run.
+pub(crate) fn copy_out_of_image(which: Which, path: &str, dest: &Path) -> Result<()> {
+    let podman = Podman {
+        base: localkube::cache_dir()?.join("podman"),
+    };
+    let reference = reference(which);
+    let id = output(podman.cmd().args(["create", &reference]))?;
+    let id = id.trim();
+    let copied = output(podman.cmd().arg("cp").arg(format!("{id}:{path}")).arg(dest));
+    let removed = output(podman.cmd().args(["rm", id]));
+    copied.with_context(|| format!("copying {path} out of {reference}"))?;
+    removed.map(drop)
+}
+
 fn output(cmd: &mut Command) -> Result<String> {
     let rendered = format!("{cmd:?}");
     let out = cmd

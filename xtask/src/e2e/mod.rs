@@ -52,6 +52,10 @@
 //!      (`graphstorm.rs`).
 //!    - `never-start`: three jobs whose workers cannot start, each named at
 //!      once and Failed at its podStartTimeout (`never_start.rs`).
+//!    - `bucket`: the graph only in a bucket of a real S3 server (SeaweedFS
+//!      on the node IP): the DistParMETIS example and the same job in mode
+//!      ParMETIS read it with `--partition-input s3://...` and the keys
+//!      from a Secret to Succeeded (`bucket.rs`).
 //!    - `isolation`: kube-router enforces the NetworkPolicies; a pod with
 //!      another job's labels is refused by a training job's ports
 //!      (`isolation.rs`).
@@ -80,6 +84,7 @@
 //! On a failure, the job's status, its pods, Events and the operator's and
 //! pods' logs are printed before the cluster is stopped.
 
+mod bucket;
 mod graphstorm;
 mod isolation;
 mod kueue;
@@ -127,12 +132,15 @@ pub enum Scenario {
     Kueue,
     /// kube-router enforces the NetworkPolicies: a pod with another job's labels is refused by a training job's ports.
     Isolation,
+    /// The graph only in a bucket (SeaweedFS): the DistParMETIS and ParMETIS jobs read it with --partition-input s3://... to Succeeded.
+    Bucket,
 }
 
 impl Scenario {
     /// Every scenario, in the order they start.
-    const ALL: [Scenario; 14] = [
+    const ALL: [Scenario; 15] = [
         Scenario::ChaosJob,
+        Scenario::Bucket,
         Scenario::Graphstorm,
         Scenario::Distparmetis,
         Scenario::Parmetis,
@@ -371,6 +379,7 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
         Scenario::Namespaced => namespaced::namespaced(&stack.client, &stack.kubeconfig).await,
         Scenario::NeverStart => never_start::never_start(&stack.client).await,
         Scenario::Isolation => isolation::isolation(stack).await,
+        Scenario::Bucket => bucket::bucket(stack).await,
         Scenario::Kueue => kueue::kueue(stack).await,
     }
 }

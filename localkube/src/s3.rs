@@ -57,6 +57,31 @@ pub struct S3Server {
     /// From spawn to the first successful S3 request.
     pub start_time: Duration,
     rt: tokio::runtime::Runtime,
+    weed: PathBuf,
+    args: Vec<String>,
+    s3_addr: SocketAddr,
+}
+
+/// `weed server args`, its output appended to `dir/weed.log`.
+fn spawn_weed(weed: &Path, args: &[String], dir: &Path) -> Result<Child> {
+    let path = dir.join("weed.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(Error::io("opening", &path))?;
+    let log2 = log.try_clone().map_err(Error::io("cloning", &path))?;
+    Command::new(weed)
+        .arg("server")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .spawn()
+        .map_err(|source| Error::Spawn {
+            program: weed.display().to_string(),
+            source,
+        })
 }
 
 /// The `weed` binary: `$DGL_OPERATOR_WEED_BIN`, else the cached build; an
@@ -107,29 +132,18 @@ impl S3Server {
 
     fn start_once(ip: &str, buckets: &[&str]) -> Result<S3Server> {
         let weed = weed_binary()?;
+        let addr: Ipv4Addr = ip
+            .parse()
+            .map_err(|e| Error::Invalid(format!("S3 server address {ip:?}: {e}")))?;
         let dir = std::env::temp_dir().join(format!("localkube-s3-{}", unique()));
         util::create_dir_all(&dir.join("data"))?;
         let ids = [identity("admin"), identity("reader"), identity("outsider")];
         let config = identities_json(&ids, buckets);
         util::write_atomic(&dir.join("s3.json"), config.as_bytes(), 0o600)?;
         let ports = free_ports(8)?;
-        let log = std::fs::File::create(dir.join("weed.log"))
-            .map_err(Error::io("creating", &dir.join("weed.log")))?;
-        let log2 = log
-            .try_clone()
-            .map_err(Error::io("cloning", &dir.join("weed.log")))?;
+        let args = server_args(ip, &dir, &ports);
         let started = Instant::now();
-        let child = Command::new(&weed)
-            .arg("server")
-            .args(server_args(ip, &dir, &ports))
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .spawn()
-            .map_err(|source| Error::Spawn {
-                program: weed.display().to_string(),
-                source,
-            })?;
+        let child = spawn_weed(&weed, &args, &dir)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -144,13 +158,28 @@ impl S3Server {
             start_time: Duration::ZERO,
             dir,
             rt,
+            weed,
+            args,
+            s3_addr: SocketAddr::from((addr, ports[6])),
         };
-        let ip: Ipv4Addr = ip
-            .parse()
-            .map_err(|e| Error::Invalid(format!("S3 server address {ip:?}: {e}")))?;
-        server.wait_ready(SocketAddr::from((ip, ports[6])), started)?;
+        server.wait_ready(server.s3_addr, started)?;
         server.start_time = started.elapsed();
         Ok(server)
+    }
+
+    /// Stops the server (SIGKILL: every connection dropped at once).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the killed server again, same ports and data; returns once
+    /// it answers, with how long that took.
+    pub fn revive(&mut self) -> Result<Duration> {
+        let started = Instant::now();
+        self.child = spawn_weed(&self.weed, &self.args, &self.dir)?;
+        self.wait_ready(self.s3_addr, started)?;
+        Ok(started.elapsed())
     }
 
     /// `http://<ip>:<port>`.

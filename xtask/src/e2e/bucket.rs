@@ -7,8 +7,14 @@
 //! with `--partition-input s3://...`, must Succeed with falling losses, the
 //! partitioner's or every rank's report naming the bytes it fetched from
 //! object storage, and (DistParMETIS) the workers on different nodes.
+//! Last, the storage fault (item 3): the server killed before a third
+//! DistParMETIS job is applied and started again only once the job is
+//! Partitioning, so the ranks' first reads meet a dead server and their
+//! retries (object_store's, bounded: 6 within 60 s) a live one; it must
+//! Succeed.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{ensure, Context, Result};
 use dgl_api::{DGLJob, PartitionMode, ReplicaType};
@@ -42,18 +48,40 @@ pub(super) async fn bucket(stack: &Stack) -> Result<String> {
     .await??;
     let env = server.env(&server.reader);
     let endpoint = server.endpoint().to_owned();
+    let server = Arc::new(Mutex::new(server));
+    let shared = server.clone();
     let r = in_namespace(client, "e2e-bucket", "bucket-dist", |ns| async move {
         secret(client, &ns, &env).await?;
-        let dist = run(client, &ns, "bucket-dist", PartitionMode::DistParMetis).await?;
-        let single = run(client, &ns, "bucket-pm", PartitionMode::ParMetis).await?;
+        let dist = run(
+            client,
+            &ns,
+            "bucket-dist",
+            PartitionMode::DistParMetis,
+            None,
+        )
+        .await?;
+        let single = run(client, &ns, "bucket-pm", PartitionMode::ParMetis, None).await?;
+        let restarted = run(
+            client,
+            &ns,
+            "bucket-restart",
+            PartitionMode::DistParMetis,
+            Some(shared),
+        )
+        .await?;
         Ok(format!(
-            "{bytes} bytes in s3://{BUCKET}/{PREFIX}/ at {endpoint}; DistParMETIS: {dist}; ParMETIS: {single}"
+            "{bytes} bytes in s3://{BUCKET}/{PREFIX}/ at {endpoint}; DistParMETIS: {dist}; \
+             ParMETIS: {single}; server restarted under DistParMETIS: {restarted}"
         ))
     })
     .await;
     // The server's runtime may not be dropped on this one's threads.
-    let tail = server.log_tail(20);
-    tokio::task::spawn_blocking(move || drop(server)).await?;
+    let tail = tokio::task::spawn_blocking(move || {
+        let tail = lock(&server).log_tail(20);
+        drop(server);
+        tail
+    })
+    .await?;
     std::fs::remove_dir_all(&dir).ok();
     r.with_context(|| format!("the S3 server's log ends:\n{tail}"))
 }
@@ -137,10 +165,32 @@ fn job(name: &str, mode: PartitionMode) -> Result<DGLJob> {
     Ok(job)
 }
 
+type Shared = Arc<Mutex<S3Server>>;
+
+fn lock(s: &Shared) -> std::sync::MutexGuard<'_, S3Server> {
+    s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs the job to Succeeded; checks the fetch reports and the losses.
-async fn run(client: &Client, ns: &str, name: &str, mode: PartitionMode) -> Result<String> {
+/// With `restart`, that server is killed before the job is applied and
+/// started again 5 s after the job reports Partitioning.
+async fn run(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    mode: PartitionMode,
+    restart: Option<Shared>,
+) -> Result<String> {
     let job = job(name, mode)?;
+    let mut outage = String::new();
+    if let Some(s) = &restart {
+        let s = s.clone();
+        tokio::task::spawn_blocking(move || lock(&s).kill()).await?;
+    }
     apply_job(client, ns, &job).await?;
+    if let Some(s) = restart {
+        outage = revive_once_partitioning(client, ns, name, s).await?;
+    }
     let mut placement = Placement::default();
     let nodes = node_count(client).await?;
     let done = follow(
@@ -185,11 +235,47 @@ async fn run(client: &Client, ns: &str, name: &str, mode: PartitionMode) -> Resu
     let placed = placement.check_workers_spread(name, 2, nodes)?;
     delete_and_check_children(client, ns, name).await?;
     Ok(format!(
-        "Succeeded ({placed}); {}",
+        "Succeeded{outage} ({placed}); {}",
         fetched
             .iter()
             .map(|l| l.trim())
             .collect::<Vec<_>>()
             .join(" | ")
+    ))
+}
+
+/// Waits for the job's Partitioning condition, then 5 s, then starts the
+/// killed server again; says how long it was down for the ranks.
+async fn revive_once_partitioning(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    server: Shared,
+) -> Result<String> {
+    let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
+    let t = std::time::Instant::now();
+    loop {
+        let j = jobs.get(name).await?;
+        let partitioning = j
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "Partitioning");
+        if partitioning {
+            break;
+        }
+        ensure!(
+            t.elapsed() < JOB_TIMEOUT,
+            "DGLJob {ns}/{name} never reported Partitioning"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let seen = t.elapsed();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let took = tokio::task::spawn_blocking(move || lock(&server).revive()).await??;
+    Ok(format!(
+        " (server dead from before apply to 5 s after Partitioning, {:.0}s after apply; up again in {:.1}s)",
+        seen.as_secs_f64(),
+        took.as_secs_f64()
     ))
 }

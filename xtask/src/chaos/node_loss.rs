@@ -7,13 +7,18 @@
 //! stops the run and replaces the lost pods on the remaining node; the job
 //! restarts once and Succeeds. The node is joined again once the new run's
 //! pods are placed; then no process of the old run may be left on it.
+//! Then the same for the partitioner's node while it partitions: the
+//! launch.py-style example with a Partitioner template that prefers the
+//! extra node and a partition command that, on that node only, takes ten
+//! minutes (so the cut certainly falls in it); its replacement, on node 0,
+//! partitions at once.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use dgl_api::names::{worker_name, LABEL_JOB_NAME};
-use dgl_api::JobPhase;
+use dgl_api::names::{partitioner_name, worker_name, LABEL_JOB_NAME};
+use dgl_api::{DGLJob, JobPhase, ReplicaType};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
@@ -30,26 +35,52 @@ const NAME_WITHIN: Duration = Duration::from_secs(60);
 /// The control plane's node-monitor grace (40-50 s) and some slack.
 const NOT_READY_WITHIN: Duration = Duration::from_secs(120);
 
+/// A worker's node lost while the job trains, then the partitioner's
+/// while it partitions.
 pub async fn node_loss(client: &Client, cluster: &LocalCluster, ns: &str) -> Result<Outcome> {
-    let name = "chaos-nodeloss";
     let extra: BTreeSet<String> = cluster
         .node_summaries()
         .into_iter()
         .filter(|n| !n.host_network)
         .map(|n| n.node_name)
         .collect();
-    ensure!(
-        !extra.is_empty(),
-        "NodeLoss needs a cluster of 2 nodes or more (`--nodes 2`)"
-    );
+    let Some(target) = extra.iter().next().cloned() else {
+        bail!("NodeLoss needs a cluster of 2 nodes or more (`--nodes 2`)");
+    };
+    let started = Instant::now();
+    let name = "chaos-nodeloss";
+    let workers: Vec<String> = (0..2).map(|i| worker_name(name, i)).collect();
+    let (a, left_a) = lose_one(client, cluster, ns, example(name, 2)?, &workers, &extra).await?;
+    let name = "chaos-nodeloss-part";
+    let job = slow_partitioner_on(name, &target)?;
+    let partitioner = vec![partitioner_name(name)];
+    let (b, left_b) = lose_one(client, cluster, ns, job, &partitioner, &extra).await?;
+    Ok(Outcome {
+        terminal: Some(started.elapsed()),
+        left: left_a + left_b,
+        note: format!("training: {a} / partitioning: {b}"),
+    })
+}
+
+/// Runs `job` until one of `victims` (pod names) is on an extra node and
+/// the job is past Created, cuts that node off, and checks what follows.
+async fn lose_one(
+    client: &Client,
+    cluster: &LocalCluster,
+    ns: &str,
+    job: DGLJob,
+    victims: &[String],
+    extra: &BTreeSet<String>,
+) -> Result<(String, usize)> {
+    let name = job.name_any();
     let mut lost = None;
-    let (terminal, done, note) = during(
+    let (_, done, note) = during(
         client,
         ns,
-        example(name, 2)?,
-        |j, pods| running(j) && worker_on(pods, name, &extra).is_some(),
+        job,
+        |j, pods| under_way(j) && pod_on(pods, victims, extra).is_some(),
         || async {
-            let r = lose_and_return(client, cluster, ns, name, &extra).await;
+            let r = lose_and_return(client, cluster, ns, &name, victims, extra).await;
             if let Ok((_, node, old)) = &r {
                 lost = Some((node.clone(), old.clone()));
             }
@@ -61,21 +92,81 @@ pub async fn node_loss(client: &Client, cluster: &LocalCluster, ns: &str) -> Res
     ensure!(restarts(&done) == 1, "restarted {} times", restarts(&done));
     let (node, old) = lost.context("the fault reported no node")?;
     let cleared = old_run_gone(client, &node, &old).await?;
-    let left = delete_and_count_left(client, ns, name).await?;
-    Ok(Outcome {
-        terminal: Some(terminal),
-        left,
-        note: format!("{note}; {cleared}"),
+    let left = delete_and_count_left(client, ns, &name).await?;
+    Ok((format!("{note}; {cleared}"), left))
+}
+
+/// Partitioning or Running: the run's pods are up.
+fn under_way(j: &DGLJob) -> bool {
+    running(j) || j.status.as_ref().and_then(|s| s.phase) == Some(JobPhase::Partitioning)
+}
+
+/// The first of `victims` bound to one of `nodes`, with the node.
+fn pod_on(pods: &[Pod], victims: &[String], nodes: &BTreeSet<String>) -> Option<(String, String)> {
+    pods.iter().find_map(|p| {
+        let node = p.spec.as_ref()?.node_name.clone()?;
+        let up = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+        (up && victims.contains(&p.name_any()) && nodes.contains(&node))
+            .then(|| (p.name_any(), node))
     })
 }
 
-/// The worker of job `name` on one of `nodes`: (pod, node).
-fn worker_on(pods: &[Pod], name: &str, nodes: &BTreeSet<String>) -> Option<(String, String)> {
-    let workers: Vec<String> = (0..2).map(|i| worker_name(name, i)).collect();
-    pods.iter().find_map(|p| {
-        let node = p.spec.as_ref()?.node_name.clone()?;
-        (workers.contains(&p.name_any()) && nodes.contains(&node)).then(|| (p.name_any(), node))
-    })
+/// The launch.py-style example with a Partitioner template of its own:
+/// preferring node `slow_on`, where its partition command first sleeps ten
+/// minutes (anywhere else it partitions at once).
+fn slow_partitioner_on(name: &str, slow_on: &str) -> Result<DGLJob> {
+    let mut job = crate::stack::jobs::example_job_at(crate::stack::EXAMPLE_LAUNCHPY, name)?;
+    job.spec
+        .run_policy
+        .get_or_insert_with(Default::default)
+        .backoff_limit = Some(2);
+    let launcher = job
+        .spec
+        .dgl_replica_specs
+        .get_mut(&ReplicaType::Launcher)
+        .and_then(|s| s.template.spec.as_mut())
+        .and_then(|s| s.containers.first_mut())
+        .context("the example has no launcher container")?;
+    let args = launcher.args.get_or_insert_with(Vec::new);
+    let i = args
+        .iter()
+        .position(|a| a == "--partition-command")
+        .context("the example has no --partition-command")?;
+    let cmd = args
+        .get(i + 1)
+        .context("--partition-command has no value")?;
+    args[i + 1] =
+        format!("sh -c 'if [ \"$NODE_NAME\" = {slow_on} ]; then sleep 600; fi; exec {cmd}'");
+    let (command, args) = (launcher.command.clone(), launcher.args.clone());
+    let mut part = job
+        .spec
+        .dgl_replica_specs
+        .get(&ReplicaType::Worker)
+        .context("the example has no Worker")?
+        .clone();
+    part.replicas = Some(1);
+    let spec = part.template.spec.get_or_insert_with(Default::default);
+    let c = spec.containers.first_mut().context("no worker container")?;
+    c.command = command;
+    c.args = args;
+    c.env
+        .get_or_insert_with(Vec::new)
+        .push(serde_json::from_value(serde_json::json!({
+            "name": "NODE_NAME",
+            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+        }))?);
+    spec.affinity = Some(serde_json::from_value(serde_json::json!({
+        "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+            "weight": 100,
+            "preference": {"matchExpressions": [{
+                "key": "kubernetes.io/hostname", "operator": "In", "values": [slow_on],
+            }]},
+        }]},
+    }))?);
+    job.spec
+        .dgl_replica_specs
+        .insert(ReplicaType::Partitioner, part);
+    Ok(job)
 }
 
 /// Cuts the worker's node off, waits for NotReady, for the operator to name
@@ -86,12 +177,14 @@ async fn lose_and_return(
     cluster: &LocalCluster,
     ns: &str,
     name: &str,
+    victims: &[String],
     extra: &BTreeSet<String>,
 ) -> Result<(String, String, Vec<String>)> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={name}"));
     let before = pods.list(&lp).await?.items;
-    let (victim, node) = worker_on(&before, name, extra).context("no worker on an extra node")?;
+    let (victim, node) = pod_on(&before, victims, extra)
+        .with_context(|| format!("none of {victims:?} on an extra node"))?;
     let old: Vec<(String, String)> = before
         .iter()
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))

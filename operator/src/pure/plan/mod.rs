@@ -16,7 +16,8 @@
 //! [`plan`] reads like that diagram: one function per situation, each
 //! ending in the one way a [`Plan`] is built ([`Planner::done`]):
 //! finished, refused, suspended, deadline exceeded and succeeded in
-//! `lifecycle.rs`, a failed run in `failure.rs`, moving forward in
+//! `lifecycle.rs`, a failed run in `failure.rs`, a run that lost pods with
+//! their node in `node_loss.rs` ([`plan_on_nodes`]), moving forward in
 //! `forward.rs`; the conditions and counts they write in `status.rs`, the
 //! Events they lead to in `transitions.rs`.
 

@@ -28,8 +28,7 @@ use super::infra::{condition_message, during, example, pid_in_pod, restarts, run
 use super::Outcome;
 use crate::stack::jobs::{delete_and_count_left, expect_phase, job_events};
 
-/// The job condition and Event reason the operator reports a lost node with.
-const NODE_LOST: &str = "NodeLost";
+use dgl_api::{CONDITION_NODE_LOST as NODE_LOST, EVENT_NODE_LOST};
 /// How long after NotReady the operator has to name the node (the bound).
 const NAME_WITHIN: Duration = Duration::from_secs(60);
 /// The control plane's node-monitor grace (40-50 s) and some slack.
@@ -260,7 +259,7 @@ async fn wait_named(
             let events = job_events(client, ns, name).await?;
             if events
                 .iter()
-                .any(|e| e.starts_with("Warning NodeLost") && e.contains(node))
+                .any(|e| e.starts_with(&format!("Warning {EVENT_NODE_LOST}")) && e.contains(node))
             {
                 return Ok((t.elapsed(), m));
             }

@@ -81,8 +81,8 @@ pub(super) async fn isolation(stack: &Stack) -> Result<String> {
             .collect();
         let stopped = tokio::task::spawn_blocking(move || {
             engines
-                .into_iter()
-                .map(|(_, e)| e.stop())
+                .into_values()
+                .map(PolicyEngine::stop)
                 .collect::<Result<Vec<()>>>()
         })
         .await?;

@@ -38,14 +38,17 @@ impl Constraints {
 
     /// Sum of every constraint over all nodes.
     pub fn totals(&self) -> Vec<i64> {
-        let mut t = vec![0i64; self.ncon];
-        for row in self.vwgt.chunks(self.ncon) {
-            for (s, w) in t.iter_mut().zip(row) {
-                *s += w;
-            }
-        }
-        t
+        column_sums(&self.vwgt, self.ncon)
     }
+}
+
+/// Sum of every constraint of the row-major weights `vwgt`.
+pub(crate) fn column_sums(vwgt: &[i64], ncon: usize) -> Vec<i64> {
+    let mut t = vec![0i64; ncon];
+    for row in vwgt.chunks(ncon.max(1)) {
+        t.iter_mut().zip(row).for_each(|(s, w)| *s += w);
+    }
+    t
 }
 
 /// The constraints DGL would give METIS for this graph and options.

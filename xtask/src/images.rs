@@ -670,7 +670,14 @@ fn load(
     }
     let copies = cluster
         .sync_node_image(&img.reference, Some((HASH_LABEL, img.hash.as_str())))
-        .with_context(|| format!("copying {} to the other nodes", img.reference))?;
+        .with_context(|| {
+            format!(
+                "copying {} to the other nodes (a node store left inconsistent by a full disk \
+                 says \"parent snapshot ... does not exist\": stop the cluster and remove \
+                 <cache>/node-images/containerd-n<i>; the next run copies the images again)",
+                img.reference
+            )
+        })?;
     for (node, d) in copies {
         if let Some(d) = d {
             eprintln!(

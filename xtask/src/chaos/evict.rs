@@ -359,7 +359,7 @@ async fn hang_and_delete(
 }
 
 /// Whether `node`'s Ready condition is True.
-async fn node_ready(client: &Client, node: &str) -> Result<bool> {
+pub(super) async fn node_ready(client: &Client, node: &str) -> Result<bool> {
     let n = Api::<Node>::all(client.clone()).get(node).await?;
     Ok(n.status
         .and_then(|s| s.conditions)

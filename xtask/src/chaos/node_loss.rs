@@ -19,11 +19,12 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use dgl_api::names::{partitioner_name, worker_name, LABEL_JOB_NAME};
 use dgl_api::{DGLJob, JobPhase, ReplicaType};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use localkube::LocalCluster;
 
+use super::evict::node_ready;
 use super::infra::{condition_message, during, example, pid_in_pod, restarts, running};
 use super::Outcome;
 use crate::stack::jobs::{delete_and_count_left, expect_phase, job_events};
@@ -213,20 +214,10 @@ async fn lose_and_return(
     Ok((note, node, old.into_iter().map(|(_, uid)| uid).collect()))
 }
 
-/// Whether `node`'s Ready condition is True.
-async fn ready(client: &Client, node: &str) -> Result<bool> {
-    let n = Api::<Node>::all(client.clone()).get(node).await?;
-    Ok(n.status
-        .and_then(|s| s.conditions)
-        .unwrap_or_default()
-        .iter()
-        .any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// Waits until `node` is not Ready; how long that took.
 async fn wait_not_ready(client: &Client, node: &str) -> Result<Duration> {
     let t = Instant::now();
-    while ready(client, node).await? {
+    while node_ready(client, node).await? {
         ensure!(
             t.elapsed() < NOT_READY_WITHIN,
             "{node} still Ready {}s after it was cut off",
@@ -305,7 +296,7 @@ async fn wait_replaced(pods: &Api<Pod>, old: &[(String, String)], node: &str) ->
 /// left on the machine (its kubelet, back, kills what the API no longer has).
 async fn old_run_gone(client: &Client, node: &str, uids: &[String]) -> Result<String> {
     let t = Instant::now();
-    while !ready(client, node).await? {
+    while !node_ready(client, node).await? {
         ensure!(
             t.elapsed() < Duration::from_secs(120),
             "{node} not Ready within 120 s of joining again"

@@ -120,13 +120,7 @@ fn slow_partitioner_on(name: &str, slow_on: &str) -> Result<DGLJob> {
         .run_policy
         .get_or_insert_with(Default::default)
         .backoff_limit = Some(2);
-    let launcher = job
-        .spec
-        .dgl_replica_specs
-        .get_mut(&ReplicaType::Launcher)
-        .and_then(|s| s.template.spec.as_mut())
-        .and_then(|s| s.containers.first_mut())
-        .context("the example has no launcher container")?;
+    let launcher = crate::stack::placement::main_container_mut(&mut job, ReplicaType::Launcher)?;
     let args = launcher.args.get_or_insert_with(Vec::new);
     let i = args
         .iter()

@@ -132,26 +132,14 @@ fn job(name: &str, mode: PartitionMode) -> Result<DGLJob> {
     let mut job = example_job_at(EXAMPLE_DISTPARMETIS, name)?;
     job.spec.partition_mode = mode;
     let url = format!("s3://{BUCKET}/{PREFIX}/metadata.json");
-    let launcher = job
-        .spec
-        .dgl_replica_specs
-        .get_mut(&ReplicaType::Launcher)
-        .and_then(|s| s.template.spec.as_mut())
-        .and_then(|s| s.containers.first_mut())
-        .context("the example has no launcher container")?;
+    let launcher = crate::stack::placement::main_container_mut(&mut job, ReplicaType::Launcher)?;
     let args = launcher.args.get_or_insert_with(Vec::new);
     let i = args
         .iter()
         .position(|a| a.starts_with(IN_IMAGE))
         .context("the example's launcher names no input in the image")?;
     args[i] = url;
-    let worker = job
-        .spec
-        .dgl_replica_specs
-        .get_mut(&ReplicaType::Worker)
-        .and_then(|s| s.template.spec.as_mut())
-        .and_then(|s| s.containers.first_mut())
-        .context("the example has no worker container")?;
+    let worker = crate::stack::placement::main_container_mut(&mut job, ReplicaType::Worker)?;
     worker
         .env_from
         .get_or_insert_with(Vec::new)

@@ -70,6 +70,19 @@ pub(crate) fn pin_to_node(mut job: DGLJob, node: &str) -> DGLJob {
     job
 }
 
+/// The first container of `role`'s template in `job`.
+pub(crate) fn main_container_mut(
+    job: &mut DGLJob,
+    role: dgl_api::ReplicaType,
+) -> Result<&mut k8s_openapi::api::core::v1::Container> {
+    job.spec
+        .dgl_replica_specs
+        .get_mut(&role)
+        .and_then(|s| s.template.spec.as_mut())
+        .and_then(|s| s.containers.first_mut())
+        .with_context(|| format!("the job has no {role:?} container"))
+}
+
 /// The name of node 0 (the one in the host's network namespace).
 pub(crate) fn node0(cluster: &LocalCluster) -> Result<String> {
     cluster

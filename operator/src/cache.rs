@@ -22,9 +22,10 @@
 //! of [`crate::expectations`].
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_JOB_NAME, LABEL_RUN};
 use dgl_api::DGLJob;
@@ -305,12 +306,29 @@ enum Expect {
     Deleted,
 }
 
+/// How long a disrupted pod's facts are kept after its Delete event: long
+/// enough for the reconcile it triggers (and its retries) to judge it.
+pub const GONE_TTL: Duration = Duration::from_secs(600);
+/// At most this many disrupted pods' facts are kept (oldest dropped first).
+pub const GONE_MAX: usize = 1024;
+
+/// A disrupted pod gone from the cache, as last seen.
+#[derive(Debug)]
+struct GonePod {
+    at: Instant,
+    key: JobKey,
+    cached: CachedPod,
+}
+
 /// The pods of every job, indexed by job, and the pods this operator
 /// created or deleted that the watch has not shown yet (by job and pod name).
 #[derive(Default)]
 pub struct PodCache {
     index: RwLock<PodIndex>,
     expected: Expectations<JobKey, String, Expect>,
+    /// Disrupted pods deleted lately, so an eviction whose pod is gone
+    /// before the reconcile still matches podFailurePolicy (#36 item 3).
+    gone: Mutex<VecDeque<GonePod>>,
 }
 
 impl PodCache {
@@ -354,6 +372,51 @@ impl PodCache {
             }
         });
         pods
+    }
+
+    /// What is kept of the job's disrupted pods gone from the cache
+    /// ([`GONE_TTL`], [`GONE_MAX`]); none for another job of its name.
+    pub fn job_gone(&self, ns: &str, job: &str, uid: Option<&str>) -> Vec<ObservedPod> {
+        let key = JobKey::new(ns, job);
+        let mut gone = self.gone.lock().expect("gone pods lock");
+        gone.retain(|g| g.at.elapsed() < GONE_TTL);
+        gone.iter()
+            .filter(|g| g.key == key && uid.is_some() && g.cached.owner_uid.as_deref() == uid)
+            .map(|g| g.cached.observed.clone())
+            .collect()
+    }
+
+    /// Keeps a deleted pod's facts when Kubernetes disrupted it.
+    fn keep_gone(&self, pod: &SlimPod) {
+        let Some((key, cached)) = CachedPod::from_slim(pod.clone()) else {
+            return;
+        };
+        if !cached.observed.facts.disrupted() {
+            return;
+        }
+        let mut gone = self.gone.lock().expect("gone pods lock");
+        gone.retain(|g| g.at.elapsed() < GONE_TTL);
+        while gone.len() >= GONE_MAX {
+            gone.pop_front();
+        }
+        gone.push_back(GonePod {
+            at: Instant::now(),
+            key,
+            cached,
+        });
+    }
+
+    #[cfg(test)]
+    /// Makes every kept gone pod `by` older.
+    pub fn age_gone(&self, by: Duration) {
+        for g in self.gone.lock().expect("gone pods lock").iter_mut() {
+            g.at = g.at.checked_sub(by).expect("an Instant that far back");
+        }
+    }
+
+    #[cfg(test)]
+    pub fn gone_len(&self) -> usize {
+        self.gone.lock().expect("gone pods lock").len()
     }
 
     /// Records a pod this operator just created (as `observed`).
@@ -423,6 +486,7 @@ impl PodCache {
     }
 
     fn delete(&self, pod: &SlimPod) -> Option<JobToReconcile> {
+        self.keep_gone(pod);
         let name = pod.metadata.name.as_ref()?;
         let ns = pod.metadata.namespace.clone()?;
         let job = pod.metadata.labels.as_ref()?.get(LABEL_JOB_NAME)?.clone();

@@ -216,3 +216,35 @@ fn child_hashes_prefer_the_own_write_until_the_watch_shows_it() {
     assert_eq!(c.hash("ConfigMap", "ns", "j-config"), ChildState::Absent);
     assert!(c.is_empty());
 }
+
+/// Issue #36 item 3: an evicted pod's facts outlive its Delete event (for a
+/// bounded time and count) so the plan can still judge it.
+#[test]
+fn a_disrupted_pods_facts_are_kept_after_its_delete_for_a_while() {
+    let cache = PodCache::default();
+    let mut evicted = pod("j-worker-0", "Failed", Some("n"));
+    evicted.status = Some(
+        serde_json::from_value(json!({"phase": "Failed",
+        "conditions": [{"type": "DisruptionTarget", "status": "True"}]}))
+        .unwrap(),
+    );
+    cache.apply(evicted.clone());
+    assert!(cache.delete(&evicted).is_some());
+    assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
+    let gone = cache.job_gone("ns", "j", Some("job-uid"));
+    assert_eq!(gone.len(), 1);
+    assert!(gone[0].facts.disrupted());
+    // Not another job's of the same name; not a pod that was not disrupted.
+    assert!(cache.job_gone("ns", "j", Some("new-uid")).is_empty());
+    cache.delete(&pod("j-worker-1", "Failed", Some("n")));
+    assert_eq!(cache.job_gone("ns", "j", Some("job-uid")).len(), 1);
+    // Bounded: old ones expire, and never more than GONE_MAX are held.
+    cache.age_gone(GONE_TTL + Duration::from_secs(1));
+    assert!(cache.job_gone("ns", "j", Some("job-uid")).is_empty());
+    for i in 0..GONE_MAX + 5 {
+        let mut p = evicted.clone();
+        p.metadata.name = Some(format!("j-worker-{i}"));
+        cache.delete(&p);
+    }
+    assert_eq!(cache.gone_len(), GONE_MAX);
+}

@@ -350,7 +350,11 @@ async fn reconcile_job(
         .and_then(|c| c.run);
     let gate = kueue::gate(ctx, job, &key.namespace).await?;
     let job = gate.as_ref().map_or(job, |g| &g.job);
-    let mut plan = plan::plan(job, &pods, now, &ctx.settings.build, launched);
+    let gone = ctx
+        .pods
+        .job_gone(&key.namespace, &key.name, job.uid().as_deref());
+    let build = &ctx.settings.build;
+    let mut plan = plan::plan_with_gone(job, &pods, &gone, now, build, launched);
     if let Some(g) = &gate {
         g.annotate(&mut plan.status, now);
     }

@@ -102,7 +102,22 @@ pub fn plan(
     cfg: &BuildConfig,
     launched: Option<i32>,
 ) -> Plan {
+    plan_with_gone(job, pods, &[], now, cfg, launched)
+}
+
+/// [`plan`], also given what the cache kept of pods gone from it (a
+/// disrupted pod's facts): a worker evicted and deleted before this
+/// reconcile is judged by its DisruptionTarget, as if still there.
+pub fn plan_with_gone(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    gone: &[ObservedPod],
+    now: Timestamp,
+    cfg: &BuildConfig,
+    launched: Option<i32>,
+) -> Plan {
     let mut p = Planner::new(job, pods, now);
+    p.gone = gone;
     p.launched = launched == Some(p.epoch);
     if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
         return p.finished();
@@ -179,6 +194,8 @@ struct Planner<'a> {
     launched: bool,
     /// See [`Plan::reset_launch`].
     reset_launch: bool,
+    /// What the cache kept of pods gone from it (see [`plan_with_gone`]).
+    gone: &'a [ObservedPod],
 }
 
 impl<'a> Planner<'a> {
@@ -213,6 +230,7 @@ impl<'a> Planner<'a> {
             launch: None,
             launched: false,
             reset_launch: false,
+            gone: &[],
         }
     }
 

@@ -388,7 +388,14 @@ impl PodCache {
 
     /// Keeps a deleted pod's facts when Kubernetes disrupted it.
     fn keep_gone(&self, pod: &SlimPod) {
-        let Some((key, cached)) = CachedPod::from_slim(pod.clone()) else {
+        // A pod deleted at once (grace 0, never bound) may have no
+        // deletionTimestamp in its last state: it was being deleted, and
+        // only a Terminating or Failed pod's facts are read.
+        let mut pod = pod.clone();
+        pod.metadata
+            .deletion_timestamp
+            .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
+        let Some((key, cached)) = CachedPod::from_slim(pod) else {
             return;
         };
         if !cached.observed.facts.disrupted() {

@@ -248,3 +248,14 @@ fn a_disrupted_pods_facts_are_kept_after_its_delete_for_a_while() {
     }
     assert_eq!(cache.gone_len(), GONE_MAX);
 }
+
+#[test]
+/// Deleted at once (grace 0), its last state has no deletionTimestamp.
+fn a_running_pod_deleted_at_once_with_disruption_target_is_kept() {
+    let cache = PodCache::default();
+    let mut p = pod("j-worker-0", "Running", Some("n"));
+    p.status = Some(serde_json::from_value(json!({"phase": "Running",
+        "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]})).unwrap());
+    cache.delete(&p);
+    assert_eq!(cache.job_gone("ns", "j", Some("job-uid")).len(), 1);
+}

@@ -101,8 +101,9 @@ pub struct Options {
 #[derive(Args, Debug, Clone)]
 #[command(next_help_heading = "Job (the example DGLJob's command line)")]
 pub struct JobArgs {
-    /// Graph name: the partition JSON is <workspace>/dataset/<NAME>.json.
-    #[arg(long, env = "DGLRUN_GRAPH_NAME", value_name = "NAME")]
+    /// Graph name: the partition JSON is <workspace>/dataset/<NAME>.json
+    /// (so one file name: no '/', not "." or "..").
+    #[arg(long, env = "DGLRUN_GRAPH_NAME", value_name = "NAME", value_parser = parse_graph_name)]
     pub graph_name: Option<String>,
     /// Partition script, run by the partitioner as
     /// `<python> <FILE> --graph_name G --workspace W --rel_data_path dataset --num_parts N
@@ -446,6 +447,13 @@ fn default_token_file() -> String {
 }
 
 /// Parses a partition mode with the API's own spelling.
+/// A graph name becomes file names (`<NAME>.json`, the staging folder).
+fn parse_graph_name(s: &str) -> Result<String, String> {
+    use dgl_partition::names;
+    names::check(s).map_err(|e| format!("found {e}; {}", names::EXPECTED))?;
+    Ok(s.to_string())
+}
+
 fn parse_mode(s: &str) -> Result<PartitionMode, String> {
     serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|_| {
         format!("unknown partition mode {s:?}; expected DGL-API, ParMETIS, DistParMETIS or Skip")
@@ -578,6 +586,18 @@ mod tests {
         assert_eq!(o.job.partition_mode, PartitionMode::DglApi);
         assert_eq!(o.extra, ["--lr", "0.1"]);
         assert_eq!(o.runtime.workspace, PathBuf::from(names::WORKSPACE));
+    }
+
+    #[test]
+    fn a_graph_name_must_be_one_file_name() {
+        for bad in ["../x", "a/b", "..", ""] {
+            let e = Cli::try_parse_from(["dglrun", "--graph-name", bad]).unwrap_err();
+            let m = e.to_string();
+            assert!(
+                m.contains("--graph-name") && m.contains("one file name"),
+                "{m}"
+            );
+        }
     }
 
     #[test]

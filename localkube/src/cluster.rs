@@ -120,6 +120,17 @@ impl ClusterConfig {
         self.scheduler = true;
         self
     }
+
+    /// [`Self::with_node`] with `nodes` nodes in all: node 0 on the host
+    /// as in a single-node cluster, the others each in a network namespace of
+    /// its own (1 to [`crate::MAX_NODES`]; checked by `up`).
+    pub fn with_nodes(self, nodes: usize) -> ClusterConfig {
+        let mut c = self.with_node();
+        if let Some(n) = c.node.as_mut() {
+            n.nodes = nodes;
+        }
+        c
+    }
 }
 
 /// How to reach a running cluster.
@@ -541,6 +552,24 @@ impl LocalCluster {
         name: &'static str,
         rec: &PidRecord,
         timeout: Duration,
+        check: F,
+    ) -> Result<()>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        self.wait_for_in(&self.log_dir(), name, rec, timeout, check)
+            .await
+    }
+
+    /// [`Self::wait_for`] for a process that logs to `log_dir` (a node
+    /// beyond the first logs to a folder of its own).
+    pub(crate) async fn wait_for_in<F, Fut>(
+        &self,
+        log_dir: &Path,
+        name: &'static str,
+        rec: &PidRecord,
+        timeout: Duration,
         mut check: F,
     ) -> Result<()>
     where
@@ -548,7 +577,7 @@ impl LocalCluster {
         Fut: std::future::Future<Output = bool>,
     {
         let deadline = Instant::now() + timeout;
-        let log = process::log_file(&self.log_dir(), name);
+        let log = process::log_file(log_dir, name);
         loop {
             if check().await {
                 return Ok(());

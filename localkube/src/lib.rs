@@ -15,6 +15,9 @@
 //!   sandbox image is built locally ([`image`]). Needs root; `down` reverts
 //!   every host change it recorded.
 //!
+//! * [`s3::S3Server`] runs SeaweedFS (`weed server -s3`, built and cached
+//!   like the control plane) as a real S3-compatible server for tests.
+//!
 //! Nothing is mocked: tests talk to the real apiserver through kube-rs.
 mod binaries;
 mod cluster;
@@ -26,6 +29,7 @@ mod kubeconfig;
 mod node;
 mod pki;
 mod process;
+pub mod s3;
 mod testing;
 mod tools;
 mod util;
@@ -42,8 +46,8 @@ pub use error::{Error, Result};
 pub use faults::Component;
 pub use kubeconfig::{client_from_file, config_from_file};
 pub use node::{
-    NodeConfig, NodePaths, NodePorts, NodeTeardown, CNI_BRIDGE, CRI_NAMESPACE, NODE_INTERFACE,
-    NODE_IP, NODE_PACKAGES, PAUSE_REPOSITORY, POD_CIDR,
+    NodeConfig, NodePaths, NodePorts, NodeSummary, NodeTeardown, CNI_BRIDGE, CRI_NAMESPACE,
+    MAX_NODES, NODE_INTERFACE, NODE_IP, NODE_PACKAGES, PAUSE_REPOSITORY, POD_CIDR,
 };
 pub use pki::{apiserver_sans, GeneratedPki, ADMIN_GROUP, ADMIN_USER, KUBERNETES_SERVICE_IP};
 pub use testing::{
@@ -51,7 +55,7 @@ pub use testing::{
     ensure_cluster_with, test_client, unique_name, TestClusterOptions, FIELD_MANAGER,
     TEST_CLUSTER_ENV, TEST_KUBECONFIG_ENV, TEST_NAMESPACE_LABEL,
 };
-pub use tools::{ensure_tool, ensure_tool_file, GoTool};
+pub use tools::{ensure_tool, ensure_tool_file, installed_tool, GoTool, SEAWEEDFS_VERSION};
 pub use util::{cache_dir, http_get, CACHE_ENV};
 
 #[cfg(test)]

@@ -51,6 +51,14 @@ use crate::process::{self, ProcSpec};
 use crate::util::{self, progress};
 use crate::{host, kubeconfig};
 
+mod ctr;
+mod extra;
+mod netns;
+mod plan;
+use ctr::{ctr_at, image_labels_at, images_at, label_image_at, remove_all_containers_at};
+pub use extra::NodeSummary;
+pub use plan::MAX_NODES;
+
 /// The node's IP: not loopback (the `kubernetes` Endpoints must be valid and
 /// reachable from pods), and in a range nothing else here uses.
 pub const NODE_IP: &str = "10.213.255.1";
@@ -132,10 +140,19 @@ pub struct NodeConfig {
     /// Install missing Debian packages ([`NODE_PACKAGES`]) with apt-get.
     #[serde(default = "yes")]
     pub install_packages: bool,
+    /// How many nodes: this one (node 0, in the host's network namespace)
+    /// and `nodes - 1` more, each in a network namespace of its own (see
+    /// `node/plan.rs`). 1 to [`MAX_NODES`].
+    #[serde(default = "one")]
+    pub nodes: usize,
 }
 
 fn yes() -> bool {
     true
+}
+
+fn one() -> usize {
+    1
 }
 
 impl NodeConfig {
@@ -146,6 +163,7 @@ impl NodeConfig {
             node_ip: NODE_IP.into(),
             pod_cidr: POD_CIDR.into(),
             install_packages: true,
+            nodes: 1,
         }
     }
 }
@@ -370,13 +388,9 @@ impl LocalCluster {
         self.node_paths().containerd_socket()
     }
 
-    /// `ctr --address <socket> --namespace k8s.io`, ready for more args.
+    /// `ctr --address <socket> --namespace k8s.io` of node 0, ready for more args.
     pub fn ctr(&self) -> Command {
-        let mut c = Command::new(CTR_BIN);
-        c.arg("--address")
-            .arg(self.containerd_socket())
-            .args(["--namespace", CRI_NAMESPACE]);
-        c
+        ctr_at(&self.containerd_socket())
     }
 
     /// True if the node's containerd is running.
@@ -384,51 +398,38 @@ impl LocalCluster {
         self.component_running(CONTAINERD, None)
     }
 
-    /// Image references known to the node's containerd (CRI namespace).
+    /// Image references known to node 0's containerd (CRI namespace).
     pub fn node_images(&self) -> Result<Vec<String>> {
-        let out = host::run(self.ctr().args(["images", "ls", "-q"]))?;
-        Ok(out.lines().map(|l| l.trim().to_owned()).collect())
+        images_at(&self.containerd_socket())
     }
 
-    /// Labels of one image in the node's containerd, `None` if absent.
+    /// Labels of one image in node 0's containerd, `None` if absent.
     pub fn node_image_labels(&self, reference: &str) -> Result<Option<BTreeMap<String, String>>> {
-        let out = host::run(
-            self.ctr()
-                .args(["images", "ls"])
-                .arg(format!("name=={reference}")),
-        )?;
-        // Columns: REF TYPE DIGEST SIZE PLATFORMS LABELS ("-" when none).
-        let Some(line) = out.lines().skip(1).find(|l| l.starts_with(reference)) else {
-            return Ok(None);
-        };
-        let labels = line.split_whitespace().last().unwrap_or("-");
-        let mut map = BTreeMap::new();
-        if labels != "-" {
-            for kv in labels.split(',') {
-                if let Some((k, v)) = kv.split_once('=') {
-                    map.insert(k.to_owned(), v.to_owned());
-                }
-            }
-        }
-        Ok(Some(map))
+        image_labels_at(&self.containerd_socket(), reference)
     }
 
-    /// `ctr images import` of an OCI or docker archive into the node's
-    /// containerd (unpacked for the CRI's snapshotter). `base_name` names
+    /// `ctr images import` of an OCI or docker archive into the containerd
+    /// of every node (unpacked for the CRI's snapshotter). `base_name` names
     /// images of OCI archives that only carry a tag (podman's `oci-archive`).
     /// Returns ctr's output (the imported references).
     pub fn import_image_archive(&self, archive: &Path, base_name: Option<&str>) -> Result<String> {
-        let mut c = self.ctr();
-        c.args(["images", "import"]);
-        if let Some(b) = base_name {
-            c.args(["--base-name", b]);
+        let mut out = String::new();
+        for (_, socket) in self.node_sockets() {
+            let mut c = ctr_at(&socket);
+            c.args(["images", "import"]);
+            if let Some(b) = base_name {
+                c.args(["--base-name", b]);
+            }
+            c.arg(archive);
+            out.push_str(&host::run(&mut c)?);
         }
-        c.arg(archive);
-        host::run(&mut c)
+        Ok(out)
     }
 
-    /// `ctr images import -`: imports an archive read from `archive`'s pipe
-    /// (e.g. `podman save`'s stdout), so no multi-GiB copy lands on disk.
+    /// `ctr images import -` into node 0's containerd: imports an archive
+    /// read from `archive`'s pipe (e.g. `podman save`'s stdout), so no
+    /// multi-GiB copy lands on disk. The other nodes of a multi-node cluster
+    /// get it from node 0 with [`Self::sync_node_image`].
     pub fn import_image_stream(&self, archive: Stdio, base_name: Option<&str>) -> Result<String> {
         let mut c = self.ctr();
         c.args(["images", "import"]);
@@ -443,23 +444,23 @@ impl LocalCluster {
     /// keeps an image's `sha256:<id>` and `repo@sha256:` references after its
     /// tag moves to a rebuilt image, and each such image keeps its layers
     /// (GiB for a training image). Returns the references removed.
+    /// Every node's containerd is pruned alike.
     pub fn remove_untagged_node_images(&self) -> Result<Vec<String>> {
-        let out = host::run(self.ctr().args(["images", "ls"]))?;
-        let stale = untagged_image_refs(&out);
-        if !stale.is_empty() {
-            host::run(self.ctr().args(["images", "rm"]).args(&stale))?;
+        let mut all = Vec::new();
+        for (_, socket) in self.node_sockets() {
+            let out = host::run(ctr_at(&socket).args(["images", "ls"]))?;
+            let stale = untagged_image_refs(&out);
+            if !stale.is_empty() {
+                host::run(ctr_at(&socket).args(["images", "rm"]).args(&stale))?;
+            }
+            all.extend(stale);
         }
-        Ok(stale)
+        Ok(all)
     }
 
-    /// Sets a label on an image in the node's containerd (used as a cache key).
+    /// Sets a label on an image in node 0's containerd (used as a cache key).
     pub fn label_node_image(&self, reference: &str, key: &str, value: &str) -> Result<()> {
-        host::run(
-            self.ctr()
-                .args(["images", "label", reference])
-                .arg(format!("{key}={value}")),
-        )
-        .map(|_| ())
+        label_image_at(&self.containerd_socket(), reference, key, value)
     }
 
     /// Builds (once, cached) and loads a one-layer image made of a static Go
@@ -476,8 +477,10 @@ impl LocalCluster {
             let h = image::sha256_hex(format!("{main_go}\n{go_version}").as_bytes());
             let reference = format!("{repository}:{}", &h[..12]);
             let archive = ensure_go_image_archive(&cache, &reference, &main_go, &h[..12])?;
-            if !this.node_images()?.contains(&reference) {
-                this.import_image_archive(&archive, None)?;
+            for (_, socket) in this.node_sockets() {
+                if !images_at(&socket)?.contains(&reference) {
+                    host::run(ctr_at(&socket).args(["images", "import"]).arg(&archive))?;
+                }
             }
             Ok(reference)
         })
@@ -516,6 +519,10 @@ impl LocalCluster {
             }
         }
         host::require_root("running a kubelet node")?;
+        // The whole layout of every node, checked before the first change.
+        for e in self.extra_nodes_of(node)? {
+            check_socket_len(&e.paths.containerd_socket())?;
+        }
         node.node_ip.parse::<Ipv4Addr>().map_err(|e| {
             Error::Invalid(format!(
                 "node IP {:?} is not an IPv4 address: {e}",
@@ -523,14 +530,7 @@ impl LocalCluster {
             ))
         })?;
         let paths = self.node_paths();
-        let socket = paths.containerd_socket();
-        // sun_path is 108 bytes; containerd also creates "<socket>.ttrpc".
-        if socket.as_os_str().len() + 6 >= 108 {
-            return Err(Error::Invalid(format!(
-                "containerd socket path {} is too long for a unix socket; set DGL_OPERATOR_CACHE to a shorter directory",
-                socket.display()
-            )));
-        }
+        check_socket_len(&paths.containerd_socket())?;
         self.claim_host()?;
 
         // Record first, then change: a crash at any point leaves a record
@@ -670,6 +670,9 @@ impl LocalCluster {
             node.pod_cidr,
             node.node_ip
         );
+        // Nodes 1..N, each in a network namespace of its own (none for N = 1).
+        self.start_extra_nodes(node, bins, pki, server, &pause)
+            .await?;
         Ok(())
     }
 
@@ -824,21 +827,7 @@ impl LocalCluster {
             &ProcSpec {
                 name: KUBELET,
                 binary: bins.kubelet.clone(),
-                args: vec![
-                    format!("--config={}", paths.kubelet_config().display()),
-                    format!("--kubeconfig={}", paths.kubelet_kubeconfig().display()),
-                    format!("--hostname-override={}", node.node_name),
-                    format!("--node-ip={}", node.node_ip),
-                    format!("--root-dir={}", paths.kubelet_root().display()),
-                    format!("--cert-dir={}", paths.kubelet_root().join("pki").display()),
-                    // Its default (-999) needs CAP_SYS_RESOURCE, which a
-                    // container host may not grant; nothing here relies on it.
-                    "--oom-score-adj=0".into(),
-                    // Keeps the GC away from the sandbox image (deprecated in
-                    // 1.33 in favour of asking the CRI, which containerd 1.6 cannot answer).
-                    format!("--pod-infra-container-image={pause}"),
-                    "--v=1".into(),
-                ],
+                args: kubelet_args(paths, node, pause),
                 env,
             },
         )?;
@@ -905,15 +894,26 @@ impl LocalCluster {
         let procs = self.component_running(CONTAINERD, Some(Path::new(CONTAINERD_BIN)))
             && self.component_running(KUBELET, Some(&bins.kubelet))
             && self.component_running(KUBE_PROXY, Some(&bins.kube_proxy));
-        if !procs || !host::link_exists(NODE_INTERFACE) {
+        if !procs || !host::link_exists(NODE_INTERFACE) || !self.extra_processes_running(node) {
             return false;
         }
         let Ok(client) = kubeconfig::client_from_file(&self.kubeconfig_path()).await else {
             return false;
         };
+        let mut names = vec![node.node_name.clone()];
+        names.extend(
+            self.extra_nodes_of(node)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| e.node.node_name),
+        );
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if node_ready(&client, &node.node_name).await {
+            let mut all = true;
+            for n in &names {
+                all = all && node_ready(&client, n).await;
+            }
+            if all {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
@@ -940,7 +940,8 @@ impl LocalCluster {
     /// has stopped (its clients talk to the apiserver over the node IP,
     /// which the sweep removes).
     pub(crate) async fn stop_node(&self) -> NodeTeardown {
-        let mut report = NodeTeardown::default();
+        // Nodes 1..N first, the same way.
+        let mut report = self.stop_extra_nodes().await;
         let paths = self.node_paths();
         let rec = read_record(&paths);
         let node_name = rec
@@ -953,7 +954,7 @@ impl LocalCluster {
         //    the volumes and removes the sandboxes' network namespaces.
         if self.component_running(KUBELET, None) {
             match self.drain(&node_name).await {
-                Ok(n) => report.pods_deleted = n,
+                Ok(n) => report.pods_deleted += n,
                 Err(e) => report.warnings.push(format!("draining {node_name}: {e}")),
             }
         }
@@ -973,7 +974,7 @@ impl LocalCluster {
         if self.component_running(CONTAINERD, None) {
             let this = self.clone();
             match blocking(move || this.remove_all_containers()).await {
-                Ok(n) => report.containers_removed = n,
+                Ok(n) => report.containers_removed += n,
                 Err(e) => report.warnings.push(format!("removing containers: {e}")),
             }
         }
@@ -1065,31 +1066,9 @@ impl LocalCluster {
         }
     }
 
-    /// Kills and deletes every task and container in the CRI namespace.
+    /// Kills and deletes every task and container in node 0's CRI namespace.
     fn remove_all_containers(&self) -> Result<usize> {
-        let tasks = host::run(self.ctr().args(["tasks", "ls", "-q"]))?;
-        for id in tasks.lines().map(str::trim).filter(|l| !l.is_empty()) {
-            let _ = host::run(self.ctr().args(["tasks", "kill", "-s", "SIGKILL", id]));
-            // `tasks delete` waits for the exit and makes the shim leave.
-            for _ in 0..20 {
-                if host::run(self.ctr().args(["tasks", "delete", id])).is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(250));
-            }
-        }
-        let containers = host::run(self.ctr().args(["containers", "ls", "-q"]))?;
-        let ids: Vec<&str> = containers
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .collect();
-        for id in &ids {
-            if let Err(e) = host::run(self.ctr().args(["containers", "delete", id])) {
-                tracing::warn!(%e, container = id, "could not delete container");
-            }
-        }
-        Ok(ids.len())
+        remove_all_containers_at(&self.containerd_socket())
     }
 
     /// Reverts the host changes after every node process has been stopped.
@@ -1103,6 +1082,7 @@ impl LocalCluster {
                 "{HOST_MARKER} names another cluster; left links, iptables and sysctls alone"
             ));
         }
+        self.sweep_extra_nodes(global, report);
         kill_shims(&paths, report);
         let cgroup_root = rec
             .map(|r| r.cgroup_root.clone())
@@ -1187,6 +1167,7 @@ impl LocalCluster {
                 left.push(format!("cgroup {}", h.join(&cg).display()));
             }
         }
+        left.extend(self.extra_leftovers());
         left
     }
 }
@@ -1222,7 +1203,7 @@ fn remove_cgroup_and_mounts(cgroup_root: &str, paths: &NodePaths, report: &mut N
         Err(e) => warn(report, "removing the cgroup root", e),
     }
     match host::unmount_all_under(&paths.dir) {
-        Ok(m) => report.mounts_removed = m,
+        Ok(m) => report.mounts_removed.extend(m),
         Err(e) => warn(report, "unmounting", e),
     }
 }
@@ -1447,6 +1428,17 @@ fn ensure_go_image_archive(
     Ok(archive)
 }
 
+/// sun_path is 108 bytes; containerd also creates "<socket>.ttrpc".
+fn check_socket_len(socket: &Path) -> Result<()> {
+    if socket.as_os_str().len() + 6 >= 108 {
+        return Err(Error::Invalid(format!(
+            "containerd socket path {} is too long for a unix socket; set DGL_OPERATOR_CACHE to a shorter directory",
+            socket.display()
+        )));
+    }
+    Ok(())
+}
+
 fn cni_conflist(network: &str, pod_cidr: &str, ipam_dir: &Path) -> String {
     let doc = json!({
         "cniVersion": "1.0.0",
@@ -1543,6 +1535,38 @@ fn kubelet_config(
     pki: &PkiFiles,
     cluster: &str,
 ) -> Result<String> {
+    Ok(serde_yaml::to_string(&kubelet_doc(
+        paths, node, np, pki, cluster,
+    ))?)
+}
+
+/// The kubelet's flags besides its config file.
+fn kubelet_args(paths: &NodePaths, node: &NodeConfig, pause: &str) -> Vec<String> {
+    vec![
+        format!("--config={}", paths.kubelet_config().display()),
+        format!("--kubeconfig={}", paths.kubelet_kubeconfig().display()),
+        format!("--hostname-override={}", node.node_name),
+        format!("--node-ip={}", node.node_ip),
+        format!("--root-dir={}", paths.kubelet_root().display()),
+        format!("--cert-dir={}", paths.kubelet_root().join("pki").display()),
+        // Its default (-999) needs CAP_SYS_RESOURCE, which a
+        // container host may not grant; nothing here relies on it.
+        "--oom-score-adj=0".into(),
+        // Keeps the GC away from the sandbox image (deprecated in
+        // 1.33 in favour of asking the CRI, which containerd 1.6 cannot answer).
+        format!("--pod-infra-container-image={pause}"),
+        "--v=1".into(),
+    ]
+}
+
+/// `cluster` names the cgroup root (`/localkube-<cluster>`).
+fn kubelet_doc(
+    paths: &NodePaths,
+    node: &NodeConfig,
+    np: &NodePorts,
+    pki: &PkiFiles,
+    cluster: &str,
+) -> serde_json::Value {
     let endpoint = format!("unix://{}", paths.containerd_socket().display());
     let doc = json!({
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
@@ -1595,7 +1619,7 @@ fn kubelet_config(
         "shutdownGracePeriod": "0s",
         "maxPods": 110,
     });
-    Ok(serde_yaml::to_string(&doc)?)
+    doc
 }
 
 /// The references in `ctr images ls` output (columns REF TYPE DIGEST ...)
@@ -1625,7 +1649,11 @@ fn untagged_image_refs(ls: &str) -> Vec<String> {
 }
 
 fn proxy_config(paths: &NodePaths, node: &NodeConfig, np: &NodePorts) -> Result<String> {
-    let doc = json!({
+    Ok(serde_yaml::to_string(&proxy_doc(paths, node, np))?)
+}
+
+fn proxy_doc(paths: &NodePaths, node: &NodeConfig, np: &NodePorts) -> serde_json::Value {
+    json!({
         "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
         "kind": "KubeProxyConfiguration",
         "clientConnection": { "kubeconfig": paths.proxy_kubeconfig() },
@@ -1658,8 +1686,7 @@ fn proxy_config(paths: &NodePaths, node: &NodeConfig, np: &NodePorts) -> Result<
             "udpTimeout": "0s",
             "udpStreamTimeout": "0s",
         },
-    });
-    Ok(serde_yaml::to_string(&doc)?)
+    })
 }
 
 async fn node_ready(client: &Client, name: &str) -> bool {

@@ -43,6 +43,19 @@ pub(crate) fn log_file(log_dir: &Path, name: &str) -> PathBuf {
 /// Starts `spec` detached, logging to `<log_dir>/<name>.log` (the previous
 /// run's log is kept as `.log.prev`), and records its pid.
 pub(crate) fn spawn(run_dir: &Path, log_dir: &Path, spec: &ProcSpec) -> Result<PidRecord> {
+    spawn_in(run_dir, log_dir, spec, None)
+}
+
+/// [`spawn`], with the process moved into the network namespace bound at
+/// `netns` (a file, see `node::netns`) before it executes. Only the network
+/// namespace changes: mounts stay shared with the host, which the kubelet
+/// and containerd of one node need (volumes, rootfs, the pods' netns files).
+pub(crate) fn spawn_in(
+    run_dir: &Path,
+    log_dir: &Path,
+    spec: &ProcSpec,
+    netns: Option<&Path>,
+) -> Result<PidRecord> {
     util::create_dir_all(run_dir)?;
     util::create_dir_all(log_dir)?;
     if !spec.binary.is_file() {
@@ -71,6 +84,9 @@ pub(crate) fn spawn(run_dir: &Path, log_dir: &Path, spec: &ProcSpec) -> Result<P
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
+    if let Some(ns) = netns {
+        enter_netns(&mut cmd, ns)?;
+    }
     // SAFETY: setsid and fcntl are async-signal-safe and touch no memory of
     // the parent; they are all that is done between fork and exec.
     unsafe {
@@ -118,6 +134,31 @@ pub(crate) fn spawn(run_dir: &Path, log_dir: &Path, spec: &ProcSpec) -> Result<P
         0o644,
     )?;
     Ok(record)
+}
+
+/// Makes `cmd` join the network namespace bound at `netns` between fork
+/// and exec (setns(2) on a file opened there; both are async-signal-safe).
+pub(crate) fn enter_netns(cmd: &mut Command, netns: &Path) -> Result<()> {
+    let path = std::ffi::CString::new(netns.as_os_str().as_encoded_bytes())
+        .map_err(|e| Error::Invalid(format!("netns path {}: {e}", netns.display())))?;
+    // SAFETY: open, setns and close are async-signal-safe syscalls; `path`
+    // is moved into the closure and outlives it.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let rc = libc::setns(fd, libc::CLONE_NEWNET);
+            let err = std::io::Error::last_os_error();
+            libc::close(fd);
+            if rc != 0 {
+                return Err(err);
+            }
+            Ok(())
+        });
+    }
+    Ok(())
 }
 
 /// Reads a pid file. A missing file is `None`; a malformed one is reported

@@ -197,9 +197,14 @@ pub(crate) fn human(d: std::time::Duration) -> String {
 /// health ports, the operator's metrics; the kube client speaks TLS only):
 /// the status code (0 if the answer has none) and the body.
 pub async fn http_get(port: u16, path: &str) -> std::io::Result<(u16, String)> {
+    http_get_at("127.0.0.1", port, path).await
+}
+
+/// [`http_get`] to `host` (an extra node's health ports are on its node IP).
+pub async fn http_get_at(host: &str, port: u16, path: &str) -> std::io::Result<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+    let mut s = tokio::net::TcpStream::connect((host, port)).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
         .await?;
     let mut buf = Vec::new();
     s.read_to_end(&mut buf).await?;

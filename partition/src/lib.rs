@@ -19,6 +19,7 @@
 //! differs) and return one [`report::Report`]; [`settings`] holds the flags
 //! both binaries take and the partitioner [`settings::Choice`], [`stages`]
 //! the timing of the reports. [`rmat`] generates the benchmark's graph.
+//! [`names`] checks every name from the input that becomes a file name.
 
 pub mod assign;
 pub mod config;
@@ -27,6 +28,7 @@ pub mod error;
 pub mod exchange;
 pub mod input;
 pub mod model;
+pub mod names;
 pub mod output;
 pub mod rank;
 pub mod report;

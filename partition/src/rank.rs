@@ -62,6 +62,7 @@ pub fn run<E: Exchange>(ex: &E, cfg: &Config<OwnPart>) -> Result<Report> {
     let share = report.stages.timed("read", || {
         input::read_share(&cfg.source, rank, world, cfg.threads)
     })?;
+    report.fetched = share.fetched;
     shuffle_write::validate_names(&share.graph, &cfg.graph_name)?;
     let edge_counts = report.stages.timed("check", || check_shares(ex, &share))?;
     report.num_nodes = share.graph.num_nodes();

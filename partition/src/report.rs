@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use crate::assign::Quality;
+use crate::input::Fetched;
 use crate::output::json::part_dir;
 use crate::shuffle_write::{PartSummary, Summary};
 use crate::stages::Stages;
@@ -20,6 +21,8 @@ pub struct Report {
     /// The assignment's quality (a rank: rank 0 only).
     pub quality: Option<Quality>,
     pub written: Written,
+    /// What the read fetched from object storage (zero for local files).
+    pub fetched: Fetched,
 }
 
 /// The parts this process wrote.
@@ -63,6 +66,12 @@ impl Report {
         ));
         if let Some(q) = &self.quality {
             out.push(format!("{q}"));
+        }
+        if self.fetched.requests > 0 {
+            out.push(format!(
+                "input fetched from object storage: {} bytes in {} requests",
+                self.fetched.bytes, self.fetched.requests
+            ));
         }
         match &self.written {
             Written::Nothing => {}
@@ -126,6 +135,7 @@ mod tests {
             num_edges: 30,
             quality: None,
             written,
+            fetched: Fetched::default(),
         }
     }
 

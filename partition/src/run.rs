@@ -32,9 +32,14 @@ fn run_stages(cfg: &Config<AllParts>) -> Result<Report> {
         stages: Stages::with_cpu(),
         ..Default::default()
     };
-    let graph = report
+    let share = report
         .stages
-        .timed("read", || input::read(&cfg.source, cfg.threads))?;
+        .timed("read", || input::read_share(&cfg.source, 0, 1, cfg.threads))?;
+    report.fetched = share.fetched;
+    let graph = share.graph;
+    // Names become file names (the assignment's `<ntype>.txt`, the JSON):
+    // checked before anything is written.
+    shuffle_write::validate_names(&graph, &cfg.graph_name)?;
     report.num_nodes = graph.num_nodes();
     report.num_edges = graph.num_edges();
     let adjacency = report

@@ -38,9 +38,11 @@ pub const ENV_WORKER_INDEX: &str = "DGL_OPERATOR_WORKER_INDEX";
 /// `--seed`); each accepts the other's spelling as an alias.
 #[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
 pub struct PartitionArgs {
-    /// The chunked graph's metadata.json (or its folder); with DistParMETIS
-    /// every worker must see the same graph (image or shared volume)
-    /// [default: <workspace>/chunked/metadata.json].
+    /// The chunked graph's metadata.json (or its folder), or its object in
+    /// S3-compatible storage, s3://bucket/prefix/metadata.json (credentials,
+    /// region and endpoint from the AWS_* environment variables); with
+    /// DistParMETIS every worker must see the same graph (image, shared
+    /// volume or bucket) [default: <workspace>/chunked/metadata.json].
     #[arg(
         long = "partition-input",
         alias = "input",
@@ -214,7 +216,10 @@ impl fmt::Display for Choice {
 /// folder), by default `<workspace>/chunked/metadata.json` (which may not
 /// exist yet: a loader writes it).
 pub fn chunked_metadata(input: Option<&Path>, workspace: &Path) -> PathBuf {
+    let object_prefix =
+        |p: &Path| crate::input::is_object_url(p) && p.to_str().is_some_and(|s| s.ends_with('/'));
     match input {
+        Some(p) if object_prefix(p) => PathBuf::from(format!("{}{CHUNKED_METADATA}", p.display())),
         Some(p) if p.is_dir() => p.join(CHUNKED_METADATA),
         Some(p) => p.to_path_buf(),
         None => workspace.join(CHUNKED_DIR).join(CHUNKED_METADATA),
@@ -348,6 +353,13 @@ mod tests {
         );
         let file = Path::new("/nowhere/m.json");
         assert_eq!(chunked_metadata(Some(file), ws), file);
+        // An object prefix (trailing slash) means its metadata.json.
+        assert_eq!(
+            chunked_metadata(Some(Path::new("s3://b/g/")), ws),
+            Path::new("s3://b/g/metadata.json")
+        );
+        let object = Path::new("s3://b/g/metadata.json");
+        assert_eq!(chunked_metadata(Some(object), ws), object);
         let args = parse(&strings(&["--input", "/nowhere/m.json"])).unwrap();
         assert_eq!(
             args.chunked_source(ws),

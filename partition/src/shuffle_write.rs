@@ -193,19 +193,20 @@ fn validate(g: &InputGraph, cfg: &OutputConfig) -> Result<()> {
 /// The graph name and the type names DGL splits on.
 pub(crate) fn validate_names(g: &InputGraph, name: &str) -> Result<()> {
     let bad = |m: String| Err(Error::Config(m));
-    if name.is_empty() || name.contains(['/', '\0']) || name.starts_with('.') {
-        return bad(format!("graph name {name:?} cannot name a file"));
+    crate::names::check_config("the graph name", name)?;
+    if name.starts_with('.') {
+        return bad("the graph name starts with '.'; expected a name of a visible file".into());
     }
     if g.ntypes.len() > i16::MAX as usize || g.etypes.len() > i32::MAX as usize {
         return bad("too many node or edge types for DGL's _TYPE dtypes".into());
     }
-    let names = g
-        .ntypes
-        .iter()
-        .map(|t| &t.name)
-        .chain(g.etypes.iter().map(|e| &e.rel));
-    for n in names {
-        if n.is_empty() || n.contains([':', '/']) {
+    let nodes = g.ntypes.iter().enumerate();
+    let names = nodes.map(|(i, t)| (format!("node type {i}"), &t.name));
+    let rels = g.etypes.iter().enumerate();
+    let names = names.chain(rels.map(|(e, t)| (format!("edge type {e}'s relation"), &t.rel)));
+    for (field, n) in names {
+        crate::names::check_config(&field, n)?;
+        if n.contains(':') {
             return bad(format!(
                 "type name {n:?}: DGL needs a non-empty name without ':' or '/'"
             ));
@@ -239,11 +240,7 @@ fn validate_tensors(g: &InputGraph) -> Result<()> {
 }
 
 fn check_tensor(what: &str, name: &str, x: &crate::model::Tensor, rows: u64) -> Result<()> {
-    if name.is_empty() || name.contains('/') {
-        return Err(Error::Config(format!(
-            "{what}: DGL needs a feature name without '/'"
-        )));
-    }
+    crate::names::check_config(what, name)?;
     let want = x.shape.iter().product::<u64>() * x.dtype.size() as u64;
     if x.shape.is_empty() || x.rows() != rows || x.data.len() as u64 != want {
         return Err(Error::Config(format!(

@@ -7,14 +7,20 @@
 //! `chunk_graph.py` writes it.
 //!
 //! Needs a Python with numpy, pandas and pyarrow (DGL's own chunking tools
-//! need the same; DGL's wheel does not bring them): `PYARROW_PYTHON=python
-//! cargo test -p dgl-partition --test input_pyarrow -- --ignored`. The
-//! second test also runs DGL's `chunk_graph.py` from `DGL_TOOLS_DIR`.
+//! need the same; DGL's wheel does not bring them): `PYARROW_PYTHON`, else
+//! `DGLRUN_TEST_GRAPHSTORM_PYTHON` (the venv `cargo xtask test` builds and
+//! passes). Without one the first test fails under CI and in the test
+//! command, and elsewhere says it skipped. The second test also runs DGL's
+//! `chunk_graph.py` from `DGL_TOOLS_DIR`, a DGL 2.1.0 source checkout that
+//! no package brings: it stays `--ignored`.
 
 use std::process::Command;
 
 use dgl_partition::input::{read, read_share, Source};
 use dgl_partition::model::DType;
+
+mod input_common;
+use input_common::missing_prerequisite;
 
 const SCRIPT: &str = r#"
 import json, os, sys
@@ -70,14 +76,22 @@ fn le<T: Copy, const N: usize>(b: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
     b.chunks(N).map(|c| f(c.try_into().unwrap())).collect()
 }
 
+/// The Python with numpy, pandas and pyarrow: $PYARROW_PYTHON, else the
+/// GraphStorm venv the test command builds on DGL's
+/// ($DGLRUN_TEST_GRAPHSTORM_PYTHON; DGL's own venv has no pyarrow).
+fn pyarrow_python() -> Option<String> {
+    let from = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    from("PYARROW_PYTHON").or_else(|| from("DGLRUN_TEST_GRAPHSTORM_PYTHON"))
+}
+
 #[test]
-#[ignore = "needs a Python with numpy, pandas and pyarrow in PYARROW_PYTHON or DGLRUN_TEST_PYTHON"]
 fn reads_chunks_written_by_pyarrow_as_dgl_tools_do() {
-    let python = std::env::var("PYARROW_PYTHON")
-        .or_else(|_| std::env::var("DGLRUN_TEST_PYTHON"))
-        .expect(
-            "set PYARROW_PYTHON (or DGLRUN_TEST_PYTHON) to a Python with numpy, pandas and pyarrow",
+    let Some(python) = pyarrow_python() else {
+        return missing_prerequisite(
+            "a Python with numpy, pandas and pyarrow: set PYARROW_PYTHON or \
+             DGLRUN_TEST_GRAPHSTORM_PYTHON (cargo xtask test sets it)",
         );
+    };
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("write.py");
     std::fs::write(&script, SCRIPT).unwrap();

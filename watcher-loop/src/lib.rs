@@ -4,10 +4,15 @@
 //! the original DGL operator design, without `kubectl`; docs/runtime-design.md).
 //!
 //! It only watches, never polls:
-//! * pods named in a file: one watch per pod with the field selector
-//!   `metadata.name=<pod>`. RBAC authorizes list/watch requests carrying that
-//!   selector against `resourceNames`, so a Role with
-//!   `get/list/watch pods, resourceNames: [<the pods>]` is enough.
+//! * pods named in a file: when they are one job's workers
+//!   (`<job>-worker-<i>`), one watch of that job's workers by label (the
+//!   operator's `dgloperator.io/job-name` and `replica-type=worker`), pods not
+//!   named ignored: a 1,000-worker job opens one watch, not 1,000. That needs
+//!   list/watch on pods without resourceNames; refused (401/403), it falls
+//!   back to one watch per pod with the field selector `metadata.name=<pod>`
+//!   (RBAC authorizes list/watch requests carrying that selector against
+//!   `resourceNames`, so a Role with `get/list/watch pods, resourceNames:
+//!   [<the pods>]` is enough). Other named pods get one watch each.
 //! * a label selector: one watch of the matching pods.
 //! * optionally first, the job's ConfigMap ([`wait_config_map`]), the same
 //!   way (`metadata.name=<name>`): the launcher is created with the workers,
@@ -276,7 +281,7 @@ pub async fn run_with(
     let started = Instant::now();
     let since = since.unwrap_or(started);
     let api: Api<Pod> = Api::namespaced(client, namespace);
-    let (mut tracker, streams) = watch_targets(&api, targets, mode)?;
+    let (mut tracker, streams, mut shared) = watch_targets(&api, targets, mode)?;
     let selector_mode = matches!(targets, Targets::Selector { .. });
     tracing::info!(
         namespace,
@@ -328,6 +333,21 @@ pub async fn run_with(
         };
         match event {
             Ok(event) => lists.apply(&mut tracker, scope, event)?,
+            Err(e) if shared && refused(&e) => {
+                // The Role names each pod (resourceNames): one watch per pod.
+                let names = match targets {
+                    Targets::Pods(names) => names.as_slice(),
+                    Targets::Selector { .. } => &[],
+                };
+                tracing::warn!(
+                    namespace, pods = names.len(), error = %e,
+                    "not allowed to watch the job's workers by label (list/watch on pods \
+                     without resourceNames); watching each pod by name instead",
+                );
+                events = stream::select_all(per_pod_streams(&api, names));
+                lists = Lists::default();
+                shared = false;
+            }
             Err(e) => {
                 let target = match &scope {
                     Some(pod) => format!("pod {pod}"),
@@ -339,41 +359,57 @@ pub async fn run_with(
     }
 }
 
-/// One watch stream per named pod (field selector, so a resourceNames Role
-/// suffices), or one for a label selector; and the tracker that judges them.
+/// The watches of `targets` and the tracker that judges them, and whether
+/// named pods share one watch. One job's workers (`<job>-worker-<i>`) are
+/// watched together by their labels ([`Targets::workers_selector`]), the
+/// tracker ignoring pods not named; other named pods get one watch each
+/// (field selector, so a resourceNames Role suffices); a label selector one.
 fn watch_targets(
     api: &Api<Pod>,
     targets: &Targets,
     mode: Mode,
-) -> Result<(Tracker, Vec<BoxStream<'static, Item>>), Error> {
+) -> Result<(Tracker, Vec<BoxStream<'static, Item>>, bool), Error> {
     match targets {
         Targets::Pods(names) => {
             if names.is_empty() {
                 return Err(Error::InvalidTargets("no pods to watch".into()));
             }
-            let streams = names
-                .iter()
-                .map(|name| {
-                    let config =
-                        watcher::Config::default().fields(&format!("metadata.name={name}"));
-                    let scope = Some(name.clone());
-                    watcher(api.clone(), config)
-                        .default_backoff()
-                        .map(move |r| (scope.clone(), r))
-                        .boxed()
-                })
-                .collect();
-            Ok((Tracker::for_names(mode, names), streams))
+            let tracker = Tracker::for_names(mode, names);
+            match targets.workers_selector() {
+                Some(selector) => Ok((tracker, vec![selector_stream(api, &selector)], true)),
+                None => Ok((tracker, per_pod_streams(api, names), false)),
+            }
         }
         Targets::Selector { selector, min_pods } => {
-            let config = watcher::Config::default().labels(selector);
-            let stream = watcher(api.clone(), config)
-                .default_backoff()
-                .map(|r| (None, r))
-                .boxed();
-            Ok((Tracker::for_selector(mode, *min_pods), vec![stream]))
+            let stream = selector_stream(api, selector);
+            Ok((Tracker::for_selector(mode, *min_pods), vec![stream], false))
         }
     }
+}
+
+fn selector_stream(api: &Api<Pod>, selector: &str) -> BoxStream<'static, Item> {
+    let config = watcher::Config::default().labels(selector);
+    watcher(api.clone(), config)
+        .default_backoff()
+        .map(|r| (None, r))
+        .boxed()
+}
+
+fn per_pod_streams(api: &Api<Pod>, names: &[String]) -> Vec<BoxStream<'static, Item>> {
+    let stream = |name: &String| {
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let scope = Some(name.clone());
+        watcher(api.clone(), config)
+            .default_backoff()
+            .map(move |r| (scope.clone(), r))
+            .boxed()
+    };
+    names.iter().map(stream).collect()
+}
+
+/// A 401/403: the shared watch is not allowed by the pod's Role.
+fn refused(e: &watcher::Error) -> bool {
+    matches!(fatal_watch_error(e), Some((401 | 403, _)))
 }
 
 /// A failed watch: fatal errors end the wait, except 401/403 during the

@@ -30,9 +30,13 @@ const TERMINATION_LOG: &str = "/dev/termination-log";
 /// restartPolicy Never; or, in ready mode, the pod completed without being
 /// Ready) or is deleted. A pod that does not exist yet is waited for.
 ///
-/// With a file, each pod is watched with the field selector
-/// metadata.name=<pod>, so a Role granting get/list/watch on pods restricted
-/// by resourceNames to those pods is enough.
+/// With a file listing one job's workers (<job>-worker-<i>), they are
+/// watched together, by the labels the operator gives them (one watch
+/// however many workers); if the Role does not allow that (list/watch on
+/// pods without resourceNames), and for other files, each pod is watched
+/// with the field selector metadata.name=<pod>, so a Role granting
+/// get/list/watch on pods restricted by resourceNames to those pods is
+/// enough.
 ///
 /// With --config-map it first waits until that ConfigMap's key `run` equals
 /// --run (the operator has written this run's launch, with every worker's

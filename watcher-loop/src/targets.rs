@@ -87,6 +87,32 @@ impl Targets {
         })
     }
 
+    /// For pods that are all workers of one job as the operator names and
+    /// labels them (`<job>-worker-<i>`): the label selector of that job's
+    /// workers, so that one watch sees them all (a job of 1,000 workers
+    /// would otherwise open 1,000 watches, each a connection).
+    pub fn workers_selector(&self) -> Option<String> {
+        let Targets::Pods(names) = self else {
+            return None;
+        };
+        let mut job = None;
+        for name in names {
+            let (j, index) = name.rsplit_once("-worker-")?;
+            let numeric = !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit());
+            if !numeric || job.is_some_and(|k| k != j) {
+                return None;
+            }
+            job = Some(j);
+        }
+        // A label value: at most 63 characters (a job name is a DNS label).
+        let job = job.filter(|j| !j.is_empty() && j.len() <= 63)?;
+        Some(format!(
+            "{}={job},{}=worker",
+            dgl_api::names::LABEL_JOB_NAME,
+            dgl_api::names::LABEL_REPLICA_TYPE
+        ))
+    }
+
     /// One line for logs.
     pub fn describe(&self) -> String {
         match self {
@@ -158,6 +184,23 @@ mod tests {
             Targets::from_content("partfile", partfile).unwrap(),
             Targets::Pods(vec!["job-partitioner".into()])
         );
+    }
+
+    #[test]
+    fn one_jobs_workers_share_a_selector_others_do_not() {
+        let t = Targets::from_content("f", "a-worker-1-worker-0\na-worker-1-worker-12\n").unwrap();
+        assert_eq!(
+            t.workers_selector().as_deref(),
+            Some("dgloperator.io/job-name=a-worker-1,dgloperator.io/replica-type=worker")
+        );
+        for other in [
+            "j-worker-0\nk-worker-1\n",
+            "j-worker-0\nj-partitioner\n",
+            "j-worker-x\n",
+        ] {
+            let t = Targets::from_content("f", other).unwrap();
+            assert_eq!(t.workers_selector(), None, "{other}");
+        }
     }
 
     #[test]

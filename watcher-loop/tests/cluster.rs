@@ -61,8 +61,17 @@ fn pod_spec(name: &str, labels: Value) -> Pod {
     .expect("valid pod")
 }
 
+/// A pod; one named `<job>-worker-<i>` is labelled as the operator labels
+/// its workers (watcher-loop watches one job's workers by these labels).
 async fn create_pod(pods: &Api<Pod>, name: &str) -> Pod {
-    create_labelled_pod(pods, name, json!({})).await
+    let labels = match name.rsplit_once("-worker-") {
+        Some((job, _)) => json!({
+            "dgloperator.io/job-name": job,
+            "dgloperator.io/replica-type": "worker",
+        }),
+        None => json!({}),
+    };
+    create_labelled_pod(pods, name, labels).await
 }
 
 async fn create_labelled_pod(pods: &Api<Pod>, name: &str, labels: Value) -> Pod {

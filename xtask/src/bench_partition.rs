@@ -86,7 +86,10 @@ pub struct PartitionArgs {
     /// Where the graph and the outputs go [default: <cache>/bench-partition].
     #[arg(long)]
     work_dir: Option<PathBuf>,
-    /// Append the figures as one JSON line to this file.
+    /// Append the figures as one JSON line to this file, and draw from it
+    /// `<stem>.svg` (this run's time and memory per tool) and
+    /// `<stem>-ranks.svg` (per-rank memory over the rank counts in the file
+    /// for this graph size) beside it.
     #[arg(long)]
     json: Option<PathBuf>,
     /// Use the debug binaries `cargo test --workspace` builds (the test
@@ -184,6 +187,23 @@ pub fn run(args: PartitionArgs) -> Result<()> {
     }
     if let Some(path) = &args.json {
         append_json(path, &args, &rows)?;
+        draw_charts(path)?;
+    }
+    Ok(())
+}
+
+/// The charts beside the results file, from its lines: this run's times and
+/// memory, and per-rank memory over the rank counts it holds for this graph.
+fn draw_charts(json: &Path) -> Result<()> {
+    use crate::bench::chart;
+    let runs = chart::read_lines(json)?;
+    let latest = runs.last().context("the results file has no line")?;
+    let svg = chart::svg_path(json, None);
+    chart::partition(latest, &svg)?;
+    println!("\nchart: {}", svg.display());
+    let ranks = chart::svg_path(json, Some("ranks"));
+    if chart::rank_memory(&runs, latest, &ranks)? {
+        println!("chart: {}", ranks.display());
     }
     Ok(())
 }

@@ -48,6 +48,14 @@ enum Cmd {
         /// (10.213.255.1); `down` reverts every host change.
         #[arg(long)]
         node: bool,
+        /// With --node: how many nodes (1 to 8). Node 1 runs on the host as
+        /// without this flag; every further node runs its own containerd,
+        /// kubelet, kube-proxy and CNI bridge in a network namespace of its
+        /// own (node IP 10.213.255.<1+i>, pods 10.244.<i>.0/24), joined to
+        /// the host by a veth pair; each costs memory and start time (see
+        /// the README).
+        #[arg(long, default_value_t = 1, requires = "node")]
+        nodes: usize,
     },
     /// Stop the cluster's processes (by recorded pid) and delete its etcd data.
     ///
@@ -75,7 +83,8 @@ enum Cmd {
     /// Only build (or verify the cache of) the binaries; print paths and versions.
     ///
     /// Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler,
-    /// kubelet, kube-proxy), etcd and kwok/kwokctl, from the Go module proxy.
+    /// kubelet, kube-proxy), etcd and kwok/kwokctl, and SeaweedFS's weed (the
+    /// object-storage tests' S3 server), from the Go module proxy.
     Build {
         /// Parallel Go compile jobs (`go build -p`); default: number of CPUs.
         #[arg(long)]
@@ -94,6 +103,12 @@ enum Cmd {
         /// and then torn down. Only one node cluster can run per host.
         #[arg(long, default_value = "smoketest")]
         name: String,
+        /// With 2 or more: the multi-node test instead (localkube/tests/
+        /// multinode.rs): that many nodes Ready, a pod on each node reaching a
+        /// server pod on every other node by pod IP and by ClusterIP Service,
+        /// per-node memory and start time printed, teardown checked clean.
+        #[arg(long, default_value_t = 1)]
+        nodes: usize,
     },
 }
 
@@ -114,7 +129,14 @@ fn cluster(name: &str, scheduler: bool) -> anyhow::Result<LocalCluster> {
 
 /// The cluster with the default node of its name (see `localkube::NodeConfig`).
 pub fn node_cluster(name: &str) -> anyhow::Result<LocalCluster> {
-    Ok(LocalCluster::new(ClusterConfig::new(name)?.with_node())?)
+    node_cluster_n(name, 1)
+}
+
+/// The cluster with `nodes` nodes (see `localkube::ClusterConfig::with_nodes`).
+pub fn node_cluster_n(name: &str, nodes: usize) -> anyhow::Result<LocalCluster> {
+    Ok(LocalCluster::new(
+        ClusterConfig::new(name)?.with_nodes(nodes),
+    )?)
 }
 
 async fn run_async(args: Args) -> anyhow::Result<()> {
@@ -123,10 +145,11 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
             name,
             scheduler,
             node,
+            nodes,
         } => {
             let started = Instant::now();
             let c = if node {
-                node_cluster(&name.name)?
+                node_cluster_n(&name.name, nodes)?
             } else {
                 cluster(&name.name, scheduler)?
             };
@@ -146,6 +169,9 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
                 info.server
             );
             eprintln!("logs: {}", c.log_dir().display());
+            if node {
+                print_nodes(&c);
+            }
             eprintln!("export KUBECONFIG={}", info.kubeconfig.display());
             println!("{}", info.kubeconfig.display());
         }
@@ -188,11 +214,8 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
                     .map(|p| p.display().to_string())
                     .unwrap_or_else(|| "(none yet)".into())
             );
-            if let Some(node) = &s.node {
-                println!(
-                    "node:       {} (node IP {}, pods {})",
-                    node.node_name, node.node_ip, node.pod_cidr
-                );
+            if s.node.is_some() {
+                print_nodes(&c);
             }
             for comp in &s.components {
                 let state = match (comp.pid, comp.running) {
@@ -219,15 +242,17 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
             }
             println!("{}", path.display());
         }
-        Cmd::Smoke { name } => {
+        Cmd::Smoke { name, nodes } => {
             let started = Instant::now();
+            let test = if nodes > 1 { "multinode" } else { "node_smoke" };
             let status = std::process::Command::new(
                 std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()),
             )
             .current_dir(crate::test::repo_root())
-            .args(["test", "-p", "localkube", "--test", "node_smoke", "--"])
+            .args(["test", "-p", "localkube", "--test", test, "--"])
             .args(["--ignored", "--nocapture"])
             .env("LOCALKUBE_SMOKE_CLUSTER", &name)
+            .env("LOCALKUBE_SMOKE_NODES", nodes.to_string())
             .status()
             .context("could not run cargo test")?;
             eprintln!(
@@ -237,7 +262,7 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
             );
             if !status.success() {
                 anyhow::bail!(
-                    "`cargo test -p localkube --test node_smoke -- --ignored` failed ({status}); \
+                    "`cargo test -p localkube --test {test} -- --ignored` failed ({status}); \
                      logs: <cache>/cluster/{name}/logs/"
                 );
             }
@@ -251,6 +276,12 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
             let bins = tokio::task::spawn_blocking(move || localkube::ensure_kwok(&opts))
                 .await
                 .context("build task")??;
+            // The S3 server of the object-storage tests.
+            let weed = tokio::task::spawn_blocking(|| {
+                localkube::ensure_tool(localkube::GoTool::SeaweedFs)
+            })
+            .await
+            .context("build task")??;
             eprintln!(
                 "binaries ready in {:.1}s (Kubernetes {}, etcd {}, kwok {})",
                 started.elapsed().as_secs_f64(),
@@ -266,7 +297,33 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
                 };
                 println!("{name:<24}{version:<10}{}", path.display());
             }
+            println!(
+                "{:<24}{:<10}{}",
+                "weed (SeaweedFS)",
+                localkube::SEAWEEDFS_VERSION,
+                weed.display()
+            );
         }
     }
     Ok(())
+}
+
+/// One line per node: name, IP, pod CIDR, and the RSS of its containerd +
+/// kubelet + kube-proxy.
+fn print_nodes(c: &LocalCluster) {
+    for n in c.node_summaries() {
+        println!(
+            "node:       {} (node IP {}, pods {}, {}; containerd+kubelet+kube-proxy RSS {} MiB{})",
+            n.node_name,
+            n.node_ip,
+            n.pod_cidr,
+            if n.host_network {
+                "host network"
+            } else {
+                "own network namespace"
+            },
+            n.rss_bytes / (1024 * 1024),
+            if n.running { "" } else { ", NOT all running" }
+        );
+    }
 }

@@ -637,8 +637,35 @@ fn ensure_image(
     Ok(Some(t.elapsed()))
 }
 
-/// Loads `img` into the node's containerd unless it holds the same content hash.
+/// Loads `img` into every node's containerd that does not hold the same
+/// content hash: from podman into node 0's, then from node 0's into each
+/// other node's (a multi-node cluster pays the import once per node; the
+/// time of each copy is printed). Returns the total time spent.
 fn load(
+    cluster: &localkube::LocalCluster,
+    podman: &Podman,
+    img: &ImageDef,
+    log_dir: &Path,
+) -> Result<Option<Duration>> {
+    let mut took = load_node0(cluster, podman, img, log_dir)?;
+    let copies = cluster
+        .sync_node_image(&img.reference, Some((HASH_LABEL, img.hash.as_str())))
+        .with_context(|| format!("copying {} to the other nodes", img.reference))?;
+    for (node, d) in copies {
+        if let Some(d) = d {
+            eprintln!(
+                "images: {} copied to node {node} in {:.0}s",
+                img.reference,
+                d.as_secs_f64()
+            );
+            took = Some(took.unwrap_or_default() + d);
+        }
+    }
+    Ok(took)
+}
+
+/// [`load`] into node 0's containerd, straight from `podman save`.
+fn load_node0(
     cluster: &localkube::LocalCluster,
     podman: &Podman,
     img: &ImageDef,

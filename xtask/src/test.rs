@@ -164,12 +164,15 @@ pub fn run(args: Args) -> Result<()> {
     // The venv is mostly downloads and unpacking, the Kubernetes build is
     // CPU: cold, they overlap (about 5 min saved on 2 cores).
     let t = step(
-        "Python venv with DGL 2.1.0 + torch 2.2.1 (+ the training image's python-env), Kueue's manager, and Kubernetes/etcd binaries \
+        "Python venv with DGL 2.1.0 + torch 2.2.1 (+ the training image's python-env), Kueue's manager, SeaweedFS, and Kubernetes/etcd binaries \
          + the test control plane (all cached)",
     );
     let venv = std::thread::spawn(move || {
         // Kueue's manager (a Go build, cached) for operator/tests/kueue.rs.
         let kueue = std::thread::spawn(crate::stack::kueue::ensure_binary);
+        // SeaweedFS's weed (a Go build, cached): the S3 server of
+        // partition/tests/object_store.rs, which fails without it.
+        let weed = std::thread::spawn(|| localkube::ensure_tool(localkube::GoTool::SeaweedFs));
         let python = crate::pyenv::ensure_venv(&repo_root())?;
         // GraphStorm's thin layer on it (dglrun/tests/graphstorm.rs).
         let graphstorm = crate::graphstorm_env::ensure(&repo_root(), &python)?;
@@ -183,27 +186,36 @@ pub fn run(args: Args) -> Result<()> {
             .join()
             .map_err(|_| anyhow::anyhow!("the Kueue build thread panicked"))?
             .context("building Kueue's manager")?;
-        anyhow::Ok((python, graphstorm, kueue))
+        let weed = weed
+            .join()
+            .map_err(|_| anyhow::anyhow!("the SeaweedFS build thread panicked"))?
+            .context("building SeaweedFS (weed)")?;
+        anyhow::Ok((python, graphstorm, kueue, weed))
     });
     let rt = tokio::runtime::Runtime::new()?;
     let info = rt
         .block_on(localkube::ensure_cluster())
         .context("starting the test control plane");
-    let (python, graphstorm, kueue) = venv
+    let (python, graphstorm, kueue, weed) = venv
         .join()
         .map_err(|_| anyhow::anyhow!("the venv thread panicked"))??;
     let info = info?;
     println!("    python: {}", python.display());
     println!("    graphstorm python: {}", graphstorm.display());
     println!("    kueue: {}", kueue.display());
+    println!("    weed (SeaweedFS): {}", weed.display());
     println!("    kubeconfig: {}", info.kubeconfig.display());
     done(t);
 
     let (build_args, test_args) = split_test_args(&args.cargo_test_args);
-    let envs: [(&str, &Path); 3] = [
+    // DGL_OPERATOR_TEST_STRICT: a test whose prerequisite is missing fails
+    // here instead of skipping (everything it needs was just installed).
+    let envs: [(&str, &Path); 5] = [
         ("DGLRUN_TEST_PYTHON", &python),
         ("DGLRUN_TEST_GRAPHSTORM_PYTHON", &graphstorm),
         ("DGL_OPERATOR_KUEUE_BIN", &kueue),
+        (localkube::s3::WEED_BIN_ENV, &weed),
+        ("DGL_OPERATOR_TEST_STRICT", Path::new("1")),
     ];
     let e2e_args = crate::e2e::Args {
         name: crate::stack::DEFAULT_CLUSTER.into(),
@@ -216,9 +228,13 @@ pub fn run(args: Args) -> Result<()> {
     let e2e_rt = crate::stack::runtime()?;
     let lanes = args.lanes as usize;
 
+    // localkube's two-node test needs the host's node to itself: it runs
+    // after the e2e tier has torn its node cluster down.
+    let mut multinode = None;
     let result = if lanes > 1 {
         let t = step("cargo test --workspace --no-run");
         let bins = crate::test_binaries::build(&cargo, &build_args)?;
+        multinode = bins.iter().find(|b| b.label == MULTINODE_TEST).cloned();
         done(t);
         std::thread::scope(|scope| {
             // The node, the images and the operator's install, beside the tests.
@@ -286,10 +302,25 @@ pub fn run(args: Args) -> Result<()> {
         };
         crate::e2e::finish(&e2e_rt, stack, &e2e_args, Instant::now())?;
         done(t);
+        if let (Some(bin), false) = (multinode, args.keep_cluster) {
+            let t = step(
+                "two nodes (localkube --nodes 2): pods across nodes by pod IP and Service, teardown clean",
+            );
+            let envs = [
+                ("LOCALKUBE_SMOKE_CLUSTER", "multinode"),
+                ("LOCALKUBE_SMOKE_NODES", "2"),
+            ];
+            crate::test_binaries::run_ignored(&bin, &cargo, &envs)?;
+            done(t);
+        }
     }
     println!("\nall checks passed in {:.0}s", all.elapsed().as_secs_f64());
     Ok(())
 }
+
+/// The test binary of localkube's several-nodes test (`#[ignore]`d: it
+/// needs root and the host's node to itself).
+const MULTINODE_TEST: &str = "localkube: test multinode";
 
 /// `cargo_test_args` split at `--`: cargo's build arguments, then the test
 /// binaries' arguments.

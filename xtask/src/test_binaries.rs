@@ -225,6 +225,29 @@ impl Job {
     }
 }
 
+/// Runs one `#[ignore]`d test binary's ignored tests with `envs`, its
+/// output streamed: the tests that need the host to themselves (a node
+/// cluster of their own), run after the e2e tier has released it.
+pub(crate) fn run_ignored(b: &TestBinary, cargo: &str, envs: &[(&str, &str)]) -> Result<()> {
+    let mut cmd = Command::new(&b.executable);
+    cmd.args(["--ignored", "--nocapture"])
+        .current_dir(&b.package_dir)
+        .env("CARGO_MANIFEST_DIR", &b.package_dir)
+        .env("CARGO_PKG_NAME", &b.package_name)
+        .env("CARGO", cargo)
+        .stdin(Stdio::null());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let status = cmd
+        .status()
+        .with_context(|| format!("could not start {}", b.label))?;
+    if !status.success() {
+        bail!("{} (ignored tests) failed ({status})", b.label);
+    }
+    Ok(())
+}
+
 /// `cargo test` as it was: one command, binaries in a row (for `--lanes 1`).
 pub(crate) fn run_in_a_row(
     cargo: &str,

@@ -142,6 +142,9 @@ pub const GRAPHBOLT_FILE: &str = "fused_csc_sampling_graph.pt";
 /// How often the converter's output files are measured.
 const MEASURE_EVERY: Duration = Duration::from_secs(1);
 
+/// Bytes of the converter's stdout and of its stderr kept (their tails).
+pub const OUTPUT_TAIL: usize = 64 << 10;
+
 /// Runs the converter (in a process group of its own) for at most `limit`,
 /// storing the bytes of `outputs` written so far in `done` every second and
 /// logging each file as it appears. Past the limit the whole group is
@@ -163,7 +166,28 @@ pub async fn run_converter(
         .spawn()
         .map_err(|e| format!("cannot run {} (GraphBolt conversion): {e}", spec.program))?;
     let group = child.id();
-    let out = child.wait_with_output();
+    let mut child = child;
+    // Read as it comes, keeping only the tails: a converter printing
+    // without end costs OUTPUT_TAIL bytes per stream, not all it printed.
+    let stdout = tokio::spawn(tail_of(child.stdout.take()));
+    let stderr = tokio::spawn(tail_of(child.stderr.take()));
+    let out = async move {
+        let status = child.wait().await?;
+        // A grandchild may keep the pipes open: the tails are not waited
+        // for past a moment.
+        let tail = |h: tokio::task::JoinHandle<Vec<u8>>| async move {
+            let abort = h.abort_handle();
+            let got = tokio::time::timeout(Duration::from_secs(5), h).await;
+            abort.abort();
+            got.ok().and_then(Result::ok).unwrap_or_default()
+        };
+        let (stdout, stderr) = (tail(stdout).await, tail(stderr).await);
+        std::io::Result::Ok(Output {
+            status,
+            stdout,
+            stderr,
+        })
+    };
     tokio::pin!(out);
     let deadline = tokio::time::sleep_until(crate::clock::after(limit));
     tokio::pin!(deadline);
@@ -186,6 +210,25 @@ pub async fn run_converter(
             _ = tick.tick() => report(outputs, done, &mut files_seen),
         }
     }
+}
+
+/// The last [`OUTPUT_TAIL`] bytes `r` yields until its end.
+async fn tail_of(r: Option<impl tokio::io::AsyncRead + Unpin>) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let Some(mut r) = r else {
+        return Vec::new();
+    };
+    let (mut keep, mut buf) = (Vec::new(), vec![0u8; 16 << 10]);
+    while let Ok(n @ 1..) = r.read(&mut buf).await {
+        keep.extend_from_slice(&buf[..n]);
+        if keep.len() > 2 * OUTPUT_TAIL {
+            keep.drain(..keep.len() - OUTPUT_TAIL);
+        }
+    }
+    if keep.len() > OUTPUT_TAIL {
+        keep.drain(..keep.len() - OUTPUT_TAIL);
+    }
+    keep
 }
 
 /// Stores the bytes written so far; logs each newly complete count of files.
@@ -296,7 +339,12 @@ fn name_holder(mut file: &std::fs::File) {
 /// The holder a lock file names: its first line, at most 120 printable
 /// ASCII characters, or "a process that did not say who it is".
 fn holder_of(path: &Path) -> String {
-    let text = std::fs::read(path).unwrap_or_default();
+    use std::io::Read;
+    // Its first line is all that is shown: the file may be anything.
+    let mut text = Vec::new();
+    if let Ok(f) = std::fs::File::open(path) {
+        let _ = f.take(256).read_to_end(&mut text);
+    }
     let line: String = text
         .iter()
         .take_while(|&&b| b != b'\n')
@@ -421,6 +469,43 @@ mod tests {
             "one file's bytes never reported: {seen:?}"
         );
         assert_eq!(seen.first(), Some(&0));
+    }
+
+    /// The converter's output is kept bounded (its tail, for the log and
+    /// the error): 40 MiB on stdout do not become 40 MiB in this process.
+    #[tokio::test]
+    async fn the_converters_output_is_kept_bounded() {
+        let _children = crate::procs::CHILDREN_TEST_LOCK.lock().await;
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path(), "g");
+        let body = "head -c 41943040 /dev/zero | tr '\\0' x\necho the-end\necho err-end >&2";
+        let conv = spec(script(dir.path(), "loud", body));
+        let outputs = Outputs::of(&layout, 1);
+        let done = Arc::new(AtomicU64::new(0));
+        let out = run_converter(&conv, Duration::from_secs(60), &outputs, &done)
+            .await
+            .unwrap();
+        assert!(out.status.success());
+        assert!(
+            out.stdout.len() <= OUTPUT_TAIL,
+            "{} bytes kept",
+            out.stdout.len()
+        );
+        assert!(out.stdout.ends_with(b"the-end\n"), "the tail is kept");
+        assert_eq!(out.stderr, b"err-end\n");
+    }
+
+    /// The lock file's holder is read from its first bytes only.
+    #[test]
+    fn a_huge_lock_file_is_read_only_for_its_first_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        let f = std::fs::File::create(&path).unwrap();
+        // 1 TiB, sparse: read whole it would not fit this process.
+        f.set_len(1 << 40).unwrap();
+        drop(f);
+        let shown = holder_of(&path);
+        assert_eq!(shown.len(), 120, "{shown}");
     }
 
     /// A lock held by another process: the wait ends at the limit with an

@@ -1,6 +1,7 @@
 //! The accept loop of an agent (the partitioner's and the workers'): every
 //! authenticated connection gets its own task, until the agent's work says
-//! it is done or SIGTERM / SIGINT arrives.
+//! it is done or SIGTERM / SIGINT arrives. At most [`MAX_UNAUTHENTICATED`]
+//! connections wait in their handshake at once.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -39,6 +40,7 @@ where
     let mut sigint = signal(SignalKind::interrupt())?;
     tokio::pin!(done);
     let mut backoff = AcceptBackoff::default();
+    let pending = Pending::default();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -62,8 +64,18 @@ where
                     }
                 };
                 let (token, handle) = (token.clone(), handle.clone());
+                let (id, evicted) = pending.admit();
+                let pending = pending.clone();
                 tokio::spawn(async move {
-                    match Channel::accept(stream, peer, &token).await {
+                    let accepted = tokio::select! {
+                        r = Channel::accept(stream, peer, &token) => r,
+                        _ = evicted => {
+                            tracing::debug!(%peer, "closed unauthenticated: newer connections came");
+                            return;
+                        }
+                    };
+                    pending.done(id);
+                    match accepted {
                         Ok(ch) => {
                             if let Err(e) = handle(ch).await {
                                 tracing::debug!(%peer, error = %e, "connection ended");
@@ -77,6 +89,46 @@ where
             _ = sigterm.recv() => return Ok(Ended::Signal("SIGTERM")),
             _ = sigint.recv() => return Ok(Ended::Signal("SIGINT")),
         }
+    }
+}
+
+/// Connections accepted whose handshake has not finished, at most this
+/// many: admitting one more closes the oldest. Idle connections from
+/// anyone who can reach the port (2,000 of them, say) then cost at most
+/// this many sockets and tasks, and a real peer, whose handshake takes a
+/// round trip, still gets through.
+pub const MAX_UNAUTHENTICATED: usize = 256;
+
+/// The connections in their handshake, by arrival; dropping one's sender
+/// closes it.
+#[derive(Clone, Default)]
+struct Pending(Arc<std::sync::Mutex<Pend>>);
+
+#[derive(Default)]
+struct Pend {
+    next: u64,
+    open: std::collections::BTreeMap<u64, tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Pending {
+    /// Registers a new connection (closing the oldest when full); its id
+    /// and what resolves when it is closed to make room.
+    fn admit(&self) -> (u64, tokio::sync::oneshot::Receiver<()>) {
+        let mut p = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        while p.open.len() >= MAX_UNAUTHENTICATED {
+            p.open.pop_first();
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let id = p.next;
+        p.next += 1;
+        p.open.insert(id, tx);
+        (id, rx)
+    }
+
+    /// Connection `id` finished its handshake (or failed it).
+    fn done(&self, id: u64) {
+        let mut p = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        p.open.remove(&id);
     }
 }
 

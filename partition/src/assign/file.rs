@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::{Assignment, Partitioner, Request};
 use crate::model::InputGraph;
+use crate::names::{self, Name};
 use crate::{Error, Result};
 
 pub const META_FILE: &str = "partition_meta.json";
@@ -37,10 +38,11 @@ impl Partitioner for FromFiles {
 /// Reads the assignment in `dir` for `graph`. With `num_parts`, the file's
 /// `num_parts` must agree with it.
 pub fn read_files(dir: &Path, graph: &InputGraph, num_parts: Option<u32>) -> Result<Assignment> {
+    let files = file_names(graph)?;
     let (k, algo_name) = read_meta(&dir.join(META_FILE), num_parts)?;
     let mut parts = Vec::with_capacity(graph.num_nodes() as usize);
-    for t in &graph.ntypes {
-        let path = dir.join(format!("{}.txt", t.name));
+    for (t, file) in graph.ntypes.iter().zip(files) {
+        let path = dir.join(file);
         let bytes = std::fs::read(&path).map_err(|e| missing(&path, e))?;
         parse_parts(&path, &bytes, t.count, k, &mut parts)?;
     }
@@ -49,6 +51,17 @@ pub fn read_files(dir: &Path, graph: &InputGraph, num_parts: Option<u32>) -> Res
         parts,
         algo_name,
     })
+}
+
+/// `<ntype>.txt` per node type, every name checked before any file is
+/// opened: a type name is never a path out of the folder.
+fn file_names(graph: &InputGraph) -> Result<Vec<String>> {
+    let names = graph.ntypes.iter().enumerate().map(|(i, t)| {
+        Name::parse(&t.name)
+            .map(|n| n.file("txt"))
+            .map_err(|e| names::config_error(&format!("node type {i}"), e))
+    });
+    names.collect()
 }
 
 fn missing(path: &Path, e: std::io::Error) -> Error {
@@ -123,10 +136,11 @@ fn parse_part(line: &[u8], k: u32) -> std::result::Result<u32, String> {
 /// Writes `a` for `graph` into `dir` in DGL's format (DGL's `base.py`
 /// writes the metadata with sorted keys and an indent of 4).
 pub fn write_files(a: &Assignment, graph: &InputGraph, dir: &Path) -> Result<()> {
+    let files = file_names(graph)?;
     std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
     let offs = graph.node_offsets();
-    for (i, t) in graph.ntypes.iter().enumerate() {
-        let path = dir.join(format!("{}.txt", t.name));
+    for (i, file) in files.iter().enumerate() {
+        let path = dir.join(file);
         let slice = &a.parts[offs[i] as usize..offs[i + 1] as usize];
         write_parts(&path, slice)?;
     }

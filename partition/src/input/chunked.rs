@@ -14,7 +14,7 @@ use rayon::prelude::*;
 use super::csv::{self, Ends, Pairs};
 use super::limits::{self, quoted};
 use super::metadata::{self, DataMeta, EdgeMeta, FileFormat, Metadata};
-use super::{npy, parquet, split_even, Share};
+use super::{npy, parquet, split_even, store, Share};
 use crate::model::{EdgeType, InputGraph, NodeType, Tensor};
 use crate::{Error, Result};
 
@@ -54,7 +54,8 @@ pub(crate) fn read_share(path: &Path, rank: u32, world: u32, anywhere: bool) -> 
     }
     for (e, et) in meta.etypes.iter().enumerate() {
         let (first, (src, dst)) = read_edges(&meta, e, rank, world)?;
-        let rows = first..first + src.len() as u64;
+        // read_edges checked first + len against the type's count.
+        let rows = first..first.saturating_add(src.len() as u64);
         let what = format!("edge type {:?}", et.name);
         let mut data = BTreeMap::new();
         for d in &meta.edge_data[e] {
@@ -128,7 +129,14 @@ fn read_edges(meta: &Metadata, e: usize, rank: u32, world: u32) -> Result<(u64, 
         None => {
             let counts: Result<Vec<u64>> =
                 (0..lo).into_par_iter().map(|k| rows_of(et, k)).collect();
-            limits::sum(&counts?).unwrap_or(u64::MAX)
+            limits::sum(&counts?).ok_or_else(|| {
+                let m = format!(
+                    "{}'s chunks 0..{lo} hold more than 2^64 rows in all; expected a count \
+                     that fits 64 bits",
+                    quoted(&et.name)
+                );
+                Error::input(&meta.path, format!("edge_type[{e}]"), m)
+            })?
         }
     };
     let ends = Ends {
@@ -178,7 +186,10 @@ fn missing(path: &Path, what: String) -> impl Fn(std::io::Error) -> Error + '_ {
         ErrorKind::NotFound => Error::input(
             path,
             "",
-            format!("missing: metadata.json lists it as {what}"),
+            format!(
+                "missing: metadata.json lists it as {what}{}",
+                store::detail(path, &e)
+            ),
         ),
         _ => Error::io(path, e),
     }
@@ -188,14 +199,55 @@ fn missing(path: &Path, what: String) -> impl Fn(std::io::Error) -> Error + '_ {
 fn rows_of(et: &EdgeMeta, k: usize) -> Result<u64> {
     let path = &et.files[k];
     let what = format!("chunk {k} of edges.{}", limits::safe(&et.name));
-    std::fs::metadata(path).map_err(missing(path, what))?;
+    store::len(path).map_err(missing(path, what))?;
     match et.format {
-        FileFormat::Csv { .. } => Ok(csv::count_rows(
-            &std::fs::read(path).map_err(|e| Error::io(path, e))?,
-        )),
+        FileFormat::Csv { .. } => count_csv_rows(path),
         FileFormat::Parquet => parquet::count_rows(path),
-        FileFormat::Numpy => Ok(npy::read_header(path)?.rows()),
+        FileFormat::Numpy => npy_edge_rows(&npy::read_header(path)?, path, k),
     }
+}
+
+/// Lines of a csv chunk as `csv::count_rows` counts them (non-empty, not a
+/// lone `\r`), read in 1 MiB blocks: another rank's chunk is only counted,
+/// never held whole.
+fn count_csv_rows(path: &Path) -> Result<u64> {
+    use std::io::Read;
+    let mut file = store::Input::open(path).map_err(|e| Error::io(path, e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    // Bytes of the current line so far, and whether they are just `\r`.
+    let (mut rows, mut len, mut cr) = (0u64, 0u64, false);
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                rows += u64::from(len > 0 && !(len == 1 && cr));
+                (len, cr) = (0, false);
+            } else {
+                cr = len == 0 && b == b'\r';
+                len += 1;
+            }
+        }
+    }
+    Ok(rows + u64::from(len > 0 && !(len == 1 && cr)))
+}
+
+/// Rows of an edge chunk's `.npy` header, which must be `[m, 2]`, also
+/// when only the header is read (a `(2**63, 0)` header has 0 bytes of data
+/// and would count 2^63 edges).
+fn npy_edge_rows(h: &npy::Header, path: &Path, k: usize) -> Result<u64> {
+    if h.shape.len() != 2 || h.shape[1] != 2 {
+        let m = format!(
+            "expected shape [m, 2] (source, destination), found {:?}",
+            h.shape
+        );
+        return Err(Error::input(path, format!("header of chunk {k}"), m));
+    }
+    Ok(h.shape[0])
 }
 
 /// Reads and checks chunk `k` of edge type `e`.
@@ -204,15 +256,15 @@ fn read_chunk(et: &EdgeMeta, e: usize, k: usize, ends: &Ends) -> Result<Pairs> {
     let what = format!("chunk {k} of edges.{}", limits::safe(&et.name));
     let pairs = match et.format {
         FileFormat::Csv { delimiter } => {
-            let bytes = std::fs::read(path).map_err(missing(path, what))?;
+            let bytes = store::read(path).map_err(missing(path, what))?;
             csv::parse_edges(&bytes, delimiter, path, ends)?
         }
         FileFormat::Parquet => {
-            std::fs::metadata(path).map_err(missing(path, what))?;
+            store::len(path).map_err(missing(path, what))?;
             parquet::read_edges(path, k, ends)?
         }
         FileFormat::Numpy => {
-            std::fs::metadata(path).map_err(missing(path, what))?;
+            store::len(path).map_err(missing(path, what))?;
             read_npy_edges(path, k, ends)?
         }
     };
@@ -239,15 +291,8 @@ fn read_npy_edges(path: &Path, k: usize, ends: &Ends) -> Result<Pairs> {
         );
         return Err(Error::input(path, format!("header of chunk {k}"), m));
     }
-    if h.shape.len() != 2 || h.shape[1] != 2 {
-        let m = format!(
-            "expected shape [m, 2] (source, destination), found {:?}",
-            h.shape
-        );
-        return Err(Error::input(path, format!("header of chunk {k}"), m));
-    }
     // The header's shape was checked against the file's size.
-    let m = h.shape[0] as usize;
+    let m = npy_edge_rows(&h, path, k)? as usize;
     let mut bytes = vec![0u8; m.saturating_mul(h.row_bytes() as usize)];
     npy::read_rows(path, &h, 0, &mut bytes)?;
     let (mut src, mut dst) = (vec![0u64; m], vec![0u64; m]);
@@ -323,7 +368,7 @@ fn read_feature(
         .par_iter()
         .enumerate()
         .map(|(k, path)| {
-            std::fs::metadata(path).map_err(missing(path, format!("chunk {k} of {}", d.key)))?;
+            store::len(path).map_err(missing(path, format!("chunk {k} of {}", d.key)))?;
             npy::read_header(path)
         })
         .collect::<Result<_>>()?;
@@ -373,4 +418,37 @@ fn read_feature(
     let mut shape = first.shape.clone();
     shape[0] = rows.end - rows.start;
     Ok(Tensor { dtype, shape, data })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_rows_are_counted_in_blocks_as_the_whole_file_would_be() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("e.txt");
+        // Lines straddle the 1 MiB blocks; `\r\n`, lone `\r` and empty
+        // lines, and a last line without a newline.
+        let mut text = Vec::new();
+        let mut i = 0u64;
+        while text.len() < (3 << 20) + 7 {
+            let line: &[u8] = match i % 5 {
+                0 => b"12 34\r\n",
+                1 => b"\r\n",
+                2 => b"\n",
+                3 => b"5 6789012\n",
+                _ => b"\r\r\n",
+            };
+            text.extend_from_slice(line);
+            i += 1;
+        }
+        text.extend_from_slice(b"1 2");
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(count_csv_rows(&path).unwrap(), csv::count_rows(&text));
+        for small in [&b""[..], b"\r", b"\n\n", b"1 2", b"\r\n1 2\n\r"] {
+            std::fs::write(&path, small).unwrap();
+            assert_eq!(count_csv_rows(&path).unwrap(), csv::count_rows(small));
+        }
+    }
 }

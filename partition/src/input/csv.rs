@@ -69,6 +69,7 @@ pub(crate) fn parse_edges(bytes: &[u8], delim: u8, path: &Path, ends: &Ends) -> 
 }
 
 /// Non-empty lines of `bytes` (to size chunks without parsing them).
+#[cfg(test)]
 pub(crate) fn count_rows(bytes: &[u8]) -> u64 {
     bytes
         .split(|&c| c == b'\n')

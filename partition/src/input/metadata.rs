@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use super::limits::{self, kind, quoted, safe};
+use super::store;
 use crate::{Error, Result};
 
 /// How a data file is stored.
@@ -89,13 +90,14 @@ pub(crate) struct Metadata {
 /// Reads and checks `path`; unless `anywhere`, every file it lists must
 /// be in its folder.
 pub(crate) fn load(path: &Path, anywhere: bool) -> Result<Metadata> {
-    let text = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let text = store::read(path).map_err(|e| Error::io(path, e))?;
     let root: Value = serde_json::from_slice(&text).map_err(|e| json_error(path, &e))?;
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    let confined = if anywhere {
+    // An object's listed files are checked by key (`store::place`).
+    let confined = if anywhere || store::is_object(path) {
         None
     } else {
         Some(dir.canonicalize().map_err(|e| Error::io(dir, e))?)
@@ -104,9 +106,10 @@ pub(crate) fn load(path: &Path, anywhere: bool) -> Result<Metadata> {
         path,
         dir,
         confined,
+        anywhere,
     };
     let root = j.object(&root, "the top level")?;
-    let ntypes = j.strings(j.key(root, "node_type")?, "node_type")?;
+    let ntypes = j.names(j.key(root, "node_type")?, "node_type")?;
     let ncounts = j.counts(root, &ntypes, "num_nodes_per_chunk", "num_nodes_per_type")?;
     let enames = j.strings(j.key(root, "edge_type")?, "edge_type")?;
     let ecounts = j.counts(root, &enames, "num_edges_per_chunk", "num_edges_per_type")?;
@@ -126,7 +129,7 @@ pub(crate) fn load(path: &Path, anywhere: bool) -> Result<Metadata> {
     })?;
     let edge_data = j.data(root, "edge_data", &enames, |k| edge_index(&etypes, k))?;
     let graph_name = match root.get("graph_name") {
-        Some(v) => j.string(v, "graph_name")?.to_string(),
+        Some(v) => j.name(v, "graph_name", true)?,
         None => String::new(),
     };
     Ok(Metadata {
@@ -174,6 +177,7 @@ struct Json<'a> {
     /// The folder every listed file must be in (canonical), unless the
     /// input may be anywhere.
     confined: Option<PathBuf>,
+    anywhere: bool,
 }
 
 impl<'a> Json<'a> {
@@ -208,6 +212,24 @@ impl<'a> Json<'a> {
                 format!("expected a non-negative integer, found {}", kind(v)),
             )
         })
+    }
+
+    /// A type, feature or graph name: it may become a file name, so it
+    /// must be one path component (`crate::names`); `""` only if `empty`.
+    fn name(&self, v: &Value, key: &str, empty: bool) -> Result<String> {
+        let s = self.string(v, key)?;
+        match crate::names::check(s) {
+            Err(crate::names::NameError::Empty) if empty => Ok(String::new()),
+            Err(e) => Err(self.err(key, format!("found {e}; {}", crate::names::EXPECTED))),
+            Ok(()) => Ok(s.to_string()),
+        }
+    }
+
+    fn names(&self, v: &Value, key: &str) -> Result<Vec<String>> {
+        let items = self.array(v, key)?.iter().enumerate();
+        items
+            .map(|(i, s)| self.name(s, &format!("{key}[{i}]"), false))
+            .collect()
     }
 
     fn strings(&self, v: &Value, key: &str) -> Result<Vec<String>> {
@@ -322,6 +344,8 @@ impl<'a> Json<'a> {
             let m = format!("{} is not of the form src:rel:dst", quoted(name));
             return Err(self.err(key, m));
         };
+        // Its parts may become file names (the ends are node types).
+        self.name(&Value::from(rel), &key, false)?;
         let ntype = |t: &str| {
             ntypes.iter().position(|n| n == t).ok_or_else(|| {
                 self.err(
@@ -411,6 +435,12 @@ impl<'a> Json<'a> {
     /// with `..`, an absolute path out of the folder or a symlink leading
     /// out of it is refused (the message does not repeat the path).
     fn place(&self, f: &str, key: &str) -> Result<PathBuf> {
+        if store::is_object(self.path) {
+            return store::place(self.dir, f, self.anywhere).map_err(|why| {
+                let m = format!("{why}; expected a key below metadata.json's prefix");
+                self.err(key, m)
+            });
+        }
         let path = self.dir.join(f);
         let Some(root) = &self.confined else {
             return Ok(path);
@@ -478,6 +508,9 @@ impl<'a> Json<'a> {
                 .ok_or_else(|| self.err(&tkey, format!("unknown type {}", quoted(tname))))?;
             for (fname, entry) in self.object(feats, &tkey)? {
                 let fkey = format!("{tkey}.{}", safe(fname));
+                // Keyed without the name: a bad one is not repeated.
+                let nkey = format!("{tkey}, a feature's name");
+                self.name(&Value::from(fname.as_str()), &nkey, false)?;
                 let (format, files) = self.files(entry, &fkey, true)?;
                 out[t].push(DataMeta {
                     name: fname.clone(),

@@ -15,6 +15,7 @@ mod metadata;
 mod npy;
 mod parquet;
 mod parquet_check;
+mod store;
 mod text;
 mod write;
 
@@ -24,21 +25,29 @@ use std::path::PathBuf;
 use crate::model::{DType, InputGraph};
 use crate::{Error, Result};
 
+pub use store::Fetched;
 pub use write::write_chunked;
 
 /// Where the input graph is.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Source {
-    /// DGL's chunked graph format: the path of its `metadata.json`. Every
-    /// file it lists must lie in metadata.json's folder (or below): a path
-    /// with `..`, an absolute path elsewhere, or a symlink leading out of
-    /// the folder is refused.
+    /// DGL's chunked graph format: the path of its `metadata.json`, or its
+    /// object URL `s3://bucket/prefix/metadata.json`. Every file it lists
+    /// must lie in metadata.json's folder (or below; for an object, a key
+    /// below its prefix): a path with `..`, an absolute path elsewhere, or
+    /// a symlink leading out of the folder is refused.
     Chunked { metadata: PathBuf },
     /// As `Chunked`, but the files it lists may be anywhere this process
     /// can read (`--allow-input-outside`: the input is trusted).
     ChunkedAnywhere { metadata: PathBuf },
     /// The seed's text format (see [`TextSource`]).
     Text(TextSource),
+}
+
+/// Whether `path` names an object in S3-compatible storage
+/// (`s3://bucket/key`) rather than a local file.
+pub fn is_object_url(path: &std::path::Path) -> bool {
+    store::is_object(path)
 }
 
 impl std::fmt::Display for Source {
@@ -110,6 +119,8 @@ pub struct Share {
     pub node_first: Vec<u64>,
     /// Per edge type: the per-type id of the share's first edge.
     pub edge_first: Vec<u64>,
+    /// What was fetched from object storage (zero for local files).
+    pub fetched: Fetched,
 }
 
 /// Reads the whole graph with up to `threads` threads.
@@ -124,18 +135,33 @@ pub fn read_share(source: &Source, rank: u32, world: u32, threads: usize) -> Res
             "rank {rank} is not in a world of {world} ranks"
         )));
     }
+    // The pool's threads count what they fetch from object storage into
+    // this read's session (ranks may be threads of one process).
+    let session = std::sync::Arc::new(store::Session::default());
+    let for_threads = session.clone();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
+        .start_handler(move |_| store::enter(for_threads.clone()))
         .build()
         .map_err(|e| Error::Stage {
             stage: "input",
             message: format!("cannot start {threads} threads: {e}"),
         })?;
-    pool.install(|| match source {
+    let mut share = pool.install(|| match source {
         Source::Chunked { metadata } => chunked::read_share(metadata, rank, world, false),
         Source::ChunkedAnywhere { metadata } => chunked::read_share(metadata, rank, world, true),
         Source::Text(text) => text::read_share(text, rank, world),
-    })
+    })?;
+    share.fetched = session.fetched();
+    if share.fetched.requests > 0 {
+        tracing::info!(
+            rank,
+            bytes = share.fetched.bytes,
+            requests = share.fetched.requests,
+            "input fetched from object storage"
+        );
+    }
+    Ok(share)
 }
 
 /// The items `0..n` that rank `rank` of `world` takes: contiguous, sizes

@@ -6,6 +6,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use super::limits::{self, quoted};
+use super::store::Input;
 use crate::model::DType;
 use crate::{Error, Result};
 
@@ -74,13 +75,13 @@ pub(crate) fn dtype_of(descr: &str) -> Option<DType> {
 
 /// Reads the header of `path` (a few hundred bytes).
 pub(crate) fn read_header(path: &Path) -> Result<Header> {
-    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut file = Input::open(path).map_err(|e| Error::io(path, e))?;
     header_from(&mut file, path)
 }
 
 /// Reads the header and checks it against the file: its length, and its
 /// shape times its element size against the bytes after it.
-fn header_from(file: &mut File, path: &Path) -> Result<Header> {
+fn header_from(file: &mut Input, path: &Path) -> Result<Header> {
     let bad = |m: &str| Error::input(path, "header", m.to_string());
     let file_len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut pre = [0u8; 12];
@@ -153,7 +154,7 @@ fn check_size(h: &Header, file_len: u64, path: &Path) -> Result<()> {
     }
 }
 
-fn read_up_to(file: &mut File, buf: &mut [u8], path: &Path) -> Result<()> {
+fn read_up_to(file: &mut Input, buf: &mut [u8], path: &Path) -> Result<()> {
     let mut got = 0;
     while got < buf.len() {
         match file.read(&mut buf[got..]) {
@@ -191,7 +192,7 @@ pub(crate) fn elem_size(descr: &str) -> Option<usize> {
 /// `out`; `out.len()` decides how many.
 pub(crate) fn read_rows(path: &Path, h: &Header, first_row: u64, out: &mut [u8]) -> Result<()> {
     let row_bytes = h.row_bytes();
-    let mut file = File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut file = Input::open(path).map_err(|e| Error::io(path, e))?;
     let total = file.metadata().map_err(|e| Error::io(path, e))?.len();
     let from = first_row
         .checked_mul(row_bytes)

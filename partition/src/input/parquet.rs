@@ -24,29 +24,40 @@ use super::csv::{Ends, Pairs};
 use super::limits::{self, quoted};
 use super::metadata::{DataMeta, Metadata};
 use super::parquet_check::{self, Bounded};
+use super::store;
 use crate::model::{DType, Tensor};
 use crate::{Error, Result};
 
 const BATCH: usize = 64 * 1024;
 
-/// Opens `path` with its footer and page headers checked against it.
+/// Opens `path` with its footer and page headers checked against it (an
+/// object is fetched whole: every row group is decoded).
 fn open(path: &Path) -> Result<SerializedFileReader<Bounded>> {
-    let reader = SerializedFileReader::new(Bounded::open(path)?)
-        .map_err(|e| Error::input(path, "footer", format!("not a readable parquet file: {e}")))?;
-    parquet_check::check(path, &Bounded::open(path)?, reader.metadata())?;
+    let file = Bounded::open(path)?;
+    let reader = SerializedFileReader::new(file.try_clone(path)?).map_err(not_parquet(path))?;
+    parquet_check::check(path, &file, reader.metadata())?;
     Ok(reader)
+}
+
+fn not_parquet(path: &Path) -> impl Fn(parquet::errors::ParquetError) -> Error + '_ {
+    move |e| Error::input(path, "footer", format!("not a readable parquet file: {e}"))
 }
 
 /// The file's length, to bound what is reserved before decoding.
 fn file_len(path: &Path) -> Result<u64> {
-    Ok(std::fs::metadata(path)
-        .map_err(|e| Error::io(path, e))?
-        .len())
+    store::len(path).map_err(|e| Error::io(path, e))
 }
 
-/// Rows of the file, from its footer.
+/// Rows of the file, from its footer (of an object, only the footer is
+/// fetched; its pages are checked when it is read).
 pub(crate) fn count_rows(path: &Path) -> Result<u64> {
-    Ok(open(path)?.metadata().file_metadata().num_rows().max(0) as u64)
+    if !store::is_object(path) {
+        return Ok(open(path)?.metadata().file_metadata().num_rows().max(0) as u64);
+    }
+    let file = Bounded::open_ranged(path)?;
+    let reader = SerializedFileReader::new(file.try_clone(path)?).map_err(not_parquet(path))?;
+    parquet_check::check_footer(path, &file, reader.metadata())?;
+    Ok(reader.metadata().file_metadata().num_rows().max(0) as u64)
 }
 
 /// Reads chunk `chunk` (for messages) at `path`, checking ids against `ends`.

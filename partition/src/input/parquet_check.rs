@@ -7,28 +7,96 @@
 //! decodes). Page headers are thrift compact structs, walked here.
 
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use parquet::basic::{Compression, Type as Physical};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{ColumnChunkMetaData, ParquetMetaData};
 use parquet::file::reader::{ChunkReader, Length};
 
+use super::store::{self, Input};
 use crate::{Error, Result};
 
-/// A file whose reads must stay inside its length (taken once, at open).
+/// A file whose reads must stay inside its length (taken once, at open):
+/// a local file, an object fetched whole, or an object read by range.
 pub(crate) struct Bounded {
-    file: File,
+    data: Data,
     len: u64,
 }
 
+enum Data {
+    File(File),
+    Memory(Bytes),
+    /// Ranged GETs (only the footer is read so).
+    Object(Input),
+}
+
 impl Bounded {
+    /// A local file, or a whole object in memory (one GET: the readers
+    /// decode every row group of the files they open).
     pub fn open(path: &Path) -> Result<Bounded> {
+        if store::is_object(path) {
+            let bytes = Bytes::from(store::read(path).map_err(|e| Error::io(path, e))?);
+            let len = bytes.len() as u64;
+            return Ok(Bounded {
+                data: Data::Memory(bytes),
+                len,
+            });
+        }
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        Ok(Bounded { file, len })
+        Ok(Bounded {
+            data: Data::File(file),
+            len,
+        })
+    }
+
+    /// As [`Bounded::open`], but an object is read by range: for its footer.
+    pub fn open_ranged(path: &Path) -> Result<Bounded> {
+        if !store::is_object(path) {
+            return Bounded::open(path);
+        }
+        let input = Input::open(path).map_err(|e| Error::io(path, e))?;
+        let len = input.metadata().map_err(|e| Error::io(path, e))?.len();
+        Ok(Bounded {
+            data: Data::Object(input),
+            len,
+        })
+    }
+
+    /// Another handle on the same bytes (an object is not fetched again).
+    pub fn try_clone(&self, path: &Path) -> Result<Bounded> {
+        let data = match &self.data {
+            Data::File(f) => Data::File(f.try_clone().map_err(|e| Error::io(path, e))?),
+            Data::Memory(b) => Data::Memory(b.clone()),
+            Data::Object(i) => Data::Object(i.try_clone().map_err(|e| Error::io(path, e))?),
+        };
+        Ok(Bounded {
+            data,
+            len: self.len,
+        })
+    }
+
+    /// Exactly `buf.len()` bytes at `at`.
+    fn read_at(&self, at: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        match &self.data {
+            Data::File(f) => {
+                use std::os::unix::fs::FileExt;
+                f.read_exact_at(buf, at)
+            }
+            Data::Memory(b) => {
+                let start = usize::try_from(at).unwrap_or(usize::MAX);
+                let src = start
+                    .checked_add(buf.len())
+                    .and_then(|end| b.get(start..end))
+                    .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+            Data::Object(i) => i.read_at(at, buf),
+        }
     }
 }
 
@@ -39,7 +107,7 @@ impl Length for Bounded {
 }
 
 impl ChunkReader for Bounded {
-    type T = <File as ChunkReader>::T;
+    type T = Box<dyn Read + Send>;
 
     fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
         if start > self.len {
@@ -48,12 +116,33 @@ impl ChunkReader for Bounded {
                 self.len
             )));
         }
-        self.file.get_read(start)
+        Ok(match &self.data {
+            Data::File(f) => {
+                let mut f = f.try_clone()?;
+                f.seek(SeekFrom::Start(start))?;
+                Box::new(BufReader::new(f))
+            }
+            // `start` is at most the length, so the slice is in bounds.
+            Data::Memory(b) => Box::new(b.slice(start as usize..).reader()),
+            Data::Object(i) => {
+                let mut i = i.try_clone()?;
+                i.seek(SeekFrom::Start(start))?;
+                Box::new(i)
+            }
+        })
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
         match start.checked_add(length as u64) {
-            Some(end) if end <= self.len => self.file.get_bytes(start, length),
+            Some(end) if end <= self.len => match &self.data {
+                Data::File(f) => f.get_bytes(start, length),
+                Data::Memory(b) => Ok(b.slice(start as usize..end as usize)),
+                Data::Object(_) => {
+                    let mut buf = vec![0u8; length];
+                    self.read_at(start, &mut buf)?;
+                    Ok(Bytes::from(buf))
+                }
+            },
             _ => Err(ParquetError::EOF(format!(
                 "{length} bytes at offset {start} are past the file's end ({} bytes)",
                 self.len
@@ -70,6 +159,16 @@ const MAX_HEADER: usize = 64 * 1024;
 
 /// Checks the footer and every page header of `path` (open as `file`).
 pub(crate) fn check(path: &Path, file: &Bounded, meta: &ParquetMetaData) -> Result<()> {
+    check_with(path, file, meta, true)
+}
+
+/// Checks the footer only (the row counts and that every column chunk is
+/// inside the file): enough to count rows without reading the pages.
+pub(crate) fn check_footer(path: &Path, file: &Bounded, meta: &ParquetMetaData) -> Result<()> {
+    check_with(path, file, meta, false)
+}
+
+fn check_with(path: &Path, file: &Bounded, meta: &ParquetMetaData, pages: bool) -> Result<()> {
     let bad = |at: String, m: String| Error::input(path, at, m);
     let fm = meta.file_metadata();
     let mut rows = 0u64;
@@ -81,7 +180,7 @@ pub(crate) fn check(path: &Path, file: &Bounded, meta: &ParquetMetaData) -> Resu
             .ok_or_else(|| bad(format!("row group {g}"), "rows add up past 2^64".into()))?;
         for (c, col) in group.columns().iter().enumerate() {
             let at = format!("footer, row group {g}, column {c}");
-            check_column(col, file, n).map_err(|m| bad(at, m))?;
+            check_column(col, file, n, pages).map_err(|m| bad(at, m))?;
         }
     }
     if u64::try_from(fm.num_rows()).ok() != Some(rows) {
@@ -99,6 +198,7 @@ fn check_column(
     col: &ColumnChunkMetaData,
     file: &Bounded,
     rows: u64,
+    pages: bool,
 ) -> std::result::Result<(), String> {
     let start = col
         .dictionary_page_offset()
@@ -126,6 +226,9 @@ fn check_column(
             col.num_values()
         ));
     }
+    if !pages {
+        return Ok(());
+    }
     let compressed = col.compression() != Compression::UNCOMPRESSED;
     let bits = value_bits(col.column_type());
     check_pages(file, start, len, compressed, bits)
@@ -150,13 +253,11 @@ fn check_pages(
     bits: u64,
 ) -> std::result::Result<(), String> {
     let (mut at, end) = (start, start + len);
-    let mut f = &file.file;
     let mut buf = Vec::new();
     while at < end {
         let want = (end - at).min(MAX_HEADER as u64) as usize;
         buf.resize(want, 0);
-        f.seek(SeekFrom::Start(at))
-            .and_then(|_| f.read_exact(&mut buf))
+        file.read_at(at, &mut buf)
             .map_err(|e| format!("cannot read a page header at offset {at}: {e}"))?;
         let mut cur = Cursor { b: &buf, at: 0 };
         let h = page_header(&mut cur, 0)

@@ -98,6 +98,11 @@ fn ranges(path: &Path, v: &Value, key: &str) -> Result<Vec<(String, u64, u64)>> 
     })?;
     let mut out = Vec::new();
     for (name, r) in obj {
+        // Type names may become file names: each `:` part one component.
+        if let Err(e) = name.split(':').try_for_each(crate::names::check) {
+            let m = format!("found {e}; {}", crate::names::EXPECTED);
+            return Err(bad(format!("{key}.{}", safe(name)), m));
+        }
         let pair = r
             .as_array()
             .map(|a| a.iter().map(Value::as_u64).collect::<Vec<_>>());

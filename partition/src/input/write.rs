@@ -27,6 +27,8 @@ pub fn write_chunked(
             "write_chunked needs at least one chunk".into(),
         ));
     }
+    // Type and feature names become file names below `dir`.
+    crate::names::check_graph(graph)?;
     let mkdir = |p: &Path| std::fs::create_dir_all(p).map_err(|e| Error::io(p, e));
     mkdir(&dir.join("edge_index"))?;
     let sizes = |n: u64| -> Vec<u64> {

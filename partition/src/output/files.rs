@@ -18,6 +18,7 @@ pub const ASSIGNMENT_DIR: &str = "partition_assignment";
 /// Creates the output folder and removes an earlier `<graph>.json`, whose
 /// path it returns: until the new one is written, none exists.
 pub(crate) fn prepare_out(out: &Path, graph_name: &str) -> Result<PathBuf> {
+    crate::names::check_config("the graph name", graph_name)?;
     std::fs::create_dir_all(out).map_err(|e| Error::io(out, e))?;
     let json = out.join(format!("{graph_name}.json"));
     remove_if_exists(&json)?;
@@ -40,6 +41,7 @@ pub(crate) struct Staging {
 impl Staging {
     /// `.<tag>.partial-<pid>` inside `out`.
     pub(crate) fn create(out: &Path, tag: &str) -> Result<Self> {
+        crate::names::check_config("the staging folder's name", tag)?;
         let dir = out.join(format!(".{tag}.partial-{}", std::process::id()));
         remove_dir_if_exists(&dir)?;
         std::fs::create_dir(&dir).map_err(|e| Error::io(&dir, e))?;

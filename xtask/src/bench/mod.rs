@@ -8,8 +8,10 @@
 //! - `latency.rs`: apply → first training step on the real node;
 //! - `graphbolt.rs`: graph.dgl vs GraphBolt partitions, real DGL;
 //! - `partition`: the native partition pipeline vs DGL's tools
-//!   (`crate::bench_partition`, its script `partition_bench.py` here).
+//!   (`crate::bench_partition`, its script `partition_bench.py` here);
+//! - `chart.rs`: the SVG chart each of them draws beside its `--json`.
 
+pub(crate) mod chart;
 mod graphbolt;
 mod latency;
 mod measure;

@@ -65,8 +65,9 @@ pub fn rank_program(
     if opts.job.partition_entry_point.is_some() || opts.job.partition_command.is_some() {
         return Err(
             "partition mode DistParMETIS runs no loader script: put the chunked \
-                    graph in the image or on a volume every worker mounts, and name its \
-                    metadata.json with --partition-input"
+                    graph in the image, on a volume every worker mounts or in a bucket, and \
+                    name its metadata.json with --partition-input (a path or \
+                    s3://bucket/prefix/metadata.json)"
                 .into(),
         );
     }

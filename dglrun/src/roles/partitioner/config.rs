@@ -209,6 +209,39 @@ mod tests {
     }
 
     #[test]
+    fn an_object_url_input_reaches_the_pipeline_unchanged() {
+        use dgl_partition::input::Source;
+        let url = "s3://graphs/mag/metadata.json";
+        let o = opts(&[
+            "--partition-mode",
+            "ParMETIS",
+            "--graph-name",
+            "g",
+            "--num-partitions",
+            "2",
+            "--partition-input",
+            url,
+        ]);
+        let native = partition_config(&o, None).unwrap().native.unwrap();
+        assert_eq!(
+            native.source,
+            Source::Chunked {
+                metadata: url.into()
+            }
+        );
+        let dist = opts(&[
+            "--partition-mode",
+            "DistParMETIS",
+            "--num-partitions",
+            "2",
+            "--partition-input",
+            url,
+        ]);
+        let a = crate::roles::distpart::config::rank_program(&dist, "dgl-partition", "g").unwrap();
+        assert!(a.windows(2).any(|w| w == ["--input", url]), "{a:?}");
+    }
+
+    #[test]
     fn the_pipelines_folder_names_are_the_apis() {
         use dgl_partition::settings;
         assert_eq!(settings::CHUNKED_DIR, names::CHUNKED_DIR);

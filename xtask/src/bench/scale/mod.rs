@@ -166,7 +166,8 @@ pub(super) struct ScaleArgs {
     /// empty etcd at the start of every run anyway).
     #[arg(long)]
     keep_cluster: bool,
-    /// Append the figures of each phase as one JSON line to this file.
+    /// Append the figures of each phase as one JSON line to this file, and
+    /// draw this run's phases side by side in `<stem>.svg` beside it.
     #[arg(long)]
     json: Option<PathBuf>,
 }
@@ -385,6 +386,13 @@ fn print_reports(args: &ScaleArgs, reports: &[Report]) -> Result<()> {
             .with_context(|| format!("opening {}", path.display()))?;
         for r in reports {
             writeln!(f, "{}", serde_json::to_string(&r.json())?)?;
+        }
+        if !reports.is_empty() {
+            // This run's phases side by side, from the lines just written.
+            let phases: Vec<serde_json::Value> = reports.iter().map(Report::json).collect();
+            let svg = super::chart::svg_path(path, None);
+            super::chart::scale(&phases, &svg)?;
+            println!("chart: {}", svg.display());
         }
     }
     Ok(())

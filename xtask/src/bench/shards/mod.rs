@@ -160,6 +160,11 @@ pub struct Args {
     /// whichever path allocates page cache next.
     #[arg(long)]
     keep_page_reporting: bool,
+    /// Append the figures (medians per link and worker count) as one JSON
+    /// line to this file, and draw this run's dglrun and plain-copy MB/s in
+    /// `<stem>.svg` beside it.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 fn parse_link(s: &str) -> Result<f64, String> {
@@ -239,9 +244,27 @@ pub fn run(args: Args) -> Result<()> {
         report(&machine, &load_after, [sha_mbps, sha_after], &rows)
     );
     println!("Free page reporting: {reporting}.");
+    if let Some(path) = &args.json {
+        write_results(path, &report::json(&machine, &load_after, &rows))?;
+    }
     if args.keep {
         eprintln!("kept {}", work.display());
     }
+    Ok(())
+}
+
+/// Appends the run's line to `path` and draws the chart beside it from it.
+fn write_results(path: &Path, line: &serde_json::Value) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    writeln!(f, "{line}").with_context(|| format!("writing {}", path.display()))?;
+    let runs = super::chart::read_lines(path)?;
+    let svg = super::chart::svg_path(path, None);
+    super::chart::shards(runs.last().context("the results file has no line")?, &svg)?;
+    println!("chart: {}", svg.display());
     Ok(())
 }
 

@@ -149,3 +149,43 @@ pub(super) fn report(m: &Machine, load_after: &str, sha_mbps: [f64; 2], rows: &[
     }
     s
 }
+
+/// The run's figures as one JSON object (a line of `--json`, the chart's
+/// source): per link and worker count the medians the table shows.
+pub(super) fn json(m: &Machine, load_after: &str, rows: &[Row]) -> serde_json::Value {
+    let total = rows.first().map_or(0, |r| r.total_bytes);
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            let mbps = |runs: &[Run]| median(runs.iter().map(|x| x.mbps(r.total_bytes)).collect());
+            let plain: serde_json::Map<String, serde_json::Value> = Plain::ALL
+                .iter()
+                .zip(&r.plain)
+                .map(|(mode, runs)| (mode.label().to_string(), mbps(runs).into()))
+                .collect();
+            serde_json::json!({
+                "workers": r.workers,
+                "link": r.link.label(),
+                "total_bytes": r.total_bytes,
+                "runs": r.dglrun.len(),
+                "dglrun_mbps": mbps(&r.dglrun),
+                "plain_mbps": mbps(&r.plain[0]),
+                "plain_modes_mbps": plain,
+                "dglrun_secs": r.dglrun.iter().map(|x| x.secs).collect::<Vec<_>>(),
+                "plain_secs": r.plain[0].iter().map(|x| x.secs).collect::<Vec<_>>(),
+                "manifest_s": r.manifest_secs,
+                "first_byte_s": r.first_byte_secs,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "total_mib": total / MIB,
+        "cpus": m.cpus,
+        "cpu_model": m.cpu_model,
+        "mem_gib": m.mem_gib,
+        "fs": m.fs,
+        "load_before": m.load_before,
+        "load_after": load_after,
+        "rows": rows,
+    })
+}

@@ -1,0 +1,387 @@
+//! A real S3-compatible server for tests: SeaweedFS's `weed server -s3`
+//! (built from the Go module proxy and cached, [`GoTool::SeaweedFs`]) on
+//! 127.0.0.1 with free ports, its data in a temporary folder, and three
+//! identities (no anonymous access): an admin (everything), a reader (read
+//! and list the test buckets) and an outsider (no access to them). Objects
+//! are put with the `object_store` crate, as the code under test reads them.
+//! The process is killed when the [`S3Server`] is dropped.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStoreExt, PutPayload, RetryConfig};
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, Result};
+use crate::tools::{installed_tool, GoTool};
+use crate::util;
+
+/// The environment variable that names the `weed` binary (the test
+/// command's setup sets it); otherwise the cached build is used.
+pub const WEED_BIN_ENV: &str = "DGL_OPERATOR_WEED_BIN";
+
+/// How long the server may take to answer S3 requests.
+const START_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// An access key pair of one identity.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    // The secret never reaches a test's output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Credentials({}, <secret>)", self.access_key)
+    }
+}
+
+/// The running server (see the module's documentation).
+pub struct S3Server {
+    child: Child,
+    dir: PathBuf,
+    endpoint: String,
+    /// Full access.
+    pub admin: Credentials,
+    /// Read and list the buckets given to [`S3Server::start`].
+    pub reader: Credentials,
+    /// Read and list only a bucket that does not exist: denied everywhere.
+    pub outsider: Credentials,
+    /// From spawn to the first successful S3 request.
+    pub start_time: Duration,
+    rt: tokio::runtime::Runtime,
+}
+
+/// The `weed` binary: `$DGL_OPERATOR_WEED_BIN`, else the cached build; an
+/// error naming the command that builds it when neither exists.
+pub fn weed_binary() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(WEED_BIN_ENV).map(PathBuf::from) {
+        if p.is_file() {
+            return Ok(p);
+        }
+        return Err(Error::Invalid(format!(
+            "{WEED_BIN_ENV}={} is not a file",
+            p.display()
+        )));
+    }
+    installed_tool(GoTool::SeaweedFs).ok_or_else(|| {
+        Error::Invalid(format!(
+            "SeaweedFS's weed {} is not built: `cargo test -p localkube --test s3_server` (or \
+             `cargo xtask cluster build`, or the setup of `cargo xtask test`) builds it from the \
+             Go module proxy and caches it",
+            crate::tools::SEAWEEDFS_VERSION
+        ))
+    })
+}
+
+impl S3Server {
+    /// Starts the server; `buckets` are the test buckets the reader may
+    /// read (they are created by the first [`S3Server::put`] into them).
+    pub fn start(buckets: &[&str]) -> Result<S3Server> {
+        // A free port can be taken between its pick and weed's bind: a
+        // start that fails so is tried again on other ports.
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match S3Server::start_once(buckets) {
+                Err(Error::Invalid(m)) if attempt < 3 && m.contains("address already in use") => {
+                    continue
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn start_once(buckets: &[&str]) -> Result<S3Server> {
+        let weed = weed_binary()?;
+        let dir = std::env::temp_dir().join(format!("localkube-s3-{}", unique()));
+        util::create_dir_all(&dir.join("data"))?;
+        let ids = [identity("admin"), identity("reader"), identity("outsider")];
+        let config = identities_json(&ids, buckets);
+        util::write_atomic(&dir.join("s3.json"), config.as_bytes(), 0o600)?;
+        let ports = free_ports(8)?;
+        let log = std::fs::File::create(dir.join("weed.log"))
+            .map_err(Error::io("creating", &dir.join("weed.log")))?;
+        let log2 = log
+            .try_clone()
+            .map_err(Error::io("cloning", &dir.join("weed.log")))?;
+        let started = Instant::now();
+        let child = Command::new(&weed)
+            .arg("server")
+            .args(server_args(&dir, &ports))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|source| Error::Spawn {
+                program: weed.display().to_string(),
+                source,
+            })?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(Error::io("starting a runtime", &dir))?;
+        let [admin, reader, outsider] = ids;
+        let mut server = S3Server {
+            child,
+            endpoint: format!("http://127.0.0.1:{}", ports[6]),
+            admin,
+            reader,
+            outsider,
+            start_time: Duration::ZERO,
+            dir,
+            rt,
+        };
+        server.wait_ready(ports[6], started)?;
+        server.start_time = started.elapsed();
+        Ok(server)
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The server's resident memory now (VmRSS), in bytes.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()?;
+        kb.checked_mul(1024)
+    }
+
+    /// The environment a client of `bucket` needs, as `AmazonS3Builder::from_env`
+    /// reads it: the endpoint (plain HTTP), a region, `who`'s keys.
+    pub fn env(&self, who: &Credentials) -> Vec<(String, String)> {
+        [
+            ("AWS_ENDPOINT", self.endpoint.as_str()),
+            ("AWS_ALLOW_HTTP", "true"),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", who.access_key.as_str()),
+            ("AWS_SECRET_ACCESS_KEY", who.secret_key.as_str()),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .to_vec()
+    }
+
+    /// An `object_store` client of `bucket` as `who`, with few retries.
+    pub fn store(&self, bucket: &str, who: &Credentials) -> Result<Arc<AmazonS3>> {
+        // reqwest's rustls takes the process default: ring, as kube's.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let retry = RetryConfig {
+            max_retries: 2,
+            retry_timeout: Duration::from_secs(10),
+            ..Default::default()
+        };
+        AmazonS3Builder::new()
+            .with_endpoint(&self.endpoint)
+            .with_allow_http(true)
+            .with_region("us-east-1")
+            .with_bucket_name(bucket)
+            .with_access_key_id(&who.access_key)
+            .with_secret_access_key(&who.secret_key)
+            .with_retry(retry)
+            .build()
+            .map(Arc::new)
+            .map_err(|e| Error::Invalid(format!("an S3 client of {bucket}: {e}")))
+    }
+
+    /// Puts `bytes` at `bucket/key` as the admin (creating the bucket on
+    /// its first object).
+    pub fn put(&self, bucket: &str, key: &str, bytes: Vec<u8>) -> Result<()> {
+        let store = self.store(bucket, &self.admin)?;
+        let path = ObjectPath::parse(key)
+            .map_err(|e| Error::Invalid(format!("object key {key:?}: {e}")))?;
+        self.rt
+            .block_on(store.put(&path, PutPayload::from(bytes)))
+            .map(|_| ())
+            .map_err(|e| Error::Invalid(format!("putting s3://{bucket}/{key}: {e}")))
+    }
+
+    /// Puts every file under `dir` at `bucket/prefix/<relative path>`;
+    /// returns the bytes put.
+    pub fn upload_dir(&self, bucket: &str, prefix: &str, dir: &Path) -> Result<u64> {
+        let mut total = 0u64;
+        for file in files_under(dir)? {
+            let rel = file.strip_prefix(dir).unwrap_or(&file);
+            let key = format!("{}/{}", prefix.trim_end_matches('/'), rel.display());
+            let bytes = std::fs::read(&file).map_err(Error::io("reading", &file))?;
+            total += bytes.len() as u64;
+            self.put(bucket, key.trim_start_matches('/'), bytes)?;
+        }
+        Ok(total)
+    }
+
+    /// The server's log (for a failing test's message).
+    pub fn log_tail(&self, lines: usize) -> String {
+        util::tail(&self.dir.join("weed.log"), lines)
+    }
+
+    /// Waits until an S3 request as the admin succeeds: the port answers
+    /// and the filer behind it is up.
+    fn wait_ready(&mut self, port: u16, started: Instant) -> Result<()> {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.join("weed.log")).unwrap_or_default();
+                // The fatal line, before Go's goroutine dump.
+                let fatal = log.lines().find(|l| l.starts_with('F')).unwrap_or("");
+                return Err(Error::Invalid(format!(
+                    "weed server exited ({status}) before S3 answered: {fatal}; its log:\n{}",
+                    self.log_tail(30)
+                )));
+            }
+            let answering = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok();
+            if answering && self.probe() {
+                return Ok(());
+            }
+            if started.elapsed() > START_TIMEOUT {
+                return Err(Error::Invalid(format!(
+                    "weed server's S3 port {port} did not answer in {START_TIMEOUT:?}; its log:\n{}",
+                    self.log_tail(30)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// One admin request that needs the whole server (a listing).
+    fn probe(&self) -> bool {
+        let Ok(store) = self.store("probe", &self.admin) else {
+            return false;
+        };
+        let key = ObjectPath::from("ready");
+        let put = store.put(&key, PutPayload::from_static(b"1"));
+        self.rt.block_on(put).is_ok()
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `weed server` on 127.0.0.1: master, volume, filer and S3 on the given
+/// free ports (http and gRPC each), no telemetry, the catalog endpoints off.
+fn server_args(dir: &Path, p: &[u16]) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        "-s3",
+        "-master.telemetry=false",
+        "-master.volumeSizeLimitMB=64",
+        "-volume.max=0",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+    ]
+    .map(String::from)
+    .to_vec();
+    a.push(format!("-dir={}", dir.join("data").display()));
+    a.push(format!("-s3.config={}", dir.join("s3.json").display()));
+    let names = ["master", "volume", "filer", "s3"];
+    for (i, name) in names.iter().enumerate() {
+        a.push(format!("-{name}.port={}", p[2 * i]));
+        a.push(format!("-{name}.port.grpc={}", p[2 * i + 1]));
+    }
+    a
+}
+
+/// SeaweedFS's identities file: the admin may do anything, the reader may
+/// read and list `buckets`, the outsider only a bucket nobody creates.
+fn identities_json(ids: &[Credentials; 3], buckets: &[&str]) -> String {
+    let scoped = |bucket: &str| [format!("Read:{bucket}"), format!("List:{bucket}")];
+    let reader: Vec<String> = buckets.iter().flat_map(|b| scoped(b)).collect();
+    let outsider: Vec<String> = scoped("no-such-bucket-for-outsider").to_vec();
+    let admin: Vec<String> = ["Admin", "Read", "List", "Tagging", "Write"]
+        .map(String::from)
+        .to_vec();
+    let entry = |name: &str, c: &Credentials, actions: Vec<String>| {
+        serde_json::json!({
+            "name": name,
+            "credentials": [{"accessKey": c.access_key, "secretKey": c.secret_key}],
+            "actions": actions,
+        })
+    };
+    serde_json::json!({
+        "identities": [
+            entry("admin", &ids[0], admin),
+            entry("reader", &ids[1], reader),
+            entry("outsider", &ids[2], outsider),
+        ]
+    })
+    .to_string()
+}
+
+/// A fresh random-looking key pair (unique per call and process).
+fn identity(name: &str) -> Credentials {
+    let seed = format!("{name}-{}", unique());
+    let hash = hex::encode(Sha256::digest(seed.as_bytes()));
+    Credentials {
+        access_key: format!("AK{}", hash[..18].to_uppercase()),
+        secret_key: format!("sk{}", &hash[18..58]),
+    }
+}
+
+fn unique() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{}-{nanos}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// `n` distinct free ports (all held until every one is picked).
+fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let held: Vec<TcpListener> = (0..n)
+        .map(|_| {
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .map_err(Error::io("binding a free port", Path::new("127.0.0.1")))
+        })
+        .collect::<Result<_>>()?;
+    held.iter()
+        .map(|l| {
+            l.local_addr()
+                .map(|a| a.port())
+                .map_err(Error::io("reading a port", Path::new("127.0.0.1")))
+        })
+        .collect()
+}
+
+/// Every regular file under `dir`, sorted.
+fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).map_err(Error::io("listing", &d))? {
+            let path = entry.map_err(Error::io("listing", &d))?.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.is_file() {
+                out.push(path);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}

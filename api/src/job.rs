@@ -645,6 +645,18 @@ impl std::fmt::Display for JobPhase {
 /// Condition types, one per phase; the same strings as [`JobPhase`].
 pub type ConditionType = JobPhase;
 
+/// Condition type, no phase: True once a pod of the current run was lost
+/// with its node (the node's Ready condition False or Unknown); False again
+/// when the next run is Running. Its message names the node and the pods.
+pub const CONDITION_NODE_LOST: &str = "NodeLost";
+/// [`CONDITION_NODE_LOST`]'s reason while True.
+pub const REASON_NODE_NOT_READY: &str = "NodeNotReady";
+/// [`CONDITION_NODE_LOST`]'s reason once the next run is Running.
+pub const REASON_NODE_LOST_RECOVERED: &str = "RunRecovered";
+/// The Warning Event's reason for a node lost, and the reason of the
+/// Restarting (or Failed) condition the loss leads to.
+pub const EVENT_NODE_LOST: &str = "NodeLost";
+
 impl DGLJobSpec {
     /// The spec of a role, if present.
     pub fn replica_spec(&self, role: ReplicaType) -> Option<&ReplicaSpec> {

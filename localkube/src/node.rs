@@ -52,6 +52,7 @@ use crate::util::{self, progress};
 use crate::{host, kubeconfig};
 
 mod ctr;
+mod cut;
 mod extra;
 mod netns;
 mod plan;

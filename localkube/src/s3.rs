@@ -57,6 +57,31 @@ pub struct S3Server {
     /// From spawn to the first successful S3 request.
     pub start_time: Duration,
     rt: tokio::runtime::Runtime,
+    weed: PathBuf,
+    args: Vec<String>,
+    s3_addr: SocketAddr,
+}
+
+/// `weed server args`, its output appended to `dir/weed.log`.
+fn spawn_weed(weed: &Path, args: &[String], dir: &Path) -> Result<Child> {
+    let path = dir.join("weed.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(Error::io("opening", &path))?;
+    let log2 = log.try_clone().map_err(Error::io("cloning", &path))?;
+    Command::new(weed)
+        .arg("server")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .spawn()
+        .map_err(|source| Error::Spawn {
+            program: weed.display().to_string(),
+            source,
+        })
 }
 
 /// The `weed` binary: `$DGL_OPERATOR_WEED_BIN`, else the cached build; an
@@ -85,12 +110,18 @@ impl S3Server {
     /// Starts the server; `buckets` are the test buckets the reader may
     /// read (they are created by the first [`S3Server::put`] into them).
     pub fn start(buckets: &[&str]) -> Result<S3Server> {
+        S3Server::start_on("127.0.0.1", buckets)
+    }
+
+    /// [`S3Server::start`] on address `ip` of this host (e.g. the node
+    /// cluster's [`crate::NODE_IP`], which every node's pods reach).
+    pub fn start_on(ip: &str, buckets: &[&str]) -> Result<S3Server> {
         // A free port can be taken between its pick and weed's bind: a
         // start that fails so is tried again on other ports.
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match S3Server::start_once(buckets) {
+            match S3Server::start_once(ip, buckets) {
                 Err(Error::Invalid(m)) if attempt < 3 && m.contains("address already in use") => {
                     continue
                 }
@@ -99,31 +130,20 @@ impl S3Server {
         }
     }
 
-    fn start_once(buckets: &[&str]) -> Result<S3Server> {
+    fn start_once(ip: &str, buckets: &[&str]) -> Result<S3Server> {
         let weed = weed_binary()?;
+        let addr: Ipv4Addr = ip
+            .parse()
+            .map_err(|e| Error::Invalid(format!("S3 server address {ip:?}: {e}")))?;
         let dir = std::env::temp_dir().join(format!("localkube-s3-{}", unique()));
         util::create_dir_all(&dir.join("data"))?;
         let ids = [identity("admin"), identity("reader"), identity("outsider")];
         let config = identities_json(&ids, buckets);
         util::write_atomic(&dir.join("s3.json"), config.as_bytes(), 0o600)?;
         let ports = free_ports(8)?;
-        let log = std::fs::File::create(dir.join("weed.log"))
-            .map_err(Error::io("creating", &dir.join("weed.log")))?;
-        let log2 = log
-            .try_clone()
-            .map_err(Error::io("cloning", &dir.join("weed.log")))?;
+        let args = server_args(ip, &dir, &ports);
         let started = Instant::now();
-        let child = Command::new(&weed)
-            .arg("server")
-            .args(server_args(&dir, &ports))
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .spawn()
-            .map_err(|source| Error::Spawn {
-                program: weed.display().to_string(),
-                source,
-            })?;
+        let child = spawn_weed(&weed, &args, &dir)?;
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -131,20 +151,38 @@ impl S3Server {
         let [admin, reader, outsider] = ids;
         let mut server = S3Server {
             child,
-            endpoint: format!("http://127.0.0.1:{}", ports[6]),
+            endpoint: format!("http://{ip}:{}", ports[6]),
             admin,
             reader,
             outsider,
             start_time: Duration::ZERO,
             dir,
             rt,
+            weed,
+            args,
+            s3_addr: SocketAddr::from((addr, ports[6])),
         };
-        server.wait_ready(ports[6], started)?;
+        server.wait_ready(server.s3_addr, started)?;
         server.start_time = started.elapsed();
         Ok(server)
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// Stops the server (SIGKILL: every connection dropped at once).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Starts the killed server again, same ports and data; returns once
+    /// it answers, with how long that took.
+    pub fn revive(&mut self) -> Result<Duration> {
+        let started = Instant::now();
+        self.child = spawn_weed(&self.weed, &self.args, &self.dir)?;
+        self.wait_ready(self.s3_addr, started)?;
+        Ok(started.elapsed())
+    }
+
+    /// `http://<ip>:<port>`.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
@@ -232,8 +270,8 @@ impl S3Server {
 
     /// Waits until an S3 request as the admin succeeds: the port answers
     /// and the filer behind it is up.
-    fn wait_ready(&mut self, port: u16, started: Instant) -> Result<()> {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    fn wait_ready(&mut self, addr: SocketAddr, started: Instant) -> Result<()> {
+        let port = addr.port();
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 let log = std::fs::read_to_string(self.dir.join("weed.log")).unwrap_or_default();
@@ -277,21 +315,21 @@ impl Drop for S3Server {
     }
 }
 
-/// `weed server` on 127.0.0.1: master, volume, filer and S3 on the given
+/// `weed server` on `ip`: master, volume, filer and S3 on the given
 /// free ports (http and gRPC each), no telemetry, the catalog endpoints off.
-fn server_args(dir: &Path, p: &[u16]) -> Vec<String> {
-    let mut a: Vec<String> = [
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        "-s3",
-        "-master.telemetry=false",
-        "-master.volumeSizeLimitMB=64",
-        "-volume.max=0",
-        "-s3.port.iceberg=0",
-        "-s3.port.lance=0",
-    ]
-    .map(String::from)
-    .to_vec();
+fn server_args(ip: &str, dir: &Path, p: &[u16]) -> Vec<String> {
+    let mut a: Vec<String> = vec![format!("-ip={ip}"), format!("-ip.bind={ip}")];
+    a.extend(
+        [
+            "-s3",
+            "-master.telemetry=false",
+            "-master.volumeSizeLimitMB=64",
+            "-volume.max=0",
+            "-s3.port.iceberg=0",
+            "-s3.port.lance=0",
+        ]
+        .map(String::from),
+    );
     a.push(format!("-dir={}", dir.join("data").display()));
     a.push(format!("-s3.config={}", dir.join("s3.json").display()));
     let names = ["master", "volume", "filer", "s3"];

@@ -2,7 +2,8 @@
 //!
 //! - [`PodCache`]: the pods of each job, by (namespace, job name), as the
 //!   compact [`ObservedPod`] the state machine reads, not as full `Pod`
-//!   objects. Pods are decoded through [`SlimPod`], which skips the spec,
+//!   objects, with the node each is bound to. Pods are decoded through
+//!   [`SlimPod`], which skips the spec (but the node's name),
 //!   annotations and managed fields. A pod event triggers its job's
 //!   reconcile only when what the state machine sees changed (not, say, when
 //!   the scheduler binds it). It also holds the job's *expectations*: pods
@@ -14,6 +15,9 @@
 //!   launched, by kind, namespace and name (metadata-only watches), plus
 //!   what this operator wrote and has not seen back yet. A deletion triggers the owner's reconcile, and so
 //!   does a ConfigMap whose hash changed.
+//!
+//! - [`nodes::NodeCache`]: the nodes that are down (Ready False or
+//!   Unknown); a node turning down triggers the jobs with a pod on it.
 //!
 //! Each watch handles a relist (Init … InitDone) by replacing its part of the
 //! cache, and reports when its first list is in ([`Readiness`]).
@@ -50,6 +54,7 @@ use tracing::warn;
 use crate::expectations::Expectations;
 use crate::pure::builders::HASH_ANNOTATION;
 use crate::pure::observe::{ObservedPod, PodState};
+use crate::pure::plan::{DownNode, PodsOnDownNodes};
 
 /// A job to reconcile, as the controller's trigger streams name it.
 pub type JobToReconcile = ObjectRef<DeserializeGuard<DGLJob>>;
@@ -121,6 +126,8 @@ pub struct SlimPod {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct SlimSpec {
+    /// The node it is bound to: the node watch maps a node lost to its jobs.
+    node_name: Option<String>,
     #[serde(default)]
     init_containers: Vec<SlimContainer>,
     #[serde(default)]
@@ -185,11 +192,15 @@ fn slim_spec<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<PodSpec>, 
             .kept()
         })
         .collect();
-    Ok((!init.is_empty() || !main.is_empty()).then(|| PodSpec {
-        init_containers: Some(init),
-        containers: main,
-        ..Default::default()
-    }))
+    let node_name = spec.node_name.filter(|n| !n.is_empty());
+    Ok(
+        (!init.is_empty() || !main.is_empty() || node_name.is_some()).then(|| PodSpec {
+            init_containers: Some(init),
+            containers: main,
+            node_name,
+            ..Default::default()
+        }),
+    )
 }
 
 #[derive(Deserialize)]
@@ -263,6 +274,8 @@ pub struct CachedPod {
     pub observed: ObservedPod,
     /// uid of the controlling owner (a DGLJob).
     pub owner_uid: Option<String>,
+    /// The node it is bound to (`spec.nodeName`), for the node watch.
+    pub node: Option<String>,
 }
 
 impl CachedPod {
@@ -277,6 +290,7 @@ impl CachedPod {
             .flatten()
             .find(|r| r.controller == Some(true))
             .map(|r| r.uid.clone());
+        let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
         let pod = Pod {
             metadata: p.metadata,
             spec: p.spec,
@@ -291,6 +305,7 @@ impl CachedPod {
             CachedPod {
                 observed,
                 owner_uid,
+                node,
             },
         ))
     }
@@ -426,6 +441,39 @@ impl PodCache {
         self.gone.lock().expect("gone pods lock").len()
     }
 
+    /// The job's pods bound to a node in `down`, with that node (what
+    /// `plan::plan_on_nodes` reads).
+    pub fn job_pods_on(
+        &self,
+        ns: &str,
+        job: &str,
+        down: &BTreeMap<String, DownNode>,
+    ) -> PodsOnDownNodes {
+        if down.is_empty() {
+            return PodsOnDownNodes::new();
+        }
+        let index = self.index.read().expect("pod cache lock");
+        index
+            .get(&JobKey::new(ns, job))
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, c)| {
+                let node = down.get(c.node.as_deref()?)?;
+                Some((name.clone(), node.clone()))
+            })
+            .collect()
+    }
+
+    /// The jobs with a pod bound to `node`.
+    pub fn jobs_on(&self, node: &str) -> Vec<JobToReconcile> {
+        let index = self.index.read().expect("pod cache lock");
+        index
+            .iter()
+            .filter(|(_, pods)| pods.values().any(|c| c.node.as_deref() == Some(node)))
+            .map(|(k, _)| k.to_reconcile())
+            .collect()
+    }
+
     /// Records a pod this operator just created (as `observed`).
     pub fn expect_created(&self, key: &JobKey, observed: ObservedPod) {
         let name = observed.name.clone();
@@ -482,11 +530,9 @@ impl PodCache {
         let changed = {
             let mut index = self.index.write().expect("pod cache lock");
             let pods = index.entry(key.clone()).or_default();
-            let changed = pods.get(&name) != Some(&cached);
-            if changed {
-                pods.insert(name.clone(), cached.clone());
-            }
-            changed
+            let before = pods.insert(name.clone(), cached.clone());
+            // A binding alone (the node) is nothing the plan sees.
+            before.is_none_or(|b| b.observed != cached.observed || b.owner_uid != cached.owner_uid)
         };
         let foreseen = self.satisfy(&key, &name, Some(&cached));
         (changed && !foreseen).then(|| key.to_reconcile())
@@ -816,5 +862,6 @@ where
         .boxed()
 }
 
+pub mod nodes;
 #[cfg(test)]
 mod tests;

@@ -33,7 +33,7 @@ use std::hash::{Hash, Hasher};
 use std::time::Instant;
 
 use crate::assign::distributed::log_memory;
-use crate::assign::{self, Assignment, Quality, Request};
+use crate::assign::{self, Assignment, Partitioner, Quality, Request};
 use crate::config::{Config, OwnPart};
 use crate::exchange::{edges_to_owners, Buckets, Exchange, Received};
 use crate::input::{self, Share};
@@ -230,7 +230,7 @@ fn assign_on_root<E: Exchange>(
             threads: cfg.threads,
             seed: cfg.seed,
         };
-        let a = crate::run::partitioner(&cfg.partitioner).assign(&req)?;
+        let a = cfg.partitioner.assign(&req)?;
         if a.num_parts != ex.size() || a.parts.len() as u64 != g.num_nodes() {
             return Err(Error::Config(format!(
                 "the assignment has {} parts for {} nodes; the job has {} ranks and {} nodes",

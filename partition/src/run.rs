@@ -3,12 +3,11 @@
 //! written in DGL's own format) → ownership, ids and per-partition arrays →
 //! DGL partitions. Each stage is timed for the report.
 
-use crate::assign::{self, Partitioner, Request};
+use crate::assign::{Partitioner, Request};
 use crate::config::{AllParts, Config};
 use crate::input;
 use crate::output::files::write_assignment;
 use crate::report::{Report, Written};
-use crate::settings::Choice;
 use crate::stages::Stages;
 use crate::{csr, shuffle_write, Error, Result};
 
@@ -56,7 +55,7 @@ fn run_stages(cfg: &Config<AllParts>) -> Result<Report> {
     };
     let assignment = report
         .stages
-        .timed("assign", || partitioner(&cfg.partitioner).assign(&req))?;
+        .timed("assign", || cfg.partitioner.assign(&req))?;
     report.quality = Some(req.quality(&assignment)?);
     drop(adjacency);
     report.stages.timed("write assignment", || {
@@ -73,12 +72,4 @@ fn run_stages(cfg: &Config<AllParts>) -> Result<Report> {
     })?;
     report.written = Written::All(summary);
     Ok(report)
-}
-
-pub(crate) fn partitioner(choice: &Choice) -> Box<dyn Partitioner> {
-    match choice {
-        Choice::Metis => Box::new(assign::Metis::default()),
-        Choice::Random => Box::new(assign::Random),
-        Choice::File(dir) => Box::new(assign::FromFiles::new(dir.clone())),
-    }
 }

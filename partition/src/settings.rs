@@ -62,13 +62,17 @@ pub struct PartitionArgs {
     #[arg(
         long,
         env = "DGLRUN_PART_METHOD",
-        default_value = "metis",
-        value_parser = clap::builder::PossibleValuesParser::new(Choice::FLAG_VALUES)
+        default_value = Choice::Metis.as_str(),
+        value_parser = clap::builder::PossibleValuesParser::new(Choice::flag_values())
             .map(|v| Choice::from_flag(&v))
     )]
     pub part_method: Choice,
     /// Folder of the assignment files for --part-method file.
-    #[arg(long, value_name = "DIR", required_if_eq("part_method", "file"))]
+    #[arg(
+        long,
+        value_name = "DIR",
+        required_if_eq("part_method", Choice::File(PathBuf::new()).as_str())
+    )]
     pub assignment_dir: Option<PathBuf>,
     /// Threads of the pipeline [default: the CPUs this process may use,
     /// honouring the pod's CPU limit].
@@ -180,34 +184,45 @@ pub enum Choice {
 }
 
 impl Choice {
+    /// Every method with its name, the one place either is spelled: the
+    /// values of `--part-method` (DGL's `part_method`) in the order its
+    /// help lists them, and the `algo_name` that metis and random write.
+    const METHODS: [(Choice, &'static str); 3] = [
+        (Choice::Metis, "metis"),
+        (Choice::Random, "random"),
+        (Choice::File(PathBuf::new()), "file"),
+    ];
+
     /// The values `--part-method` takes.
-    pub const FLAG_VALUES: [&'static str; 3] = ["metis", "random", "file"];
+    pub fn flag_values() -> impl Iterator<Item = &'static str> {
+        Self::METHODS.into_iter().map(|(_, name)| name)
+    }
 
     /// The flag value, as `--part-method` takes it.
     pub fn as_str(&self) -> &'static str {
-        match self {
-            Choice::Metis => "metis",
-            Choice::Random => "random",
-            Choice::File(_) => "file",
-        }
+        let kind = std::mem::discriminant(self);
+        Self::METHODS
+            .iter()
+            .find(|(c, _)| std::mem::discriminant(c) == kind)
+            .map_or("", |(_, name)| name)
     }
 
-    /// The choice a flag value names (one of [`Self::FLAG_VALUES`]; clap
+    /// The choice a flag value names (one of [`Self::flag_values`]; clap
     /// refuses any other before this runs, and `file` gets no folder yet).
     fn from_flag(value: &str) -> Choice {
-        match value {
-            "random" => Choice::Random,
-            "file" => Choice::File(PathBuf::new()),
-            _ => Choice::Metis,
-        }
+        Self::METHODS
+            .into_iter()
+            .find(|(_, name)| *name == value)
+            .map_or(Choice::Metis, |(c, _)| c)
     }
 }
 
 impl fmt::Display for Choice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())?;
         match self {
-            Choice::File(dir) => write!(f, "file {}", dir.display()),
-            c => f.write_str(c.as_str()),
+            Choice::File(dir) => write!(f, " {}", dir.display()),
+            _ => Ok(()),
         }
     }
 }
@@ -323,7 +338,7 @@ mod tests {
 
     #[test]
     fn every_choice_parses_back_from_its_flag_value() {
-        for v in Choice::FLAG_VALUES {
+        for v in Choice::flag_values() {
             assert_eq!(Choice::from_flag(v).as_str(), v);
         }
         let file = parse(&strings(&[

@@ -37,7 +37,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
     let rt = stack::runtime()?;
-    let stack = stack::prepare(&rt, &args.name, crate::images::Profile::Release)?;
+    let stack = stack::prepare(&rt, &args.name, 1, crate::images::Profile::Release)?;
     let client = stack.client.clone();
     let ns = args.namespace.clone();
     let name = "graphsage";

@@ -202,6 +202,21 @@ impl Podman {
 }
 
 /// Runs a short command, returning stdout; the error names the command and shows stderr.
+/// Copies `path` out of image `which` (as built, from podman's storage)
+/// to `dest`: a container created and removed, nothing run.
+pub(crate) fn copy_out_of_image(which: Which, path: &str, dest: &Path) -> Result<()> {
+    let podman = Podman {
+        base: localkube::cache_dir()?.join("podman"),
+    };
+    let reference = reference(which);
+    let id = output(podman.cmd().args(["create", &reference]))?;
+    let id = id.trim();
+    let copied = output(podman.cmd().arg("cp").arg(format!("{id}:{path}")).arg(dest));
+    let removed = output(podman.cmd().args(["rm", id]));
+    copied.with_context(|| format!("copying {path} out of {reference}"))?;
+    removed.map(drop)
+}
+
 fn output(cmd: &mut Command) -> Result<String> {
     let rendered = format!("{cmd:?}");
     let out = cmd
@@ -640,7 +655,9 @@ fn ensure_image(
 /// Loads `img` into every node's containerd that does not hold the same
 /// content hash: from podman into node 0's, then from node 0's into each
 /// other node's (a multi-node cluster pays the import once per node; the
-/// time of each copy is printed). Returns the total time spent.
+/// time of each copy is printed). Returns the total time spent. The
+/// GraphStorm image stays on node 0 (its scenario's jobs are held there):
+/// a second 6 GB copy would not fit the disk beside the training image's.
 fn load(
     cluster: &localkube::LocalCluster,
     podman: &Podman,
@@ -648,9 +665,19 @@ fn load(
     log_dir: &Path,
 ) -> Result<Option<Duration>> {
     let mut took = load_node0(cluster, podman, img, log_dir)?;
+    if img.which == Which::Graphstorm {
+        return Ok(took);
+    }
     let copies = cluster
         .sync_node_image(&img.reference, Some((HASH_LABEL, img.hash.as_str())))
-        .with_context(|| format!("copying {} to the other nodes", img.reference))?;
+        .with_context(|| {
+            format!(
+                "copying {} to the other nodes (a node store left inconsistent by a full disk \
+                 says \"parent snapshot ... does not exist\": stop the cluster and remove \
+                 <cache>/node-images/containerd-n<i>; the next run copies the images again)",
+                img.reference
+            )
+        })?;
     for (node, d) in copies {
         if let Some(d) = d {
             eprintln!(

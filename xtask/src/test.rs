@@ -86,9 +86,12 @@ pub fn run_cmd(cmd: &mut Command) -> Result<()> {
 }
 
 /// Below this much free space a run is likely to fail: a cold build's target
-/// dir, the training image (5.5 GiB in podman, again in containerd) and the
-/// kubelet's eviction at 1% free, which taints the node and keeps pods Pending.
-const LOW_DISK_GIB: f64 = 20.0;
+/// dir (about 14 GiB), the training image (5.5 GiB in podman, again in each
+/// of the two nodes' containerd, a new one written before the old is gone)
+/// and the kubelet's eviction at 1% free, which deletes images not in use
+/// (the operator's freshly imported one was, on 2026-11-28) and taints the
+/// node.
+const LOW_DISK_GIB: f64 = 30.0;
 
 /// Prints the free space where the build and the caches live, and a warning
 /// naming what takes it when it is low (the test itself does not fail here).
@@ -107,7 +110,7 @@ fn report_free_disk(with_e2e: bool) {
     if with_e2e && free < LOW_DISK_GIB {
         println!(
             "    warning: under {LOW_DISK_GIB} GiB free; the node cluster evicts at 1% free and the \
-             training image needs ~11 GiB (podman + containerd). `cargo clean` of other \
+             training image needs ~17 GiB (podman + two nodes' containerd). `cargo clean` of other \
              checkouts or removing {}/podman frees space",
             cache.display()
         );
@@ -219,6 +222,8 @@ pub fn run(args: Args) -> Result<()> {
     ];
     let e2e_args = crate::e2e::Args {
         name: crate::stack::DEFAULT_CLUSTER.into(),
+        // The multi-node scenarios (#34): workers on different nodes.
+        nodes: 2,
         keep_cluster: args.keep_cluster,
         only: Vec::new(),
         // The binaries `cargo test` just built: no second (release) compile.
@@ -344,7 +349,7 @@ fn stop_node(rt: &tokio::runtime::Runtime, args: &crate::e2e::Args, started: boo
     if !started || args.keep_cluster {
         return;
     }
-    if let Ok(c) = crate::cluster::node_cluster(&args.name) {
+    if let Ok(c) = crate::cluster::node_cluster_n(&args.name, args.nodes as usize) {
         if let Err(e) = rt.block_on(c.down(false)) {
             eprintln!("test: stopping node cluster {:?}: {e:#}", args.name);
         }

@@ -211,7 +211,12 @@ fn helm_and_kustomize_grant_the_same_rules() {
         .unwrap()["rules"]
         .clone();
     let mut cluster_rules = rules(&kust).as_array().unwrap().clone();
-    cluster_rules.retain(|r| r["apiGroups"][0] != "apiextensions.k8s.io");
+    // Nodes (read only, for node loss) are cluster-scoped: only the
+    // cluster-wide install reads them; the namespaced one runs without.
+    let nodes = serde_json::json!({"apiGroups": [""], "resources": ["nodes"],
+        "verbs": ["get", "list", "watch"]});
+    assert!(cluster_rules.contains(&nodes), "{cluster_rules:?}");
+    cluster_rules.retain(|r| r["apiGroups"][0] != "apiextensions.k8s.io" && *r != nodes);
     assert_eq!(ns_role, Value::Array(cluster_rules));
 }
 

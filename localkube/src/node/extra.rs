@@ -35,6 +35,9 @@ pub struct NodeSummary {
     pub rss_bytes: u64,
     /// containerd, kubelet and kube-proxy all run.
     pub running: bool,
+    /// The node's network namespace (a bind-mounted file, for `nsenter
+    /// --net=`); `None` for node 0, which is in the host's.
+    pub netns: Option<PathBuf>,
 }
 
 fn running_in(run_dir: &Path, name: &str) -> Option<PidRecord> {
@@ -54,7 +57,7 @@ fn rss_bytes(pid: i32) -> u64 {
         .unwrap_or(0)
 }
 
-fn summary(node: &NodeConfig, run_dir: &Path, host_network: bool) -> NodeSummary {
+fn summary(node: &NodeConfig, run_dir: &Path, netns: Option<&Path>) -> NodeSummary {
     let recs: Vec<Option<PidRecord>> = [CONTAINERD, KUBELET, KUBE_PROXY]
         .iter()
         .map(|c| running_in(run_dir, c))
@@ -63,9 +66,10 @@ fn summary(node: &NodeConfig, run_dir: &Path, host_network: bool) -> NodeSummary
         node_name: node.node_name.clone(),
         node_ip: node.node_ip.clone(),
         pod_cidr: node.pod_cidr.clone(),
-        host_network,
+        host_network: netns.is_none(),
         rss_bytes: recs.iter().flatten().map(|r| rss_bytes(r.pid)).sum(),
         running: recs.iter().all(Option::is_some),
+        netns: netns.map(Path::to_path_buf),
     }
 }
 
@@ -124,10 +128,10 @@ impl LocalCluster {
 
     /// Every node with its memory (RSS of containerd + kubelet + kube-proxy).
     pub fn node_summaries(&self) -> Vec<NodeSummary> {
-        let mut out = vec![summary(&self.recorded_node(), &self.run_dir(), true)];
+        let mut out = vec![summary(&self.recorded_node(), &self.run_dir(), None)];
         for e in self.recorded_extra_nodes() {
             if e.run_dir.is_dir() {
-                out.push(summary(&e.node, &e.run_dir, false));
+                out.push(summary(&e.node, &e.run_dir, Some(&e.netns)));
             }
         }
         out
@@ -217,7 +221,7 @@ impl LocalCluster {
             let started = Instant::now();
             self.prepare_extra_host(node0, &extras, e).await?;
             self.start_extra_node(e, bins, pki, server, pause).await?;
-            let s = summary(&e.node, &e.run_dir, false);
+            let s = summary(&e.node, &e.run_dir, Some(&e.netns));
             progress!(
                 "node {} Ready in {} (own network namespace, node IP {}, pods on {}; containerd + kubelet + kube-proxy RSS {} MiB)",
                 e.node.node_name,
@@ -429,6 +433,12 @@ impl LocalCluster {
     pub(crate) async fn stop_extra_nodes(&self) -> NodeTeardown {
         let mut report = NodeTeardown::default();
         for e in self.recorded_extra_nodes() {
+            // A node a chaos fault left cut off could not be drained.
+            if let Err(err) = super::cut::uncut(&e) {
+                report
+                    .warnings
+                    .push(format!("joining {} again: {err}", e.node.node_name));
+            }
             if running_in(&e.run_dir, KUBELET).is_some() {
                 match self.drain(&e.node.node_name).await {
                     Ok(n) => report.pods_deleted += n,

@@ -71,6 +71,24 @@ fn pod_events_trigger_only_when_the_observed_state_changes() {
 }
 
 #[test]
+fn the_pods_node_maps_a_node_down_to_its_jobs_and_pods() {
+    let cache = PodCache::default();
+    cache.apply(pod("j-worker-0", "Running", Some("n1")));
+    cache.apply(pod("j-worker-1", "Running", Some("n2")));
+    assert_eq!(cache.jobs_on("n1"), vec![key().to_reconcile()]);
+    assert!(cache.jobs_on("n3").is_empty());
+    let n1 = DownNode {
+        name: "n1".into(),
+        ready: "Unknown".into(),
+        reason: None,
+    };
+    let down = BTreeMap::from([("n1".to_string(), n1.clone())]);
+    let on = cache.job_pods_on("ns", "j", &down);
+    assert_eq!(on, BTreeMap::from([("j-worker-0".to_string(), n1)]));
+    assert!(cache.job_pods_on("ns", "j", &BTreeMap::new()).is_empty());
+}
+
+#[test]
 fn a_launchers_progress_annotation_is_kept_and_triggers() {
     let launcher = |progress: &str| {
         slim(json!({

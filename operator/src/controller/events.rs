@@ -50,6 +50,23 @@ pub(super) fn not_starting_event(ctx: &Context, job: &DGLJob, new: &dgl_api::DGL
     );
 }
 
+/// A Warning Event when condition NodeLost became True in this plan (once
+/// per loss), saying what the condition says: the node and the pods.
+pub(super) fn node_lost_event(ctx: &Context, job: &DGLJob, new: &dgl_api::DGLJobStatus) {
+    let Some(c) = plan::newly_node_lost(job.status.as_ref(), new) else {
+        return;
+    };
+    warn!(job = %job.name_any(), "{}", c.message);
+    publish(
+        ctx,
+        job,
+        true,
+        dgl_api::EVENT_NODE_LOST,
+        dgl_api::CONDITION_NODE_LOST,
+        &c.message,
+    );
+}
+
 /// Creates one Event on `job` in a task of its own; a failure is logged,
 /// never returned. One still waiting when the operator stops is lost, as
 /// client-go's would be.

@@ -44,6 +44,7 @@ use kube::runtime::{predicates, watcher, PredicateConfig, WatchStreamExt};
 use kube::{Client, Resource, ResourceExt};
 use tracing::{debug, info, warn};
 
+use crate::cache::nodes::{self, NodeCache};
 use crate::cache::{self, ChildCache, JobKey, PodCache, Readiness, SlimPod};
 use crate::metrics::Metrics;
 use crate::pure::builders;
@@ -113,6 +114,8 @@ pub struct Context {
     pods: Arc<PodCache>,
     children: Arc<ChildCache>,
     ready: Arc<Readiness>,
+    /// The nodes that are down; `None` when the install may not read Nodes.
+    nodes: Option<Arc<NodeCache>>,
     pub settings: Settings,
     pub metrics: Arc<Metrics>,
     failures: Mutex<HashMap<ObjectRef<DGLJob>, u32>>,
@@ -199,6 +202,16 @@ pub async fn run_reporting(
             &client, &ns, &owned, &children, &ready,
         ));
     }
+    // Nodes: optional (the namespaced install may not read them); not
+    // awaited before planning: a node not yet listed is taken as up, and
+    // the first list triggers the jobs on the nodes down then.
+    let node_cache = if nodes::readable(&client).await {
+        let cache = Arc::new(NodeCache::default());
+        triggers.push(nodes::node_triggers(&client, cache.clone(), pods.clone()).boxed());
+        Some(cache)
+    } else {
+        None
+    };
     let kueue = settings.build.kueue.then(|| {
         let (workloads, t) = kueue::watch(&client, &ns, &owned);
         triggers.push(t);
@@ -232,6 +245,7 @@ pub async fn run_reporting(
         pods,
         children,
         ready,
+        nodes: node_cache,
         settings,
         metrics,
         failures: Mutex::default(),
@@ -353,8 +367,14 @@ async fn reconcile_job(
     let gone = ctx
         .pods
         .job_gone(&key.namespace, &key.name, job.uid().as_deref());
+    let down = match &ctx.nodes {
+        Some(nodes) => ctx
+            .pods
+            .job_pods_on(&key.namespace, &key.name, &nodes.down()),
+        None => Default::default(),
+    };
     let build = &ctx.settings.build;
-    let mut plan = plan::plan_with_gone(job, &pods, &gone, now, build, launched);
+    let mut plan = plan::plan_full(job, &pods, &gone, now, build, launched, &down);
     if let Some(g) = &gate {
         g.annotate(&mut plan.status, now);
     }
@@ -432,6 +452,7 @@ async fn act(ctx: &Context, job: &DGLJob, key: &JobKey, plan: &plan::Plan) -> Re
         events::transition_event(ctx, job, t);
     }
     events::not_starting_event(ctx, job, &plan.status);
+    events::node_lost_event(ctx, job, &plan.status);
     let steps = future::join_all(plan.steps.iter().map(|s| steps::run_step(ctx, job, key, s)));
     steps
         .await

@@ -26,6 +26,7 @@ fn context(client: Client) -> Context {
         pods: Arc::default(),
         children: Arc::default(),
         ready: Readiness::new(0),
+        nodes: None,
         settings: Settings {
             concurrency: 1,
             namespace: None,

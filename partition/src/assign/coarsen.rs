@@ -3,7 +3,9 @@
 //! than matching, whose stars leave most leaves unmatched) followed by
 //! contraction into a weighted graph. Deterministic for a seed whatever the
 //! thread count: moves are chosen in parallel on a snapshot and applied in
-//! vertex order.
+//! vertex order. The rules a cluster follows (its weight limit, the best
+//! linked cluster, the ties, grouping the vertices left alone) are shared
+//! with the ranks' coarsening (`distributed::coarsen`).
 
 use rayon::prelude::*;
 
@@ -65,9 +67,9 @@ impl Level {
 /// Label-propagation rounds per level: a third round (R-MAT 1M, 4 parts)
 /// moved 10% of the vertices again for 1/3 more clustering time and no
 /// better cut after refinement.
-const ROUNDS: usize = 2;
+pub(crate) const ROUNDS: usize = 2;
 /// Sub-rounds per round: later vertices see earlier ones' moves.
-const BATCHES: usize = 8;
+pub(crate) const BATCHES: usize = 8;
 
 /// Coarsens `g` one level: returns the coarse graph and each vertex's
 /// coarse vertex. `max_w` caps every cluster's weight per constraint.
@@ -137,7 +139,8 @@ fn join(
     true
 }
 
-fn fits(cluster: &[i64], add: &[i64], max_w: &[i64]) -> bool {
+/// Whether a cluster of weights `cluster` has room for `add` under `max_w`.
+pub(crate) fn fits(cluster: &[i64], add: &[i64], max_w: &[i64]) -> bool {
     cluster
         .iter()
         .zip(add)
@@ -170,12 +173,16 @@ fn best_clusters(
             };
             let (best, own_r) = with_acc(label.len(), |acc| rate(g, v, label, acc, own, room));
             let (l, r) = best?;
-            // Ties go to a seeded coin so that equally linked neighbours
-            // still merge, one way only.
-            let tie = r == own_r && r > 0 && mix(seed ^ own) < mix(seed ^ l);
-            (r > own_r || tie).then_some((v as u64, l))
+            prefers(r, own_r, seed, own, l).then_some((v as u64, l))
         })
         .collect()
+}
+
+/// Whether a vertex of cluster `own` (connection `own_r`) moves to cluster
+/// `to` (connection `r`): when more linked, and on ties by a seeded coin
+/// so that equally linked neighbours still merge, one way only.
+pub(crate) fn prefers(r: u64, own_r: u64, seed: u64, own: u64, to: u64) -> bool {
+    r > own_r || (r == own_r && r > 0 && mix(seed ^ own) < mix(seed ^ to))
 }
 
 /// A sparse accumulator over keys `0..n`: the sums and the keys touched.
@@ -231,9 +238,19 @@ fn rate(
     for (u, w) in g.edges(v) {
         acc.add(label[u as usize], w);
     }
+    best_linked(acc.drain(), own, allowed)
+}
+
+/// Of the (cluster, connection) pairs `links`, the heaviest that `allowed`
+/// accepts (ties: the lower id) and the connection to `own`.
+pub(crate) fn best_linked(
+    links: impl Iterator<Item = (u64, u64)>,
+    own: u64,
+    allowed: impl Fn(u64) -> bool,
+) -> (Option<(u64, u64)>, u64) {
     let mut best: Option<(u64, u64)> = None;
     let mut own_r = 0;
-    for (l, r) in acc.drain() {
+    for (l, r) in links {
         if l == own {
             own_r = r;
         }
@@ -251,29 +268,48 @@ fn rate(
 /// together.
 fn merge_singletons(g: View<'_>, label: &mut [u64], size: &[u64], max_w: &[i64]) {
     let n = g.n();
-    let ncon = g.ncon;
-    let alone: Vec<(u64, u64)> = (0..n)
+    let mut alone: Vec<(u64, usize)> = (0..n)
         .into_par_iter()
         .filter(|&v| label[v] == v as u64 && size[v] == 1)
         .map(|v| {
             let own = v as u64;
             let (best, _) = with_acc(n, |acc| rate(g, v, label, acc, own, |l| l != own));
-            (best.map_or(u64::MAX, |b| b.0), own)
+            (best.map_or(u64::MAX, |b| b.0), v)
         })
         .collect();
-    let mut alone = alone;
     alone.par_sort_unstable();
+    group_alone(
+        &alone,
+        g.ncon,
+        max_w,
+        |v| g.w(v),
+        |v| v as u64,
+        |v, l| label[v] = l,
+    );
+}
+
+/// Groups the vertices left alone, `alone` = (favourite cluster, vertex)
+/// sorted: each run of one favourite joins its first vertex (cluster
+/// `id(v)`) while the group has room; `join(v, l)` puts `v` in cluster `l`.
+pub(crate) fn group_alone<'w>(
+    alone: &[(u64, usize)],
+    ncon: usize,
+    max_w: &[i64],
+    w: impl Fn(usize) -> &'w [i64],
+    id: impl Fn(usize) -> u64,
+    mut join: impl FnMut(usize, u64),
+) {
     let mut group_w = vec![0i64; ncon];
     let mut leader: Option<(u64, u64)> = None;
-    for &(fav, v) in &alone {
-        let w = g.w(v as usize);
+    for &(fav, v) in alone {
+        let w = w(v);
         match leader {
             Some((f, l)) if f == fav && fits(&group_w, w, max_w) => {
-                label[v as usize] = l;
+                join(v, l);
                 group_w.iter_mut().zip(w).for_each(|(s, x)| *s += x);
             }
             _ => {
-                leader = Some((fav, v));
+                leader = Some((fav, id(v)));
                 group_w.copy_from_slice(w);
             }
         }
@@ -393,19 +429,24 @@ fn concat(parts: Vec<Piece>, nc: usize, ncon: usize) -> Level {
 mod tests {
     use super::*;
 
+    /// A graph of unit edges and one constraint.
+    fn unweighted<'a>(xadj: &'a [u64], adj: &'a [u64], vwgt: &'a [i64]) -> View<'a> {
+        View {
+            xadj,
+            adj,
+            adjw: None,
+            vwgt,
+            ncon: 1,
+        }
+    }
+
     #[test]
     fn contract_merges_parallel_edges_and_weights() {
         // Path 0-1-2-3, clusters {0,1} {2,3}: one edge of weight 1.
         let xadj = [0u64, 1, 3, 5, 6];
         let adj = [1u64, 0, 2, 1, 3, 2];
         let vwgt = [1i64, 2, 3, 4];
-        let g = View {
-            xadj: &xadj,
-            adj: &adj,
-            adjw: None,
-            vwgt: &vwgt,
-            ncon: 1,
-        };
+        let g = unweighted(&xadj, &adj, &vwgt);
         let l = contract(g, &[0, 0, 1, 1], 2);
         assert_eq!(l.xadj, vec![0, 1, 2]);
         assert_eq!(l.adj, vec![1, 0]);
@@ -425,13 +466,7 @@ mod tests {
             xadj.push(xadj[v as usize] + 1);
         }
         let vwgt = vec![1i64; n];
-        let g = View {
-            xadj: &xadj,
-            adj: &adj,
-            adjw: None,
-            vwgt: &vwgt,
-            ncon: 1,
-        };
+        let g = unweighted(&xadj, &adj, &vwgt);
         let (level, cmap) = coarsen(g, &[10], 1);
         assert!(level.n_vertices() <= 12, "{} clusters", level.n_vertices());
         assert!(level.vwgt.iter().all(|&w| w <= 10));

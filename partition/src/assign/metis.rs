@@ -17,6 +17,7 @@ use super::coarsen::{self, Level, View};
 use super::refine::{self, Balance};
 use super::weights::{self, Constraints};
 use super::{with_pool, Assignment, Partitioner, Request};
+use crate::settings::Choice;
 use crate::{Error, Result};
 
 /// METIS's default load imbalance tolerance (ufactor 30).
@@ -63,7 +64,7 @@ impl Partitioner for Metis {
         Ok(Assignment {
             num_parts: req.num_parts,
             parts,
-            algo_name: "metis".into(),
+            algo_name: Choice::Metis.as_str().into(),
         })
     }
 }
@@ -82,11 +83,7 @@ pub fn partition(g: View<'_>, k: u32, opts: &Metis, seed: u64) -> Result<Vec<u32
         MetisMode::Auto => g.n() as u64 > HYBRID_ABOVE || !fits_i32(g),
     };
     if hybrid {
-        let target = match opts.coarse_nodes {
-            0 => COARSE_NODES.max(COARSE_PER_PART * k as usize),
-            n => n,
-        };
-        hybrid_kway(g, k, seed, target)
+        hybrid_kway(g, k, seed, coarse_target(opts.coarse_nodes, k))
     } else {
         let t = Instant::now();
         let parts = metis_kway(g, k, seed, true)?;
@@ -208,16 +205,35 @@ fn scaled_vwgt(g: View<'_>) -> Vec<metis::Idx> {
 pub const COARSE_NODES: usize = 60_000;
 pub const COARSE_PER_PART: usize = 4_000;
 
+/// The coarsening's stop rule for `k` parts: `coarse_nodes` vertices, or
+/// with 0 the default, [`COARSE_NODES`] ([`COARSE_PER_PART`] per part if
+/// more).
+pub(crate) fn coarse_target(coarse_nodes: usize, k: u32) -> usize {
+    match coarse_nodes {
+        0 => COARSE_NODES.max(COARSE_PER_PART * k as usize),
+        n => n,
+    }
+}
+
+/// The heaviest a cluster may be, per constraint of `totals`: 3% of a part
+/// (KaMinPar's rule), so that the coarse graph can still be balanced.
+pub(crate) fn cluster_limits(totals: &[i64], k: u32) -> Vec<i64> {
+    totals
+        .iter()
+        .map(|&t| ((t as f64 * (UBFACTOR - 1.0) / f64::from(k)) as i64).max(1))
+        .collect()
+}
+
+/// Whether a level of `next` vertices shrank too little from `cur` (to
+/// more than 90%) for coarsening to go on.
+pub(crate) fn stalled(next: u64, cur: u64) -> bool {
+    next as f64 > 0.9 * cur as f64
+}
+
 /// Parallel coarsening, METIS on the coarse graph, parallel refinement.
 fn hybrid_kway(g: View<'_>, k: u32, seed: u64, target: usize) -> Result<Vec<u32>> {
     let t = Instant::now();
-    let totals = totals(g);
-    // A cluster weighs at most 3% of a part in every constraint (KaMinPar's
-    // rule), so that the coarse graph can still be balanced.
-    let max_w: Vec<i64> = totals
-        .iter()
-        .map(|&t| ((t as f64 * (UBFACTOR - 1.0) / k as f64) as i64).max(1))
-        .collect();
+    let max_w = cluster_limits(&weights::column_sums(g.vwgt, g.ncon), k);
     let mut levels: Vec<(Level, Vec<u64>)> = Vec::new();
     loop {
         let cur = levels.last().map_or(g, |l| l.0.view());
@@ -227,7 +243,7 @@ fn hybrid_kway(g: View<'_>, k: u32, seed: u64, target: usize) -> Result<Vec<u32>
         let (next, cmap) = coarsen::coarsen(cur, &max_w, seed ^ levels.len() as u64);
         let shrunk = next.xadj.len() - 1;
         tracing::debug!(from = cur.n(), to = shrunk, "coarsened");
-        let stalled = shrunk as f64 > 0.9 * cur.n() as f64;
+        let stalled = stalled(shrunk as u64, cur.n() as u64);
         levels.push((next, cmap));
         if stalled {
             break;
@@ -261,14 +277,6 @@ fn hybrid_kway(g: View<'_>, k: u32, seed: u64, target: usize) -> Result<Vec<u32>
         "hybrid multilevel k-way"
     );
     Ok(parts)
-}
-
-fn totals(g: View<'_>) -> Vec<i64> {
-    let mut t = vec![0i64; g.ncon];
-    for row in g.vwgt.chunks(g.ncon) {
-        t.iter_mut().zip(row).for_each(|(s, w)| *s += w);
-    }
-    t
 }
 
 fn project(coarse: &[u32], cmap: &[u64]) -> Vec<u32> {

@@ -21,6 +21,28 @@ pub struct Quality {
 }
 
 impl Quality {
+    /// An assignment's quality from its cut and its part weights (the
+    /// balance follows from them).
+    pub(crate) fn new(edge_cut: u64, part_weights: Vec<Vec<i64>>) -> Quality {
+        let balance = part_weights
+            .iter()
+            .map(|w| {
+                let total: i64 = w.iter().sum();
+                let max = w.iter().copied().max().unwrap_or(0);
+                if total == 0 {
+                    1.0
+                } else {
+                    max as f64 * w.len() as f64 / total as f64
+                }
+            })
+            .collect();
+        Quality {
+            edge_cut,
+            part_weights,
+            balance,
+        }
+    }
+
     /// The worst balance over all constraints.
     pub fn max_balance(&self) -> f64 {
         self.balance.iter().copied().fold(1.0, f64::max)
@@ -59,23 +81,7 @@ pub fn quality(csr: &Csr, a: &Assignment, c: &Constraints) -> Quality {
         })
         .sum();
     let part_weights = part_weights(parts, a.num_parts as usize, c);
-    let balance = part_weights
-        .iter()
-        .map(|w| {
-            let total: i64 = w.iter().sum();
-            let max = w.iter().copied().max().unwrap_or(0);
-            if total == 0 {
-                1.0
-            } else {
-                max as f64 * w.len() as f64 / total as f64
-            }
-        })
-        .collect();
-    Quality {
-        edge_cut: cut2 / 2,
-        part_weights,
-        balance,
-    }
+    Quality::new(cut2 / 2, part_weights)
 }
 
 /// `[constraint][part]` weight sums.

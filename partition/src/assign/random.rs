@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use super::{with_pool, Assignment, Partitioner, Request};
 use crate::rmat::mix;
+use crate::settings::Choice;
 use crate::{Error, Result};
 
 /// The random partitioner.
@@ -16,17 +17,21 @@ pub struct Random;
 
 impl Partitioner for Random {
     fn assign(&self, req: &Request<'_>) -> Result<Assignment> {
-        if req.num_parts == 0 {
-            return Err(Error::Config("num_parts must be at least 1".into()));
-        }
         let n = req.graph.num_nodes();
-        let parts = with_pool(req.threads, || Ok(random_parts(n, req.num_parts, req.seed)))?;
-        Ok(Assignment {
-            num_parts: req.num_parts,
-            parts,
-            algo_name: "random".into(),
-        })
+        with_pool(req.threads, || assignment(n, req.num_parts, req.seed))
     }
+}
+
+/// The random assignment of `n` nodes to `k` parts.
+pub fn assignment(n: u64, k: u32, seed: u64) -> Result<Assignment> {
+    if k == 0 {
+        return Err(Error::Config("num_parts must be at least 1".into()));
+    }
+    Ok(Assignment {
+        num_parts: k,
+        parts: random_parts(n, k, seed),
+        algo_name: Choice::Random.as_str().into(),
+    })
 }
 
 /// `n` uniform draws from `0..k`.

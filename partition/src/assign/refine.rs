@@ -5,6 +5,10 @@
 //! re-checked against the current parts (gain still positive, every
 //! constraint of the target part still within its limit). A rebalancing
 //! pass first moves the cheapest vertices out of overweight parts.
+//!
+//! The rounds are written once for any [`RefineGraph`]: the single
+//! process's whole graph ([`View`]) and a rank's owned vertices with their
+//! ghosts (`distributed::refine`, which adds the ranks' budgets).
 
 use rayon::prelude::*;
 
@@ -26,18 +30,57 @@ pub struct Balance {
     pub max: Vec<i64>,
 }
 
+/// A graph as the refinement sees it.
+pub(crate) trait RefineGraph: Sync {
+    /// The vertices this process moves are `0..movable()`.
+    fn movable(&self) -> usize;
+    fn ncon(&self) -> usize;
+    /// The `ncon` weights of vertex `v`.
+    fn w(&self, v: usize) -> &[i64];
+    /// Connection of `v` to every part into `conn` (length k); whether a
+    /// neighbour of `v` is a ghost (a vertex another rank moves).
+    fn connect(&self, v: usize, parts: &[u32], conn: &mut [i64]) -> bool;
+}
+
+impl RefineGraph for View<'_> {
+    fn movable(&self) -> usize {
+        self.n()
+    }
+
+    fn ncon(&self) -> usize {
+        self.ncon
+    }
+
+    fn w(&self, v: usize) -> &[i64] {
+        View::w(self, v)
+    }
+
+    fn connect(&self, v: usize, parts: &[u32], conn: &mut [i64]) -> bool {
+        conn.fill(0);
+        for (u, w) in self.edges(v) {
+            conn[parts[u as usize] as usize] += w as i64;
+        }
+        false
+    }
+}
+
+/// `pw[p * ncon + c]` of the vertices `parts` covers (from the first).
+pub(crate) fn part_weights(g: &impl RefineGraph, parts: &[u32], k: usize) -> Vec<i64> {
+    let ncon = g.ncon();
+    let mut pw = vec![0i64; k * ncon];
+    for (v, &p) in parts.iter().enumerate() {
+        for (c, w) in g.w(v).iter().enumerate() {
+            pw[p as usize * ncon + c] += w;
+        }
+    }
+    pw
+}
+
 impl Balance {
     /// Limits `ub` times the average part, per constraint (METIS's
     /// `ubfactor`; never below the average rounded up).
     pub fn new(g: View<'_>, parts: &[u32], k: usize, ub: f64) -> Self {
-        let ncon = g.ncon;
-        let mut pw = vec![0i64; k * ncon];
-        for (v, &p) in parts.iter().enumerate() {
-            for (c, w) in g.w(v).iter().enumerate() {
-                pw[p as usize * ncon + c] += w;
-            }
-        }
-        Self::with_limits(k, ncon, pw, ub)
+        Self::with_limits(k, g.ncon, part_weights(&g, parts, k), ub)
     }
 
     /// The part weights `pw` with limits `ub` times the average part per
@@ -104,7 +147,7 @@ pub fn refine(g: View<'_>, parts: &mut [u32], bal: &mut Balance) {
         if !bal.overweight() {
             break;
         }
-        let mut moved = rebalance_round(g, parts, bal);
+        let mut moved = rebalance_round(&g, parts, bal);
         if moved == 0 {
             moved = swap_round(g, parts, bal);
         }
@@ -114,63 +157,42 @@ pub fn refine(g: View<'_>, parts: &mut [u32], bal: &mut Balance) {
         }
     }
     for _ in 0..ROUNDS {
-        let moved = refine_round(g, parts, bal);
+        let moved = refine_round(&g, parts, bal, true);
         if moved <= g.n() / 1000 {
             break;
         }
     }
 }
 
-/// Connection of `v` to every part, into `conn` (length k).
-fn connect(g: View<'_>, v: usize, parts: &[u32], conn: &mut [i64]) {
-    conn.fill(0);
-    for (u, w) in g.edges(v) {
-        conn[parts[u as usize] as usize] += w as i64;
-    }
-}
-
-/// One round of positive-gain moves; returns how many were made.
-fn refine_round(g: View<'_>, parts: &mut [u32], bal: &mut Balance) -> usize {
-    let k = bal.k;
-    let snapshot: &[u32] = parts;
-    let mut cands: Vec<(i64, u64, u32)> = (0..g.n())
-        .into_par_iter()
-        .map_init(
-            || vec![0i64; k],
-            |conn, v| {
-                let p = snapshot[v] as usize;
-                connect(g, v, snapshot, conn);
-                let (q, cq) = best_other(conn, p, |q| bal.has_room(q, g.w(v)))?;
-                let gain = cq - conn[p];
-                (gain > 0).then_some((-gain, v as u64, q as u32))
-            },
-        )
-        .flatten_iter()
-        .collect();
-    cands.par_sort_unstable();
-    apply(g, parts, bal, &cands, |gain| gain > 0)
-}
-
-/// Applies candidate moves in order, re-checking each against the current
-/// parts; `accept` judges the recomputed gain.
-fn apply(
-    g: View<'_>,
+/// One round of positive-gain moves; returns how many were made. `up`:
+/// a vertex with ghost neighbours moves only to a higher part (else only
+/// to a lower one), so that two ranks' boundary vertices do not swap parts
+/// at once for nothing (ParMETIS's rule; no matter without ghosts).
+pub(crate) fn refine_round<G: RefineGraph>(
+    g: &G,
     parts: &mut [u32],
     bal: &mut Balance,
-    cands: &[(i64, u64, u32)],
-    accept: impl Fn(i64) -> bool,
+    up: bool,
 ) -> usize {
+    let shared: &Balance = bal;
+    let cands = candidates(g, parts, bal.k, |conn, v, p| {
+        let ghost = g.connect(v, parts, conn);
+        let dir_ok = |q: usize| !ghost || (q > p) == up;
+        let (q, cq) = best_other(conn, p, |q| dir_ok(q) && shared.has_room(q, g.w(v)))?;
+        let gain = cq - conn[p];
+        (gain > 0).then_some((-gain, q))
+    });
     let mut conn = vec![0i64; bal.k];
     let mut moved = 0;
-    for &(_, v, q) in cands {
+    for &(_, v, q) in &cands {
         let (v, q) = (v as usize, q as usize);
         let p = parts[v] as usize;
         let w = g.w(v);
         if !bal.has_room(q, w) {
             continue;
         }
-        connect(g, v, parts, &mut conn);
-        if !accept(conn[q] - conn[p]) {
+        g.connect(v, parts, &mut conn);
+        if conn[q] - conn[p] <= 0 {
             continue;
         }
         bal.shift(p, q, w);
@@ -178,6 +200,30 @@ fn apply(
         moved += 1;
     }
     moved
+}
+
+/// The moves `pick` proposes, judged in parallel on `parts` (each vertex's
+/// connections in a buffer of length `k`, its part): (cost, vertex, part)
+/// in order of cost, lowest first.
+fn candidates<G: RefineGraph>(
+    g: &G,
+    parts: &[u32],
+    k: usize,
+    pick: impl Fn(&mut [i64], usize, usize) -> Option<(i64, usize)> + Sync + Send,
+) -> Vec<(i64, u64, u32)> {
+    let mut cands: Vec<(i64, u64, u32)> = (0..g.movable())
+        .into_par_iter()
+        .map_init(
+            || vec![0i64; k],
+            |conn, v| {
+                let (cost, q) = pick(conn, v, parts[v] as usize)?;
+                Some((cost, v as u64, q as u32))
+            },
+        )
+        .flatten_iter()
+        .collect();
+    cands.par_sort_unstable();
+    cands
 }
 
 /// The part other than `p` with the most connection among those `ok`
@@ -194,31 +240,24 @@ fn best_other(conn: &[i64], p: usize, ok: impl Fn(usize) -> bool) -> Option<(usi
 
 /// Moves vertices out of overweight parts, cheapest cut increase first,
 /// each move lowering the total excess.
-fn rebalance_round(g: View<'_>, parts: &mut [u32], bal: &mut Balance) -> usize {
-    let k = bal.k;
-    let snapshot: &[u32] = parts;
+pub(crate) fn rebalance_round<G: RefineGraph>(
+    g: &G,
+    parts: &mut [u32],
+    bal: &mut Balance,
+) -> usize {
     let shared: &Balance = bal;
-    let mut cands: Vec<(i64, u64, u32)> = (0..g.n())
-        .into_par_iter()
-        .map_init(
-            || vec![0i64; k],
-            |conn, v| {
-                let p = snapshot[v] as usize;
-                let w = g.w(v);
-                if !shared.over_in(p, w) {
-                    return None;
-                }
-                connect(g, v, snapshot, conn);
-                // A part with room if there is one, else any move that
-                // lowers the total excess.
-                let (q, cq) = best_other(conn, p, |q| shared.has_room(q, w))
-                    .or_else(|| best_other(conn, p, |q| shared.excess_delta(p, q, w) < 0.0))?;
-                Some((conn[p] - cq, v as u64, q as u32))
-            },
-        )
-        .flatten_iter()
-        .collect();
-    cands.par_sort_unstable();
+    let cands = candidates(g, parts, bal.k, |conn, v, p| {
+        let w = g.w(v);
+        if !shared.over_in(p, w) {
+            return None;
+        }
+        g.connect(v, parts, conn);
+        // A part with room if there is one, else any move that lowers the
+        // total excess.
+        let (q, cq) = best_other(conn, p, |q| shared.has_room(q, w))
+            .or_else(|| best_other(conn, p, |q| shared.excess_delta(p, q, w) < 0.0))?;
+        Some((conn[p] - cq, q))
+    });
     let mut moved = 0;
     for &(_, v, q) in &cands {
         let (v, q) = (v as usize, q as usize);

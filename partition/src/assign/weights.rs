@@ -10,7 +10,7 @@
 
 use rayon::prelude::*;
 
-use crate::model::{DType, InputGraph, NodeType, Tensor};
+use crate::model::{DType, InputGraph, Tensor};
 use crate::{Error, Result};
 
 /// Vertex weights, `ncon` per node, row-major (`vwgt[v * ncon + c]`).
@@ -38,14 +38,17 @@ impl Constraints {
 
     /// Sum of every constraint over all nodes.
     pub fn totals(&self) -> Vec<i64> {
-        let mut t = vec![0i64; self.ncon];
-        for row in self.vwgt.chunks(self.ncon) {
-            for (s, w) in t.iter_mut().zip(row) {
-                *s += w;
-            }
-        }
-        t
+        column_sums(&self.vwgt, self.ncon)
     }
+}
+
+/// Sum of every constraint of the row-major weights `vwgt`.
+pub(crate) fn column_sums(vwgt: &[i64], ncon: usize) -> Vec<i64> {
+    let mut t = vec![0i64; ncon];
+    for row in vwgt.chunks(ncon.max(1)) {
+        t.iter_mut().zip(row).for_each(|(s, w)| *s += w);
+    }
+    t
 }
 
 /// The constraints DGL would give METIS for this graph and options.
@@ -54,10 +57,55 @@ pub fn constraints(
     balance_train: Option<&str>,
     balance_edges: bool,
 ) -> Result<Constraints> {
-    let n = g.num_nodes() as usize;
-    let (class, names) = classes(g, balance_train)?;
+    let indeg = balance_edges.then(|| in_degrees(g));
+    // One process sees every row: what holds here holds everywhere.
+    let mut any = |flags: &[bool]| Ok(flags.to_vec());
+    constraints_of(&Rows::whole(g), balance_train, indeg.as_deref(), &mut any)
+}
+
+/// The node rows a process weighs: every node (one process) or a rank's
+/// share, `count[t]` rows of node type `t` from per-type id `first[t]`.
+pub(crate) struct Rows<'a> {
+    pub graph: &'a InputGraph,
+    pub count: Vec<u64>,
+    pub first: Vec<u64>,
+    /// A rank's share (its error messages say so).
+    pub share: bool,
+}
+
+impl<'a> Rows<'a> {
+    pub(crate) fn whole(graph: &'a InputGraph) -> Self {
+        let count: Vec<u64> = graph.ntypes.iter().map(|t| t.count).collect();
+        let first = vec![0; count.len()];
+        Rows {
+            graph,
+            count,
+            first,
+            share: false,
+        }
+    }
+
+    fn total(&self) -> usize {
+        self.count.iter().sum::<u64>() as usize
+    }
+}
+
+/// Whether each flag holds on any process (one process: the flags).
+pub(crate) type Any<'a> = dyn FnMut(&[bool]) -> Result<Vec<bool>> + 'a;
+
+/// The constraints of `rows`, as [`constraints`] builds them for the whole
+/// graph; `indeg`: the rows' in-degrees when edges are balanced. What
+/// depends on every row (which mask values occur, which columns weigh
+/// anything) is decided by `any`.
+pub(crate) fn constraints_of(
+    rows: &Rows<'_>,
+    balance_train: Option<&str>,
+    indeg: Option<&[i64]>,
+    any: &mut Any<'_>,
+) -> Result<Constraints> {
+    let n = rows.total();
+    let (class, names) = classes(rows, balance_train, any)?;
     let mut cols: Vec<(String, Vec<i64>)> = Vec::new();
-    let num_classes = names.len();
     for (k, name) in names.iter().enumerate() {
         let col = class
             .par_iter()
@@ -65,10 +113,9 @@ pub fn constraints(
             .collect();
         cols.push((name.clone(), col));
     }
-    if balance_edges {
-        let indeg = in_degrees(g);
-        if num_classes == 0 {
-            cols.push(("in-degree".into(), indeg));
+    if let Some(indeg) = indeg {
+        if names.is_empty() {
+            cols.push(("in-degree".into(), indeg.to_vec()));
         } else {
             for (k, name) in names.iter().enumerate() {
                 let col = (0..n)
@@ -79,9 +126,18 @@ pub fn constraints(
             }
         }
     }
-    cols.extend(weight_columns(g)?);
+    cols.extend(weight_columns(rows)?);
     // A constraint nothing weighs (no edges, say) constrains nothing.
-    cols.retain(|(_, c)| c.iter().any(|&w| w != 0));
+    let weighs: Vec<bool> = cols
+        .iter()
+        .map(|(_, c)| c.iter().any(|&w| w != 0))
+        .collect();
+    let keep = any(&weighs)?;
+    let cols: Vec<(String, Vec<i64>)> = cols
+        .into_iter()
+        .zip(keep)
+        .filter_map(|(c, k)| k.then_some(c))
+        .collect();
     if cols.is_empty() {
         return Ok(Constraints::unit(n as u64));
     }
@@ -103,18 +159,26 @@ fn interleave(cols: Vec<(String, Vec<i64>)>, n: usize) -> Constraints {
     }
 }
 
-/// Each node's balance class and the classes' names; no classes for a
+/// Each row's balance class and the classes' names; no classes for a
 /// homogeneous graph without balanced training nodes.
-fn classes(g: &InputGraph, balance_train: Option<&str>) -> Result<(Vec<u32>, Vec<String>)> {
-    let mut class = Vec::with_capacity(g.num_nodes() as usize);
+fn classes(
+    rows: &Rows<'_>,
+    balance_train: Option<&str>,
+    any: &mut Any<'_>,
+) -> Result<(Vec<u32>, Vec<String>)> {
+    let g = rows.graph;
+    let mut class = Vec::with_capacity(rows.total());
     let mut names = Vec::new();
     let Some(feat) = balance_train else {
         if g.ntypes.len() <= 1 {
             return Ok((class, names));
         }
-        for t in g.ntypes.iter().filter(|t| t.count > 0) {
-            class.extend(std::iter::repeat_n(names.len() as u32, t.count as usize));
-            names.push(t.name.clone());
+        for (t, ty) in g.ntypes.iter().enumerate().filter(|(_, t)| t.count > 0) {
+            class.extend(std::iter::repeat_n(
+                names.len() as u32,
+                rows.count[t] as usize,
+            ));
+            names.push(ty.name.clone());
         }
         return Ok((class, names));
     };
@@ -123,35 +187,58 @@ fn classes(g: &InputGraph, balance_train: Option<&str>) -> Result<(Vec<u32>, Vec
             "cannot balance training nodes: no node type has the feature {feat:?}"
         )));
     }
-    for t in g.ntypes.iter().filter(|t| t.count > 0) {
-        let Some(mask) = t.data.get(feat) else {
-            class.extend(std::iter::repeat_n(names.len() as u32, t.count as usize));
-            names.push(t.name.clone());
+    let masks: Vec<Option<Vec<bool>>> = g
+        .ntypes
+        .iter()
+        .enumerate()
+        .map(|(t, ty)| match ty.data.get(feat).filter(|_| ty.count > 0) {
+            Some(m) => mask_values(rows, t, feat, m).map(Some),
+            None => Ok(None),
+        })
+        .collect::<Result<_>>()?;
+    // DGL numbers only the values present anywhere (np.unique).
+    let flags: Vec<bool> = masks
+        .iter()
+        .flat_map(|m| {
+            let m = m.as_deref().unwrap_or(&[]);
+            [m.contains(&false), m.contains(&true)]
+        })
+        .collect();
+    let present = any(&flags)?;
+    for (t, ty) in g.ntypes.iter().enumerate().filter(|(_, t)| t.count > 0) {
+        let Some(train) = &masks[t] else {
+            class.extend(std::iter::repeat_n(
+                names.len() as u32,
+                rows.count[t] as usize,
+            ));
+            names.push(ty.name.clone());
             continue;
         };
-        let train = mask_values(t, feat, mask)?;
-        // DGL numbers only the values present (np.unique).
-        let has = [train.contains(&false), train.contains(&true)];
+        let has = [present[2 * t], present[2 * t + 1]];
         let base = names.len() as u32;
         let id = |b: bool| if has[0] && b { base + 1 } else { base };
         class.extend(train.iter().map(|&b| id(b)));
         if has[0] {
-            names.push(format!("{}/non-{feat}", t.name));
+            names.push(format!("{}/non-{feat}", ty.name));
         }
         if has[1] {
-            names.push(format!("{}/{feat}", t.name));
+            names.push(format!("{}/{feat}", ty.name));
         }
     }
     Ok((class, names))
 }
 
-/// The mask as booleans (non-zero = training node), one per node.
-fn mask_values(t: &NodeType, feat: &str, mask: &Tensor) -> Result<Vec<bool>> {
+/// The mask of node type `t` as booleans (non-zero = training node), one
+/// per row.
+fn mask_values(rows: &Rows<'_>, t: usize, feat: &str, mask: &Tensor) -> Result<Vec<bool>> {
+    let (name, count) = (&rows.graph.ntypes[t].name, rows.count[t]);
     let cols: u64 = mask.shape.iter().skip(1).product();
-    if mask.rows() != t.count || cols != 1 {
+    if mask.rows() != count || cols != 1 {
+        let of = if rows.share { " of this share" } else { "" };
         return Err(Error::Config(format!(
-            "{}/{feat}: a balance mask needs one value per node ({} rows, 1 column), has shape {:?}",
-            t.name, t.count, mask.shape
+            "{name}/{feat}: a balance mask needs one value per node ({count} rows{of}, 1 column), \
+             has shape {:?}",
+            mask.shape
         )));
     }
     let size = mask.dtype.size();
@@ -162,7 +249,7 @@ fn mask_values(t: &NodeType, feat: &str, mask: &Tensor) -> Result<Vec<bool>> {
         DType::F16 => (u16::from_le_bytes([b[0], b[1]]) & 0x7fff) != 0,
         _ => b.iter().any(|&x| x != 0),
     };
-    Ok(mask.data.chunks(size).map(nonzero).collect())
+    Ok(mask.data.chunks(size.max(1)).map(nonzero).collect())
 }
 
 /// In-degree of every node over all edge types (loops and repeats counted,
@@ -179,8 +266,10 @@ pub fn in_degrees(g: &InputGraph) -> Vec<i64> {
     deg
 }
 
-/// The weight columns of the text format; a type without them weighs 0.
-fn weight_columns(g: &InputGraph) -> Result<Vec<(String, Vec<i64>)>> {
+/// The weight columns of the text format for `rows`; a type without them
+/// weighs 0.
+fn weight_columns(rows: &Rows<'_>) -> Result<Vec<(String, Vec<i64>)>> {
+    let g = rows.graph;
     let k = g
         .ntypes
         .iter()
@@ -188,18 +277,24 @@ fn weight_columns(g: &InputGraph) -> Result<Vec<(String, Vec<i64>)>> {
         .map(|w| w.shape.get(1).copied().unwrap_or(1) as usize)
         .max()
         .unwrap_or(0);
-    let mut cols = vec![Vec::with_capacity(g.num_nodes() as usize); k];
-    for t in &g.ntypes {
-        let Some(w) = &t.weights else {
+    let mut cols = vec![Vec::with_capacity(rows.total()); k];
+    for (t, ty) in g.ntypes.iter().enumerate() {
+        let count = rows.count[t];
+        let Some(w) = &ty.weights else {
             cols.iter_mut()
-                .for_each(|c| c.extend(std::iter::repeat_n(0, t.count as usize)));
+                .for_each(|c| c.extend(std::iter::repeat_n(0, count as usize)));
             continue;
         };
         let wk = w.shape.get(1).copied().unwrap_or(1) as usize;
-        if w.dtype != DType::I64 || w.rows() != t.count || wk != k {
+        if w.dtype != DType::I64 || w.rows() != count || wk != k {
+            let of = if rows.share {
+                " (this share's rows)"
+            } else {
+                ""
+            };
             return Err(Error::Config(format!(
-                "{}: node weights must be I64 [{}, {k}], are {:?} {:?}",
-                t.name, t.count, w.dtype, w.shape
+                "{}: node weights must be I64 [{count}, {k}]{of}, are {:?} {:?}",
+                ty.name, w.dtype, w.shape
             )));
         }
         for (i, b) in w.data.chunks_exact(8).enumerate() {
@@ -207,8 +302,8 @@ fn weight_columns(g: &InputGraph) -> Result<Vec<(String, Vec<i64>)>> {
             if v < 0 {
                 return Err(Error::Config(format!(
                     "{}: node {} has the negative weight {v} (column {})",
-                    t.name,
-                    i / k,
+                    ty.name,
+                    rows.first[t] + (i / k) as u64,
                     i % k
                 )));
             }

@@ -97,7 +97,7 @@ struct Figures {
 
 pub fn run(args: LatencyArgs) -> Result<()> {
     let rt = stack::runtime()?;
-    let stack = stack::prepare(&rt, &args.name, crate::images::Profile::Release)?;
+    let stack = stack::prepare(&rt, &args.name, 1, crate::images::Profile::Release)?;
     let result = rt.block_on(measure(&stack.client, &args));
     if !args.keep_cluster {
         let t = step(&format!("stopping node cluster {:?}", args.name));

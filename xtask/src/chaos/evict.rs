@@ -1,7 +1,8 @@
 //! Evictions, as `kubectl drain` makes them (issue #25 item 2): a worker
-//! evicted through the Eviction API, the node drained (cordoned, every pod
-//! of the job evicted, uncordoned), and a node that stops answering while
-//! the job's pods are being deleted (the kubelet frozen).
+//! evicted through the Eviction API, worker 0's node drained (cordoned, the
+//! job's pods on it evicted, on several nodes their replacements placed on
+//! another, uncordoned), and a node that stops answering while the job's
+//! pods are being deleted (node 0's kubelet frozen).
 //!
 //! The Eviction API sets DisruptionTarget on the pod, so a
 //! `runPolicy.podFailurePolicy` rule `Ignore` on it makes the restart
@@ -18,7 +19,7 @@ use kube::api::{Api, DeleteParams, EvictParams, ListParams, Preconditions};
 use kube::{Client, ResourceExt};
 use localkube::{Component, LocalCluster};
 
-use super::infra::{during, example, restarts, running, truncate};
+use super::infra::{during, example, on_node0, restarts, running, truncate};
 use super::Outcome;
 use crate::stack::jobs::{delete_and_count_left, expect_phase};
 
@@ -123,9 +124,11 @@ pub async fn evict(client: &Client, ns: &str) -> Result<Outcome> {
     })
 }
 
-/// The node drained while the job trains: cordoned, every pod of the job
-/// evicted, uncordoned once they are gone. With and without the Ignore
-/// rule: one restart each, uncounted / counted; the job Succeeds.
+/// The node drained while the job trains: worker 0's node cordoned, every
+/// pod of the job on it evicted, as `kubectl drain` does. With and without
+/// the Ignore rule: one restart each, uncounted / counted; the job
+/// Succeeds. On a cluster of several nodes the node stays cordoned until
+/// the evicted pods' replacements are placed, which must be on another node.
 pub async fn drain(client: &Client, ns: &str) -> Result<Outcome> {
     let mut notes = Vec::new();
     let mut left = 0;
@@ -162,28 +165,80 @@ async fn job_pods(client: &Client, ns: &str, name: &str) -> Result<Vec<Pod>> {
         .items)
 }
 
-/// Cordons the job's node, evicts every pod of the job, waits (at most
-/// 120 s) until they are gone and uncordons the node, also on an error.
+fn node_of(p: &Pod) -> Option<String> {
+    p.spec.as_ref()?.node_name.clone()
+}
+
+/// Cordons worker 0's node, evicts every pod of the job on it, waits (at
+/// most 120 s) until they are gone, and with another node to go to, until
+/// their replacements are placed; uncordons the node, also on an error.
 async fn drain_job(client: &Client, ns: &str, name: &str) -> Result<String> {
     let pods = job_pods(client, ns, name).await?;
+    let w0 = worker_name(name, 0);
     let node = pods
         .iter()
-        .find_map(|p| p.spec.as_ref()?.node_name.clone())
-        .context("no pod of the job is on a node")?;
+        .find(|p| p.name_any() == w0)
+        .and_then(node_of)
+        .with_context(|| format!("{w0} is on no node"))?;
     let nodes: Api<Node> = Api::all(client.clone());
+    let others = nodes.list(&ListParams::default()).await?.items.len() > 1;
     nodes
         .cordon(&node)
         .await
         .with_context(|| format!("cordoning {node}"))?;
     let t = Instant::now();
-    let evicted = evict_all(client, ns, &pods).await;
+    let on_node: Vec<Pod> = pods
+        .into_iter()
+        .filter(|p| node_of(p).as_deref() == Some(node.as_str()))
+        .collect();
+    let moved = async {
+        let evicted = evict_all(client, ns, &on_node).await?;
+        let moved = if others {
+            Some(wait_replaced(client, ns, &on_node, &node).await?)
+        } else {
+            None
+        };
+        anyhow::Ok((evicted, moved))
+    }
+    .await;
     let uncordoned = nodes.uncordon(&node).await;
-    let evicted = evicted?;
+    let (evicted, moved) = moved?;
     uncordoned.with_context(|| format!("uncordoning {node}"))?;
+    let moved = moved.map_or(String::new(), |m| format!(", {m}"));
     Ok(format!(
-        "node {node} cordoned, {evicted} pods evicted, uncordoned after {:.1}s",
+        "node {node} cordoned, its {evicted} pods of the job evicted{moved}, uncordoned after {:.1}s",
         t.elapsed().as_secs_f64()
     ))
+}
+
+/// Waits (at most 300 s) until every pod of `gone` has a replacement (the
+/// same name, another uid) on a node, and checks that none is on `drained`.
+async fn wait_replaced(client: &Client, ns: &str, gone: &[Pod], drained: &str) -> Result<String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let mut placed = Vec::new();
+        for p in gone {
+            let now = api.get_opt(&p.name_any()).await?;
+            if let Some(n) = now.filter(|n| n.uid() != p.uid()).and_then(|n| node_of(&n)) {
+                placed.push((p.name_any(), n));
+            }
+        }
+        if placed.len() == gone.len() {
+            let wrong: Vec<_> = placed.iter().filter(|(_, n)| n == drained).collect();
+            ensure!(
+                wrong.is_empty(),
+                "replacements placed on the cordoned node {drained}: {wrong:?}"
+            );
+            let shown: Vec<String> = placed.iter().map(|(p, n)| format!("{p} -> {n}")).collect();
+            return Ok(format!("rescheduled {}", shown.join(", ")));
+        }
+        ensure!(
+            Instant::now() < deadline,
+            "the evicted pods were not all replaced on another node within 300 s (placed: {placed:?})"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Evicts `pods` and waits until none of them (by uid) is left.
@@ -231,7 +286,7 @@ pub async fn kubelet_hang(client: &Client, cluster: &LocalCluster, ns: &str) -> 
     let (terminal, done, note) = during(
         client,
         ns,
-        example(name, 1)?,
+        on_node0(example(name, 1)?, cluster)?,
         |j, _| running(j),
         || hang_and_delete(client, cluster, ns, name),
     )
@@ -304,7 +359,7 @@ async fn hang_and_delete(
 }
 
 /// Whether `node`'s Ready condition is True.
-async fn node_ready(client: &Client, node: &str) -> Result<bool> {
+pub(super) async fn node_ready(client: &Client, node: &str) -> Result<bool> {
     let n = Api::<Node>::all(client.clone()).get(node).await?;
     Ok(n.status
         .and_then(|s| s.conditions)

@@ -116,6 +116,17 @@ pub(super) fn example(name: &str, backoff_limit: i32) -> Result<DGLJob> {
     Ok(job)
 }
 
+/// `job` with every pod held on node 0 (`kubernetes.io/hostname`): the
+/// faults that act on one node's files or processes (its kubelet frozen or
+/// restarted, a shard flipped under its kubelet's root) act on node 0's, so
+/// on a cluster of several nodes the job must be there to be hit.
+pub(super) fn on_node0(job: DGLJob, cluster: &LocalCluster) -> Result<DGLJob> {
+    Ok(crate::stack::placement::pin_to_node(
+        job,
+        &crate::stack::placement::node0(cluster)?,
+    ))
+}
+
 pub(super) fn restarts(job: &DGLJob) -> i32 {
     job.status
         .as_ref()
@@ -157,10 +168,15 @@ pub async fn component(
     pause: Option<Duration>,
 ) -> Result<Outcome> {
     let name = "chaos-infra";
+    // The control plane's components serve every node; a kubelet is node 0's.
+    let job = match c {
+        Component::Kubelet => on_node0(example(name, 0)?, cluster)?,
+        _ => example(name, 0)?,
+    };
     let (terminal, done, note) = during(
         client,
         ns,
-        example(name, 0)?,
+        job,
         |j, _| running(j),
         || async {
             let t = Instant::now();
@@ -230,7 +246,7 @@ pub async fn shard_corrupt(client: &Client, cluster: &LocalCluster, ns: &str) ->
     let (terminal, done, note) = during(
         client,
         ns,
-        launcher_delayed(example(name, 0)?, 10),
+        launcher_delayed(on_node0(example(name, 0)?, cluster)?, 10),
         |j, _| condition_true(j, "Partitioned"),
         || async {
             let uid = pods
@@ -395,7 +411,7 @@ pub async fn network_cut(client: &Client, ns: &str) -> Result<Outcome> {
 }
 
 /// A process of the pod with `uid` (its cgroup path names the uid).
-fn pid_in_pod(uid: &str) -> Result<u32> {
+pub(super) fn pid_in_pod(uid: &str) -> Result<u32> {
     let needles = [uid.to_owned(), uid.replace('-', "_")];
     for e in std::fs::read_dir("/proc")? {
         let e = e?;

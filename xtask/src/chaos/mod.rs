@@ -11,8 +11,17 @@
 //!   killed: afterwards no pod, Secret, ConfigMap, Service or RBAC object of
 //!   any of them may remain.
 //! - `evict`, `drain`, `kubelet-hang` (`evict.rs`): a worker evicted through
-//!   the Eviction API, the node drained, the kubelet frozen while the job's
-//!   pods are deleted.
+//!   the Eviction API, worker 0's node drained (on 2 nodes the evicted pods
+//!   must come back on the other one), node 0's kubelet frozen while the
+//!   job's pods are deleted.
+//! - `node-loss` (`node_loss.rs`, 2 nodes): the extra node holding a worker
+//!   cut off the network mid-training; the operator must name it within 60 s
+//!   of NotReady, the run restart on the other node and Succeed, and nothing
+//!   of the old run be left once the node is back.
+//!
+//! Faults that act on one node's processes or files (the kubelet restarted
+//! or frozen, a shard flipped on disk) pin their job to node 0, whose
+//! kubelet they act on.
 //!
 //! The test command runs every scenario once (`e2e` scenario `chaos`); the
 //! full figures (`--runs 5`) go to docs/reliability.md.
@@ -30,6 +39,7 @@ use localkube::{Component, LocalCluster};
 
 mod evict;
 mod infra;
+mod node_loss;
 mod timing;
 mod token;
 
@@ -53,10 +63,12 @@ pub enum Fault {
     Drain,
     KubeletHang,
     TokenDelete,
+    /// A worker's node cut off the network mid-training (needs 2 nodes).
+    NodeLoss,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::OperatorKill,
         Fault::WorkerDelete,
         Fault::Churn,
@@ -70,6 +82,7 @@ impl Fault {
         Fault::Drain,
         Fault::KubeletHang,
         Fault::TokenDelete,
+        Fault::NodeLoss,
     ];
 }
 
@@ -97,6 +110,10 @@ pub struct Args {
     /// Binaries in the operator and runtime images.
     #[arg(long, value_enum, default_value_t = crate::images::Profile::Release)]
     pub profile: crate::images::Profile,
+    /// Nodes of the cluster (as `cargo xtask e2e --nodes`): with 2, the
+    /// drain moves the job's pods to the other node.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=3))]
+    pub nodes: u32,
     /// Leave the cluster running afterwards (it is shared: the e2e tier's).
     #[arg(long)]
     pub keep_cluster: bool,
@@ -104,7 +121,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<()> {
     let rt = crate::stack::runtime()?;
-    let stack = crate::stack::prepare(&rt, &args.name, args.profile)?;
+    let stack = crate::stack::prepare(&rt, &args.name, args.nodes as usize, args.profile)?;
     let faults = if args.only.is_empty() {
         Fault::ALL.to_vec()
     } else {
@@ -207,6 +224,7 @@ async fn run_one(
         Fault::Drain => evict::drain(client, ns).await,
         Fault::KubeletHang => evict::kubelet_hang(client, cluster, ns).await,
         Fault::TokenDelete => token::token_delete(client, ns).await,
+        Fault::NodeLoss => node_loss::node_loss(client, cluster, ns).await,
     }
 }
 

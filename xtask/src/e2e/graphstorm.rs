@@ -24,7 +24,9 @@ use kube::api::Api;
 use kube::Client;
 
 use super::scenarios::in_namespace;
-use crate::stack::jobs::{delete_and_check_children, dump_job, example_succeeds, launcher_log};
+use crate::stack::jobs::{delete_and_check_children, dump_job, example_succeeds_on, launcher_log};
+use crate::stack::placement::node0;
+use crate::stack::Stack;
 use crate::test::repo_root;
 
 const EXAMPLE_GRAPHSTORM: &str = "examples/graphstorm/dgljob.yaml";
@@ -38,11 +40,15 @@ const SHARED_DIR: &str = "/var/tmp/dgl-gsexample";
 /// Nodes of the example's tables (make_tables.py's default).
 const NODES: u64 = 3000;
 
-pub(super) async fn graphstorm(client: &Client) -> Result<String> {
-    let job = "gsexample";
+/// The GraphStorm image (6 GB) is only in node 0's containerd (the disk
+/// holds one copy, `images::load`), so its jobs are held there.
+pub(super) async fn graphstorm(stack: &Stack) -> Result<String> {
+    let (client, job) = (&stack.client, "gsexample");
+    let node0 = node0(&stack.cluster)?;
+    let node = Some(node0.as_str());
     in_namespace(client, "e2e-graphstorm", job, |ns| async move {
-        let gconstruct = graphstorm_in(client, &ns, job).await?;
-        let native = native_then_infer(client, &ns).await?;
+        let gconstruct = graphstorm_in(client, &ns, job, node).await?;
+        let native = native_then_infer(client, &ns, node).await?;
         Ok(format!("gconstruct: {gconstruct}; {native}"))
     })
     .await
@@ -50,11 +56,11 @@ pub(super) async fn graphstorm(client: &Client) -> Result<String> {
 
 /// The ParMETIS training job, then the inference job, on a fresh
 /// [`SHARED_DIR`]; kept (and both jobs dumped) when something fails.
-async fn native_then_infer(client: &Client, ns: &str) -> Result<String> {
+async fn native_then_infer(client: &Client, ns: &str, node: Option<&str>) -> Result<String> {
     let dir = std::path::Path::new(SHARED_DIR);
     fresh_shared_dir(dir)?;
     let (train, infer) = ("gsexample-pm", "gsexample-infer");
-    let r = native_then_infer_in(client, ns, dir, train, infer).await;
+    let r = native_then_infer_in(client, ns, dir, (train, infer), node).await;
     match &r {
         Ok(_) => {
             std::fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?
@@ -87,12 +93,12 @@ async fn native_then_infer_in(
     client: &Client,
     ns: &str,
     dir: &std::path::Path,
-    train: &str,
-    infer: &str,
+    (train, infer): (&str, &str),
+    node: Option<&str>,
 ) -> Result<String> {
     let nc = repo_root().join(NC_YAML);
     let epochs = config_number(&nc, "num_epochs")?;
-    let took = example_succeeds(client, ns, train, EXAMPLE_PARMETIS, |_, _, _| {}).await?;
+    let took = example_succeeds_on(client, ns, train, EXAMPLE_PARMETIS, node, |_, _, _| {}).await?;
     let log = launcher_log(client, ns, train).await?;
     let per_epoch = epoch_means(&loss_lines(&log));
     ensure!(
@@ -108,7 +114,8 @@ async fn native_then_infer_in(
     }
     delete_and_check_children(client, ns, train).await?;
 
-    let inferred = example_succeeds(client, ns, infer, EXAMPLE_INFER, |_, _, _| {}).await?;
+    let inferred =
+        example_succeeds_on(client, ns, infer, EXAMPLE_INFER, node, |_, _, _| {}).await?;
     let hidden = config_number(&nc, "hidden_size")?;
     let (files, bytes) = embeddings_written(&dir.join("embeddings"), NODES * hidden * 4)?;
     delete_and_check_children(client, ns, infer).await?;
@@ -163,11 +170,16 @@ fn embeddings_written(dir: &std::path::Path, min_bytes: u64) -> Result<(usize, u
     Ok((world as usize, bytes))
 }
 
-async fn graphstorm_in(client: &Client, ns: &str, name: &str) -> Result<String> {
+async fn graphstorm_in(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    node: Option<&str>,
+) -> Result<String> {
     let epochs = num_epochs(&repo_root().join(NC_YAML))?;
     // Every distinct summary status.progress showed while the job ran.
     let mut seen: Vec<(String, Duration)> = Vec::new();
-    let total = example_succeeds(client, ns, name, EXAMPLE_GRAPHSTORM, |j, _, at| {
+    let total = example_succeeds_on(client, ns, name, EXAMPLE_GRAPHSTORM, node, |j, _, at| {
         let summary = j.status.as_ref().and_then(|s| s.progress.as_ref());
         if let Some(s) = summary.map(|p| p.summary.clone()) {
             if seen.last().map(|(l, _)| l) != Some(&s) {

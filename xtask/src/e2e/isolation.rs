@@ -1,11 +1,13 @@
 //! `isolation`: no job can reach another (issue #25, item 5), with the
-//! NetworkPolicy enforced on the node by a real engine (kube-router's
-//! firewall, `stack::policy_engine`). While job B trains, a probe pod with
-//! job A's labels, in the same namespace, tries B's DGL server, torch and
-//! agent ports on worker 0 and must never connect; a probe pod with B's
+//! NetworkPolicy enforced on every node by a real engine (kube-router's
+//! firewall, one per node, `policy_engine`). While job B trains, a probe pod
+//! with job A's labels, in the same namespace, tries B's DGL server, torch
+//! and agent ports on worker 0 and must never connect; a probe pod with B's
 //! labels must reach B's torch and agent ports in the same minutes (so the
 //! scenario fails where nothing is enforced, and where everything is
-//! blocked); B must reach Succeeded.
+//! blocked); B must reach Succeeded. On several nodes both probes run on a
+//! node other than worker 0's, so what is refused and what connects
+//! crosses nodes, and B's workers must sit on different nodes.
 //!
 //! The admitted probe never connects to DGL's server port: DGL 2.1.0's
 //! server counts every connection as one of its clients.
@@ -17,9 +19,9 @@ use anyhow::{bail, ensure, Context, Result};
 use dgl_api::names::{
     network_policy_name, worker_name, AGENT_PORT, DGL_SERVER_PORT, LABEL_JOB_NAME, LABEL_MANAGED_BY,
 };
-use dgl_api::JobPhase;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use dgl_api::{JobPhase, ReplicaType};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, LogParams, PostParams};
 use kube::Client;
 use serde_json::json;
 
@@ -27,6 +29,7 @@ mod policy_engine;
 
 use super::scenarios::in_namespace;
 use crate::stack::jobs::{apply_job, condition_message, example_job, follow, phase};
+use crate::stack::placement::Placement;
 use crate::stack::{Stack, JOB_TIMEOUT};
 use policy_engine::PolicyEngine;
 
@@ -66,70 +69,89 @@ while time.time() < deadline and not (stop and opened == set(ports)):
 pub(super) async fn isolation(stack: &Stack) -> Result<String> {
     let job = "iso-b";
     in_namespace(&stack.client, "e2e-isolation", job, |ns| async move {
-        let engine = start_engine(stack).await?;
-        let r = isolation_in(&stack.client, &ns, job, &engine).await;
+        let engines = start_engines(stack).await?;
+        let r = isolation_in(&stack.client, &ns, job, &engines).await;
         if let Ok(line) = &r {
-            // Printed before the engine stops: its figures stay if the stop fails.
+            // Printed before the engines stop: their figures stay if a stop fails.
             println!("    {line}");
         }
-        let tail = engine.log_tail();
-        let stopped = tokio::task::spawn_blocking(move || engine.stop()).await?;
-        let line = r.with_context(|| format!("kube-router's log ends:\n{tail}"))?;
+        let tails: Vec<String> = engines
+            .iter()
+            .map(|(n, e)| format!("[{n}]\n{}", e.log_tail()))
+            .collect();
+        let stopped = tokio::task::spawn_blocking(move || {
+            engines
+                .into_values()
+                .map(PolicyEngine::stop)
+                .collect::<Result<Vec<()>>>()
+        })
+        .await?;
+        let line = r.with_context(|| format!("kube-router's logs end:\n{}", tails.join("\n")))?;
         stopped.context("stopping kube-router")?;
         Ok(line)
     })
     .await
 }
 
-/// kube-router's firewall on the cluster's one node.
-async fn start_engine(stack: &Stack) -> Result<PolicyEngine> {
-    let nodes: Api<Node> = Api::all(stack.client.clone());
-    let node = nodes
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .next()
-        .and_then(|n| n.metadata.name)
-        .context("the cluster has no node")?;
+/// kube-router's firewall on every node of the cluster, by node name.
+async fn start_engines(stack: &Stack) -> Result<BTreeMap<String, PolicyEngine>> {
+    let nodes = stack.cluster.node_summaries();
+    ensure!(!nodes.is_empty(), "the cluster has no node");
     let kubeconfig = stack.kubeconfig.clone();
     let log_dir = stack.cluster.log_dir();
-    tokio::task::spawn_blocking(move || PolicyEngine::start(&kubeconfig, &node, &log_dir)).await?
+    tokio::task::spawn_blocking(move || {
+        let mut engines = BTreeMap::new();
+        for n in nodes {
+            let e = PolicyEngine::start(&kubeconfig, &n.node_name, n.netns.as_deref(), &log_dir)?;
+            engines.insert(n.node_name, e);
+        }
+        Ok(engines)
+    })
+    .await?
 }
 
 async fn isolation_in(
     client: &Client,
     ns: &str,
     name: &str,
-    engine: &PolicyEngine,
+    engines: &BTreeMap<String, PolicyEngine>,
 ) -> Result<String> {
     let job = example_job(name)?;
     apply_job(client, ns, &job).await?;
-    let ip = worker_ip(client, ns, name).await?;
+    let (ip, node) = worker_ip(client, ns, name).await?;
+    let engine = engines
+        .get(&node)
+        .with_context(|| format!("worker 0 is on {node}, which runs no kube-router"))?;
     wait_guarded(engine, ns, name).await?;
+    // The probes go where worker 0 is not, when there is such a node.
+    let probe_node = engines.keys().find(|n| **n != node).cloned();
+    let on = probe_node.as_deref();
 
     let b_labels = labels_of(name);
     let a_labels = labels_of("iso-a");
     let all = [DGL_SERVER_PORT, TORCH_PORT, AGENT_PORT];
-    probe(client, ns, "probe-job-a", &a_labels, &ip, &all, false).await?;
+    probe(client, ns, "probe-job-a", &a_labels, &ip, &all, false, on).await?;
+    let b_ports = [TORCH_PORT, AGENT_PORT];
     probe(
         client,
         ns,
         "probe-job-b",
         &b_labels,
         &ip,
-        &[TORCH_PORT, AGENT_PORT],
+        &b_ports,
         true,
+        on,
     )
     .await?;
 
+    let mut placement = Placement::default();
     let done = follow(
         client,
         ns,
         name,
         JOB_TIMEOUT,
         |p| p.is_some_and(JobPhase::is_terminal),
-        |_, _, _| {},
+        |_, pods, _| placement.observe(pods),
     )
     .await?;
     if phase(&done) != Some(JobPhase::Succeeded) {
@@ -139,9 +161,27 @@ async fn isolation_in(
             condition_message(&done, JobPhase::Failed)
         );
     }
+    let workers = replicas(&job, ReplicaType::Worker);
+    let placed = placement.check_workers_spread(name, workers, engines.len())?;
     let intruder = attempts(client, ns, "probe-job-a").await?;
     let member = attempts(client, ns, "probe-job-b").await?;
-    judge(&intruder, &member)
+    let judged = judge(&intruder, &member)?;
+    let probes = probe_node.map_or("worker 0's node".into(), |n| {
+        format!("{n}, worker 0 on {node}")
+    });
+    Ok(format!(
+        "{judged}; kube-router on {} node(s), probes on {probes} ({placed})",
+        engines.len()
+    ))
+}
+
+fn replicas(job: &dgl_api::DGLJob, role: ReplicaType) -> usize {
+    job.spec
+        .dgl_replica_specs
+        .get(&role)
+        .and_then(|s| s.replicas)
+        .unwrap_or(1)
+        .max(0) as usize
 }
 
 fn labels_of(job: &str) -> BTreeMap<String, String> {
@@ -151,14 +191,18 @@ fn labels_of(job: &str) -> BTreeMap<String, String> {
     ])
 }
 
-/// Worker 0's pod IP, once it has one.
-async fn worker_ip(client: &Client, ns: &str, job: &str) -> Result<String> {
+/// Worker 0's pod IP and node, once it has them.
+async fn worker_ip(client: &Client, ns: &str, job: &str) -> Result<(String, String)> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let name = worker_name(job, 0);
     for _ in 0..600 {
-        let ip = pods.get_opt(&name).await?.and_then(|p| p.status?.pod_ip);
-        if let Some(ip) = ip {
-            return Ok(ip);
+        let pod = pods.get_opt(&name).await?;
+        let node = pod
+            .as_ref()
+            .and_then(|p| p.spec.as_ref()?.node_name.clone());
+        let ip = pod.and_then(|p| p.status?.pod_ip);
+        if let (Some(ip), Some(node)) = (ip, node) {
+            return Ok((ip, node));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -177,7 +221,9 @@ async fn wait_guarded(engine: &PolicyEngine, ns: &str, job: &str) -> Result<()> 
     bail!("kube-router did not guard {ns}/{pod} with {policy} within 60 s")
 }
 
-/// A pod running [`PROBE`] against `ip`'s `ports`, labelled `labels`.
+/// A pod running [`PROBE`] against `ip`'s `ports`, labelled `labels`, on
+/// node `node` (`None`: where the scheduler puts it).
+#[allow(clippy::too_many_arguments)]
 async fn probe(
     client: &Client,
     ns: &str,
@@ -186,12 +232,14 @@ async fn probe(
     ip: &str,
     ports: &[u16],
     stop: bool,
+    node: Option<&str>,
 ) -> Result<()> {
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
     let image = crate::images::reference(crate::images::Which::Graphsage);
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": labels},
         "spec": {
+            "nodeName": node,
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 1,
             "containers": [{

@@ -1,10 +1,16 @@
 //! `cargo xtask e2e`: real DGLJobs on a real node.
 //!
-//! 1. A node cluster (`localkube`, `with_node`): etcd, kube-apiserver,
-//!    kube-controller-manager, kube-scheduler, containerd + runc + CNI bridge,
-//!    kubelet and kube-proxy on this host.
+//! 1. A node cluster of `--nodes` nodes (default 2; `localkube`,
+//!    `with_nodes`): etcd, kube-apiserver, kube-controller-manager,
+//!    kube-scheduler once; per node containerd + runc + CNI bridge, kubelet
+//!    and kube-proxy (node 0 on this host, the others each in a network
+//!    namespace of its own). `train`, `distparmetis` and `isolation` check
+//!    that the job's workers sat on different nodes (`stack::placement`);
+//!    faults that act on one node's kubelet or disk hold their job on node 0.
 //! 2. The images (`cargo xtask images`): operator, runtime and the GraphSAGE
-//!    training image, built with podman and imported into the node's containerd.
+//!    training image, built with podman and imported into every node's
+//!    containerd (the GraphStorm image into node 0's only: its jobs are held
+//!    there).
 //! 3. The operator, installed from `charts/dgl-operator` with Helm (the CRD
 //!    is applied first with server-side apply, as docs say for upgrades).
 //! 4. Scenarios, each in a namespace of its own:
@@ -46,6 +52,10 @@
 //!      (`graphstorm.rs`).
 //!    - `never-start`: three jobs whose workers cannot start, each named at
 //!      once and Failed at its podStartTimeout (`never_start.rs`).
+//!    - `bucket`: the graph only in a bucket of a real S3 server (SeaweedFS
+//!      on the node IP): the DistParMETIS example and the same job in mode
+//!      ParMETIS read it with `--partition-input s3://...` and the keys
+//!      from a Secret to Succeeded (`bucket.rs`).
 //!    - `isolation`: kube-router enforces the NetworkPolicies; a pod with
 //!      another job's labels is refused by a training job's ports
 //!      (`isolation.rs`).
@@ -74,6 +84,7 @@
 //! On a failure, the job's status, its pods, Events and the operator's and
 //! pods' logs are printed before the cluster is stopped.
 
+mod bucket;
 mod graphstorm;
 mod isolation;
 mod kueue;
@@ -87,7 +98,7 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 
 use crate::chaos::Fault;
-use crate::cluster::node_cluster;
+use crate::cluster::node_cluster_n;
 use crate::stack::{dump_operator, prepare, runtime, Stack, DEFAULT_CLUSTER};
 use crate::test::{done, step};
 
@@ -121,12 +132,15 @@ pub enum Scenario {
     Kueue,
     /// kube-router enforces the NetworkPolicies: a pod with another job's labels is refused by a training job's ports.
     Isolation,
+    /// The graph only in a bucket (SeaweedFS): the DistParMETIS and ParMETIS jobs read it with --partition-input s3://... to Succeeded.
+    Bucket,
 }
 
 impl Scenario {
     /// Every scenario, in the order they start.
-    const ALL: [Scenario; 14] = [
+    const ALL: [Scenario; 15] = [
         Scenario::ChaosJob,
+        Scenario::Bucket,
         Scenario::Graphstorm,
         Scenario::Distparmetis,
         Scenario::Parmetis,
@@ -164,8 +178,8 @@ fn confined(f: Fault) -> bool {
         | Fault::NetworkCut
         | Fault::Evict
         | Fault::TokenDelete => true,
-        // Drain cordons the node; KubeletHang freezes it.
-        Fault::Drain | Fault::KubeletHang => false,
+        // Drain cordons a node; KubeletHang freezes one; NodeLoss cuts one off.
+        Fault::Drain | Fault::KubeletHang | Fault::NodeLoss => false,
         Fault::OperatorKill
         | Fault::Churn
         | Fault::ApiserverRestart
@@ -191,6 +205,12 @@ pub struct Args {
     /// Node cluster to run on (started when not running).
     #[arg(long, default_value = DEFAULT_CLUSTER)]
     pub name: String,
+    /// Nodes of the cluster (each extra one in a network namespace of its
+    /// own, see `cargo xtask cluster up --help`). With 2 or more, the
+    /// train, distparmetis and isolation scenarios check that the job's
+    /// workers sit on different nodes, and the drain moves pods for real.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=3))]
+    pub nodes: u32,
     /// Leave the cluster, the operator and the jobs' namespaces running afterwards.
     #[arg(long)]
     pub keep_cluster: bool,
@@ -216,10 +236,10 @@ pub fn run(args: Args) -> Result<()> {
 /// Starts the node cluster, loads the images and installs the operator;
 /// on a failure, stops the cluster again unless asked to keep it.
 pub(crate) fn start(rt: &tokio::runtime::Runtime, args: &Args) -> Result<Stack> {
-    prepare(rt, &args.name, args.profile).inspect_err(|_| {
+    prepare(rt, &args.name, args.nodes as usize, args.profile).inspect_err(|_| {
         if !args.keep_cluster {
             // Leave no node behind; the cluster's logs stay in its state dir.
-            if let Ok(c) = node_cluster(&args.name) {
+            if let Ok(c) = node_cluster_n(&args.name, args.nodes as usize) {
                 if let Err(down) = rt.block_on(c.down(false)) {
                     eprintln!("e2e: stopping node cluster {:?}: {down:#}", args.name);
                 }
@@ -349,7 +369,7 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
         Scenario::Launchpy => scenarios::launchpy(&stack.client).await,
         Scenario::Standalone => scenarios::standalone(&stack.client).await,
         Scenario::Graphbolt => scenarios::graphbolt(&stack.client).await,
-        Scenario::Graphstorm => graphstorm::graphstorm(&stack.client).await,
+        Scenario::Graphstorm => graphstorm::graphstorm(stack).await,
         Scenario::ChaosJob => {
             crate::chaos::run_all(&stack.client, &stack.cluster, &faults(true), 1, 4).await
         }
@@ -359,6 +379,7 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
         Scenario::Namespaced => namespaced::namespaced(&stack.client, &stack.kubeconfig).await,
         Scenario::NeverStart => never_start::never_start(&stack.client).await,
         Scenario::Isolation => isolation::isolation(stack).await,
+        Scenario::Bucket => bucket::bucket(stack).await,
         Scenario::Kueue => kueue::kueue(stack).await,
     }
 }

@@ -16,6 +16,7 @@ use crate::stack::jobs::{
     example_job, example_succeeds, follow, job_events, launcher_log, losses_by_worker,
     losses_unprefixed, phase, pod_summary,
 };
+use crate::stack::placement::{node_count, Placement};
 use crate::stack::{
     operator_pods_lp, pod_ready, wait_operator_ready, EXAMPLE, EXAMPLE_DISTPARMETIS,
     EXAMPLE_GRAPHBOLT, EXAMPLE_LAUNCHPY, EXAMPLE_PARMETIS, EXAMPLE_STANDALONE, JOB_TIMEOUT,
@@ -116,6 +117,8 @@ async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
     // Every uid each pod name had: a pod the replaced operator recreated
     // would show up with two.
     let mut uids: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    let mut placement = Placement::default();
+    let nodes = node_count(client).await?;
     let following = follow(
         client,
         ns,
@@ -123,6 +126,7 @@ async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
         JOB_TIMEOUT,
         |p| p.is_some_and(JobPhase::is_terminal),
         |_, pods, _| {
+            placement.observe(pods);
             for p in pods {
                 uids.entry(p.name_any())
                     .or_default()
@@ -140,6 +144,9 @@ async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
             condition_message(&job_done, JobPhase::Failed)
         );
     }
+    // Shards and DGL's server traffic cross nodes.
+    let placed = placement.check_workers_spread(name, workers, nodes)?;
+    println!("    placement: {placed}");
     let log = launcher_log(client, ns, name).await?;
     let losses = losses_by_worker(&log);
     check_losses_fall(&losses, workers)?;
@@ -165,7 +172,7 @@ async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
     );
     let deleted_in = delete_and_check_children(client, ns, name).await?;
     Ok(format!(
-        "Succeeded {:.0}s after apply (operator pod replaced while {restarted_at}, new one Ready in {:.1}s, {} pods then, none recreated; progress {summary}); children deleted in {:.1}s",
+        "Succeeded {:.0}s after apply on {nodes} node(s) ({placed}; operator pod replaced while {restarted_at}, new one Ready in {:.1}s, {} pods then, none recreated; progress {summary}); children deleted in {:.1}s",
         total.as_secs_f64(),
         operator_gap.as_secs_f64(),
         pods_then,
@@ -336,7 +343,10 @@ pub(super) async fn distparmetis(client: &Client) -> Result<String> {
 
 async fn distparmetis_in(client: &Client, ns: &str, name: &str) -> Result<String> {
     let (mut phases, mut reached, mut partitioner) = (Vec::new(), BTreeSet::new(), false);
+    let mut placement = Placement::default();
+    let nodes = node_count(client).await?;
     let total = example_succeeds(client, ns, name, EXAMPLE_DISTPARMETIS, |j, pods, _| {
+        placement.observe(pods);
         if let Some(p) = phase(j) {
             if phases.last() != Some(&p) {
                 phases.push(p);
@@ -350,6 +360,9 @@ async fn distparmetis_in(client: &Client, ns: &str, name: &str) -> Result<String
     })
     .await?;
     ensure!(!partitioner, "DistParMETIS created a partitioner pod");
+    // One MPI rank per worker: with the workers apart, the ranks' traffic
+    // crosses nodes.
+    let placed = placement.check_workers_spread(name, 2, nodes)?;
     ensure!(
         reached.contains("Partitioning") && reached.contains("Running"),
         "the job's conditions never named Partitioning and Running: {reached:?} (phases polled: {phases:?})"
@@ -379,7 +392,7 @@ async fn distparmetis_in(client: &Client, ns: &str, name: &str) -> Result<String
     }
     let deleted_in = delete_and_check_children(client, ns, name).await?;
     Ok(format!(
-        "Succeeded {:.0}s after apply through {phases:?}; {}; children deleted in {:.1}s",
+        "Succeeded {:.0}s after apply through {phases:?} on {nodes} node(s) ({placed}); {}; children deleted in {:.1}s",
         total.as_secs_f64(),
         ranks[0].trim(),
         deleted_in.as_secs_f64()

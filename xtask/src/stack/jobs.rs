@@ -286,7 +286,25 @@ pub(crate) async fn example_succeeds<F>(
 where
     F: FnMut(&DGLJob, &[Pod], Duration),
 {
-    let job = example_job_at(example, name)?;
+    example_succeeds_on(client, ns, name, example, None, on_poll).await
+}
+
+/// [`example_succeeds`] with every pod held on node `node` (when given).
+pub(crate) async fn example_succeeds_on<F>(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    example: &str,
+    node: Option<&str>,
+    on_poll: F,
+) -> Result<Duration>
+where
+    F: FnMut(&DGLJob, &[Pod], Duration),
+{
+    let mut job = example_job_at(example, name)?;
+    if let Some(node) = node {
+        job = super::placement::pin_to_node(job, node);
+    }
     println!("    kubectl apply -f {example} -n {ns}   (through kube-rs)");
     let applied = Instant::now();
     apply_job(client, ns, &job).await?;

@@ -5,6 +5,7 @@
 
 pub(crate) mod jobs;
 pub(crate) mod kueue;
+pub(crate) mod placement;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,7 +18,7 @@ use kube::api::{Api, ListParams, LogParams};
 use kube::{Client, ResourceExt};
 use localkube::LocalCluster;
 
-use crate::cluster::node_cluster;
+use crate::cluster::node_cluster_n;
 use crate::images::render;
 use crate::test::{done, repo_root, step};
 
@@ -63,12 +64,13 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 pub(crate) fn prepare(
     rt: &tokio::runtime::Runtime,
     name: &str,
+    nodes: usize,
     profile: crate::images::Profile,
 ) -> Result<Stack> {
     let t = step(&format!(
-        "node cluster {name:?} (control plane + containerd + kubelet + kube-proxy)"
+        "node cluster {name:?}, {nodes} node(s) (control plane + containerd + kubelet + kube-proxy each)"
     ));
-    let cluster = node_cluster(name)?;
+    let cluster = node_cluster_n(name, nodes)?;
     let info = rt
         .block_on(cluster.up())
         .with_context(|| format!("starting node cluster {name:?}"))?;

@@ -3,7 +3,7 @@
 
 use dgl_api::failure_policy::{FailureFacts, PodFailurePolicyAction, MAX_IGNORED_RESTARTS};
 use dgl_api::names::{partitioner_name, worker_name};
-use dgl_api::{JobPhase, ReplicaType};
+use dgl_api::{JobPhase, ReplicaType, EVENT_NODE_LOST};
 use k8s_openapi::jiff::Timestamp;
 
 use super::{find, Plan, Planner, Replicas, Step};
@@ -28,6 +28,18 @@ impl Failure {
     /// not the launcher that failed because it lost that worker.
     fn cause_order(&self) -> (bool, Option<Timestamp>, &str) {
         (!self.facts.disrupted(), self.facts.ended_at, &self.pod)
+    }
+
+    /// A failure the plan finds elsewhere (a node lost: `node_loss.rs`),
+    /// with no facts for podFailurePolicy to match: counted.
+    pub(super) fn found(role: ReplicaType, pod: &str, reason: &str, message: String) -> Failure {
+        Failure {
+            role,
+            pod: pod.to_string(),
+            reason: reason.to_string(),
+            message,
+            facts: FailureFacts::default(),
+        }
     }
 }
 
@@ -177,11 +189,12 @@ impl<'a> Planner<'a> {
             facts,
             ..
         } = failure;
-        let mut reason = if reason == "PodDeleted" || reason == "Evicted" {
-            reason
-        } else {
-            format!("{role}Failed")
-        };
+        let mut reason =
+            if reason == "PodDeleted" || reason == "Evicted" || reason == EVENT_NODE_LOST {
+                reason
+            } else {
+                format!("{role}Failed")
+            };
         let (verdict, rule) = self.verdict(&facts, limit);
         let message = match &rule {
             Some(r) => format!("{message}; {r}"),

@@ -16,7 +16,8 @@
 //! [`plan`] reads like that diagram: one function per situation, each
 //! ending in the one way a [`Plan`] is built ([`Planner::done`]):
 //! finished, refused, suspended, deadline exceeded and succeeded in
-//! `lifecycle.rs`, a failed run in `failure.rs`, moving forward in
+//! `lifecycle.rs`, a failed run in `failure.rs`, a run that lost pods with
+//! their node in `node_loss.rs` ([`plan_on_nodes`]), moving forward in
 //! `forward.rs`; the conditions and counts they write in `status.rs`, the
 //! Events they lead to in `transitions.rs`.
 
@@ -102,7 +103,7 @@ pub fn plan(
     cfg: &BuildConfig,
     launched: Option<i32>,
 ) -> Plan {
-    plan_with_gone(job, pods, &[], now, cfg, launched)
+    plan_full(job, pods, &[], now, cfg, launched, &PodsOnDownNodes::new())
 }
 
 /// [`plan`], also given what the cache kept of pods gone from it (a
@@ -115,6 +116,50 @@ pub fn plan_with_gone(
     now: Timestamp,
     cfg: &BuildConfig,
     launched: Option<i32>,
+) -> Plan {
+    plan_full(job, pods, gone, now, cfg, launched, &PodsOnDownNodes::new())
+}
+
+/// [`plan`], knowing which of the job's pods are on a down node
+/// (`node_loss.rs`): those of the current run are lost, and every deletion
+/// of one is made with grace 0.
+pub fn plan_on_nodes(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    now: Timestamp,
+    cfg: &BuildConfig,
+    launched: Option<i32>,
+    down: &PodsOnDownNodes,
+) -> Plan {
+    plan_full(job, pods, &[], now, cfg, launched, down)
+}
+
+/// [`plan`] given both what the cache kept of gone pods
+/// ([`plan_with_gone`]) and the pods on down nodes ([`plan_on_nodes`]).
+pub fn plan_full(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    gone: &[ObservedPod],
+    now: Timestamp,
+    cfg: &BuildConfig,
+    launched: Option<i32>,
+    down: &PodsOnDownNodes,
+) -> Plan {
+    let mut plan = plan_inner(job, pods, gone, now, cfg, launched, down);
+    if !down.is_empty() {
+        node_loss::force_on_down_nodes(&mut plan.steps, down);
+    }
+    plan
+}
+
+fn plan_inner(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    gone: &[ObservedPod],
+    now: Timestamp,
+    cfg: &BuildConfig,
+    launched: Option<i32>,
+    down: &PodsOnDownNodes,
 ) -> Plan {
     let mut p = Planner::new(job, pods, now);
     p.gone = gone;
@@ -131,16 +176,25 @@ pub fn plan_with_gone(
     p.resume();
     let current = p.retire_earlier_runs();
     p.force_stuck_deletions();
+    p.force_down_terminating(down);
     if p.deadline_passed() {
         return p.deadline_exceeded(&current);
     }
     let launcher_succeeded =
         find(&current, &p.launcher).is_some_and(|l| l.state == PodState::Succeeded);
-    match p.failure(&current) {
+    let lost = p.lost(&current, down);
+    if !lost.is_empty() && !launcher_succeeded {
+        // The node is the cause: a pod that failed because its peer went
+        // with the node says less.
+        return p.node_lost(&current, &lost);
+    }
+    let mut plan = match p.failure(&current) {
         Some(failure) if !launcher_succeeded => p.failed_run(&current, failure),
         _ if launcher_succeeded => p.succeeded(&current),
         _ => p.forward(&current, cfg),
-    }
+    };
+    node_loss::settle(&mut plan.status, now, job.metadata.generation);
+    plan
 }
 
 /// Fails the job for a reason found outside the state machine (an object
@@ -303,10 +357,12 @@ impl<'a> Planner<'a> {
 mod failure;
 mod forward;
 mod lifecycle;
+mod node_loss;
 mod starting;
 mod status;
 mod transitions;
 
+pub use node_loss::{newly_node_lost, DownNode, PodsOnDownNodes};
 pub use starting::{newly_not_starting, PODS_NOT_STARTING};
 use status::{clean_pods, counts_after, StatusBuilder};
 pub use transitions::{transitions, Transition};

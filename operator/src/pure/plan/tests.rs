@@ -904,4 +904,5 @@ fn transitions_report_each_new_true_condition_once() {
 
 mod eviction;
 mod never_start;
+mod node_loss;
 mod partitioner_ended;

@@ -19,14 +19,9 @@ use rayon::prelude::*;
 
 use super::graph::{self, Compacting, LocalGraph, Owners};
 use super::stage;
+use crate::assign::coarsen::{best_linked, fits, group_alone, prefers, BATCHES, ROUNDS};
 use crate::exchange::{Buckets, Exchange};
-use crate::rmat::mix;
 use crate::Result;
-
-/// Label-propagation rounds per level (as the single-process coarsening).
-const ROUNDS: usize = 2;
-/// Batches per round: later vertices see earlier ones' moves.
-const BATCHES: usize = 8;
 
 /// One level coarser: the coarse graph and each owned vertex's coarse
 /// vertex (global id).
@@ -83,14 +78,6 @@ fn cluster<E: Exchange>(ex: &E, g: &LocalGraph, max_w: &[i64], seed: u64) -> Res
     merge_singletons(g, &mut c, max_w);
     c.label.truncate(n);
     Ok(c.label)
-}
-
-fn fits(cluster: &[i64], add: &[i64], max_w: &[i64]) -> bool {
-    cluster
-        .iter()
-        .zip(add)
-        .zip(max_w)
-        .all(|((c, a), m)| *a == 0 || c + a <= *m)
 }
 
 /// Whether owned `v` may ask to join cluster `l` as far as this rank knows.
@@ -191,18 +178,7 @@ fn with_links<R>(g: &LocalGraph, label: &[u64], v: usize, f: impl FnOnce(&Links)
 /// The heaviest linked cluster `allowed` accepts (ties: the lower label)
 /// and the connection to `own`.
 fn rate(links: &Links, own: u64, allowed: impl Fn(u64) -> bool) -> (Option<(u64, u64)>, u64) {
-    let mut best: Option<(u64, u64)> = None;
-    let mut own_r = 0;
-    for (l, r) in links.iter() {
-        if l == own {
-            own_r = r;
-        }
-        let better = best.is_none_or(|(bl, br)| r > br || (r == br && l < bl));
-        if better && allowed(l) {
-            best = Some((l, r));
-        }
-    }
-    (best, own_r)
+    best_linked(links.iter(), own, allowed)
 }
 
 /// For owned vertices in `range`: the cluster each would rather join.
@@ -221,10 +197,7 @@ fn best_clusters(
                 rate(l, own, |x| x != own && room(g, c, v, x, max_w))
             });
             let (to, r) = best?;
-            // Ties go to a seeded coin so that equally linked neighbours
-            // still merge, one way only.
-            let tie = r == own_r && r > 0 && mix(seed ^ own) < mix(seed ^ to);
-            (r > own_r || tie).then_some((v, to))
+            prefers(r, own_r, seed, own, to).then_some((v, to))
         })
         .collect()
 }
@@ -320,21 +293,15 @@ fn merge_singletons(g: &LocalGraph, c: &mut Clusters, max_w: &[i64]) {
         })
         .collect();
     alone.par_sort_unstable();
-    let mut group_w = vec![0i64; g.ncon];
-    let mut leader: Option<(u64, u64)> = None;
-    for &(fav, v) in &alone {
-        let w = g.w(v);
-        match leader {
-            Some((f, l)) if f == fav && fits(&group_w, w, max_w) => {
-                c.label[v] = l;
-                group_w.iter_mut().zip(w).for_each(|(s, x)| *s += x);
-            }
-            _ => {
-                leader = Some((fav, own_id[v]));
-                group_w.copy_from_slice(w);
-            }
-        }
-    }
+    let label = &mut c.label;
+    group_alone(
+        &alone,
+        g.ncon,
+        max_w,
+        |v| g.w(v),
+        |v| own_id[v],
+        |v, l| label[v] = l,
+    );
 }
 
 /// Numbers the clusters by prefix sums over the ranks: each owned vertex's

@@ -220,18 +220,15 @@ pub fn build<E: Exchange>(
     let rounds = ex.all_max(total.div_ceil(round_edges))?;
     let t0 = std::time::Instant::now();
     let (mut deg, mut indeg) = (vec![0u64; n_own], vec![0i64; n_own]);
+    let out = Outgoing {
+        share,
+        owners: &owners,
+        n: round_edges,
+    };
     let mut cursor = EdgeCursor::default();
     let mut bufs = RoundBuffers::default();
     for _ in 0..rounds {
-        let got = send_round(
-            ex,
-            share,
-            &owners,
-            &mut cursor,
-            round_edges,
-            false,
-            &mut bufs,
-        )?;
+        let got = send_round(ex, &out, &mut cursor, false, &mut bufs)?;
         for &r in got.data() {
             let local = owned_index(r & LOCAL, n_own, rank)?;
             indeg[local] += i64::from(r & IN_EDGE != 0);
@@ -249,15 +246,7 @@ pub fn build<E: Exchange>(
     let mut nbrs = vec![0u64; xadj[n_own] as usize];
     let mut cursor = EdgeCursor::default();
     for _ in 0..rounds {
-        let got = send_round(
-            ex,
-            share,
-            &owners,
-            &mut cursor,
-            round_edges,
-            true,
-            &mut bufs,
-        )?;
+        let got = send_round(ex, &out, &mut cursor, true, &mut bufs)?;
         for r in got.data().chunks_exact(2) {
             let local = owned_index(r[0], n_own, rank)?;
             let at = fill[local];
@@ -294,18 +283,24 @@ fn owned_index(local: u64, n_own: usize, rank: u32) -> Result<usize> {
     }
 }
 
+/// The share's edges as the rounds send them: `n` a round, to the owners
+/// of their ends.
+struct Outgoing<'a> {
+    share: &'a Share,
+    owners: &'a Owners,
+    n: u64,
+}
+
 /// One round of the share's edges to the owners of their ends: one word
 /// per end (first pass), or `[local, neighbour]` per non-loop end.
 fn send_round<E: Exchange>(
     ex: &E,
-    share: &Share,
-    owners: &Owners,
+    out: &Outgoing<'_>,
     cursor: &mut EdgeCursor,
-    n: u64,
     pairs: bool,
     bufs: &mut RoundBuffers<u64>,
 ) -> Result<Buckets<u64>> {
-    let g = &share.graph;
+    let (g, owners, n) = (&out.share.graph, out.owners, out.n);
     let offs = g.node_offsets();
     let (rows, dest) = (&mut bufs.rows, &mut bufs.dest);
     cursor.take(g, n, |e, s, d| {

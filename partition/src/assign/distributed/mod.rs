@@ -32,9 +32,9 @@ mod refine;
 use std::time::Instant;
 
 use self::graph::{all_sum_vec, LocalGraph, Owners};
-use super::metis::{COARSE_NODES, COARSE_PER_PART, UBFACTOR};
-use super::random::random_parts;
-use super::{read_files, Assignment, Quality};
+use super::metis::{cluster_limits, coarse_target, stalled, UBFACTOR};
+use super::weights::column_sums;
+use super::{Assignment, Plan, Quality};
 use crate::exchange::Exchange;
 use crate::input::Share;
 use crate::settings::Choice;
@@ -138,22 +138,13 @@ pub fn assign<E: Exchange>(ex: &E, share: &Share, opts: &Options<'_>) -> Result<
     log_memory(ex.rank(), "local graph");
     let own_globals = g.owners.globals(g.rank);
     let mut levels = vec![g.n_global()];
-    let (own_parts, whole, algo_name) = match opts.method {
-        Choice::Metis => {
-            let target = match opts.coarse_nodes {
-                0 => COARSE_NODES.max(COARSE_PER_PART * k as usize),
-                n => n,
-            };
+    let (own_parts, whole, algo_name) = match opts.method.plan(&share.graph, k, opts.seed)? {
+        Plan::Multilevel => {
+            let target = coarse_target(opts.coarse_nodes, k);
             let own = multilevel(ex, &g, k, opts.seed, target, round, &mut levels)?;
-            (own, None, "metis".to_string())
+            (own, None, Choice::Metis.as_str().to_string())
         }
-        Choice::Random => {
-            let all = random_parts(g.n_global(), k, opts.seed);
-            let own = own_globals.iter().map(|&v| all[v as usize]).collect();
-            (own, Some(all), "random".to_string())
-        }
-        Choice::File(dir) => {
-            let a = read_files(dir, &share.graph, Some(k))?;
+        Plan::Whole(a) => {
             let own = own_globals.iter().map(|&v| a.parts[v as usize]).collect();
             (own, Some(a.parts), a.algo_name)
         }
@@ -192,16 +183,8 @@ fn multilevel<E: Exchange>(
     if k == 1 {
         return Ok(vec![0; g0.n_own]);
     }
-    let mut local = vec![0i64; g0.ncon];
-    for v in 0..g0.n_own {
-        local.iter_mut().zip(g0.w(v)).for_each(|(s, w)| *s += w);
-    }
-    let totals = all_sum_vec(ex, &local)?;
-    // A cluster weighs at most 3% of a part in every constraint.
-    let max_w: Vec<i64> = totals
-        .iter()
-        .map(|&t| ((t as f64 * (UBFACTOR - 1.0) / f64::from(k)) as i64).max(1))
-        .collect();
+    let totals = all_sum_vec(ex, &column_sums(&g0.vwgt, g0.ncon))?;
+    let max_w = cluster_limits(&totals, k);
     let mut levels: Vec<(LocalGraph, Vec<u64>)> = Vec::new();
     let t = Instant::now();
     loop {
@@ -214,7 +197,7 @@ fn multilevel<E: Exchange>(
         }
         let seed = seed ^ levels.len() as u64;
         let (next, cmap) = coarsen::coarsen(ex, cur, &max_w, seed, round)?;
-        let stalled = next.n_global() as f64 > 0.9 * cur.n_global() as f64;
+        let stalled = stalled(next.n_global(), cur.n_global());
         sizes.push(next.n_global());
         levels.push((next, cmap));
         log_memory(ex.rank(), "coarsened");
@@ -286,23 +269,7 @@ fn quality<E: Exchange>(ex: &E, g: &LocalGraph, own: &[u32], k: usize) -> Result
     let part_weights: Vec<Vec<i64>> = (0..ncon)
         .map(|c| (0..k).map(|p| pw[p * ncon + c]).collect())
         .collect();
-    let balance = part_weights
-        .iter()
-        .map(|w| {
-            let total: i64 = w.iter().sum();
-            let max = w.iter().copied().max().unwrap_or(0);
-            if total == 0 {
-                1.0
-            } else {
-                max as f64 * w.len() as f64 / total as f64
-            }
-        })
-        .collect();
-    Ok(Quality {
-        edge_cut: cut2 / 2,
-        part_weights,
-        balance,
-    })
+    Ok(Quality::new(cut2 / 2, part_weights))
 }
 
 /// Every rank's owned parts, in global order, on every rank.

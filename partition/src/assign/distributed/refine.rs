@@ -11,10 +11,8 @@
 //! neighbours moves only to a higher part in even rounds, to a lower one in
 //! odd rounds (ParMETIS's rule).
 
-use rayon::prelude::*;
-
 use super::graph::{all_sum_vec, LocalGraph};
-use crate::assign::refine::Balance;
+use crate::assign::refine::{self, rebalance_round, refine_round, Balance, RefineGraph};
 use crate::exchange::Exchange;
 use crate::Result;
 
@@ -68,14 +66,7 @@ pub fn part_weights<E: Exchange>(
     parts: &[u32],
     k: usize,
 ) -> Result<Vec<i64>> {
-    let ncon = g.ncon;
-    let mut pw = vec![0i64; k * ncon];
-    for (v, &p) in parts[..g.n_own].iter().enumerate() {
-        for (c, &w) in g.w(v).iter().enumerate() {
-            pw[p as usize * ncon + c] += w;
-        }
-    }
-    all_sum_vec(ex, &pw)
+    all_sum_vec(ex, &refine::part_weights(g, &parts[..g.n_own], k))
 }
 
 /// Rebalances, then refines; `parts` holds the owned vertices' parts and
@@ -121,104 +112,26 @@ fn sync_ghosts<E: Exchange>(ex: &E, g: &LocalGraph, parts: &mut Vec<u32>) -> Res
     Ok(())
 }
 
-fn connect(g: &LocalGraph, v: usize, parts: &[u32], conn: &mut [i64]) -> bool {
-    conn.fill(0);
-    let mut ghost = false;
-    for (u, w) in g.edges(v) {
-        conn[parts[u] as usize] += w as i64;
-        ghost |= u >= g.n_own;
+impl RefineGraph for LocalGraph {
+    fn movable(&self) -> usize {
+        self.n_own
     }
-    ghost
-}
 
-/// The part other than `p` with the most connection that `ok` accepts
-/// (ties: the lower part id).
-fn best_other(conn: &[i64], p: usize, ok: impl Fn(usize) -> bool) -> Option<(usize, i64)> {
-    let mut best: Option<(usize, i64)> = None;
-    for (q, &c) in conn.iter().enumerate() {
-        if q != p && best.is_none_or(|b| c > b.1) && ok(q) {
-            best = Some((q, c));
-        }
+    fn ncon(&self) -> usize {
+        self.ncon
     }
-    best
-}
 
-/// One round of positive-gain moves of owned vertices; returns how many.
-fn refine_round(g: &LocalGraph, parts: &mut [u32], bal: &mut Balance, up: bool) -> usize {
-    let k = bal.k;
-    let snapshot: &[u32] = parts;
-    let shared: &Balance = bal;
-    let mut cands: Vec<(i64, u64, u32)> = (0..g.n_own)
-        .into_par_iter()
-        .map_init(
-            || vec![0i64; k],
-            |conn, v| {
-                let p = snapshot[v] as usize;
-                let ghost = connect(g, v, snapshot, conn);
-                let dir_ok = |q: usize| !ghost || (q > p) == up;
-                let (q, cq) = best_other(conn, p, |q| dir_ok(q) && shared.has_room(q, g.w(v)))?;
-                let gain = cq - conn[p];
-                (gain > 0).then_some((-gain, v as u64, q as u32))
-            },
-        )
-        .flatten_iter()
-        .collect();
-    cands.par_sort_unstable();
-    let mut conn = vec![0i64; k];
-    let mut moved = 0;
-    for &(_, v, q) in &cands {
-        let (v, q) = (v as usize, q as usize);
-        let p = parts[v] as usize;
-        let w = g.w(v);
-        if !bal.has_room(q, w) {
-            continue;
-        }
-        connect(g, v, parts, &mut conn);
-        if conn[q] - conn[p] <= 0 {
-            continue;
-        }
-        bal.shift(p, q, w);
-        parts[v] = q as u32;
-        moved += 1;
+    fn w(&self, v: usize) -> &[i64] {
+        LocalGraph::w(self, v)
     }
-    moved
-}
 
-/// Moves owned vertices out of overweight parts, cheapest first, each move
-/// lowering this rank's share of the excess.
-fn rebalance_round(g: &LocalGraph, parts: &mut [u32], bal: &mut Balance) -> usize {
-    let k = bal.k;
-    let snapshot: &[u32] = parts;
-    let shared: &Balance = bal;
-    let mut cands: Vec<(i64, u64, u32)> = (0..g.n_own)
-        .into_par_iter()
-        .map_init(
-            || vec![0i64; k],
-            |conn, v| {
-                let p = snapshot[v] as usize;
-                let w = g.w(v);
-                if !shared.over_in(p, w) {
-                    return None;
-                }
-                connect(g, v, snapshot, conn);
-                let (q, cq) = best_other(conn, p, |q| shared.has_room(q, w))
-                    .or_else(|| best_other(conn, p, |q| shared.excess_delta(p, q, w) < 0.0))?;
-                Some((conn[p] - cq, v as u64, q as u32))
-            },
-        )
-        .flatten_iter()
-        .collect();
-    cands.par_sort_unstable();
-    let mut moved = 0;
-    for &(_, v, q) in &cands {
-        let (v, q) = (v as usize, q as usize);
-        let p = parts[v] as usize;
-        let w = g.w(v);
-        if bal.over_in(p, w) && (bal.has_room(q, w) || bal.excess_delta(p, q, w) < 0.0) {
-            bal.shift(p, q, w);
-            parts[v] = q as u32;
-            moved += 1;
+    fn connect(&self, v: usize, parts: &[u32], conn: &mut [i64]) -> bool {
+        conn.fill(0);
+        let mut ghost = false;
+        for (u, w) in self.edges(v) {
+            conn[parts[u] as usize] += w as i64;
+            ghost |= u >= self.n_own;
         }
+        ghost
     }
-    moved
 }

@@ -4,7 +4,10 @@
 //! firewall, the NetworkPolicy controller: no routing, no service proxy
 //! (kube-proxy stays the node's). Its iptables rules and ipsets are removed
 //! when it stops (and before it starts, in case an earlier run was killed),
-//! so the node is as it was for the scenarios after it.
+//! so the node is as it was for the scenarios after it. On a cluster of
+//! several nodes one runs per node: node 0's in the host's network
+//! namespace, each other node's inside that node's (`nsenter --net`), where
+//! its pods' bridge and iptables are.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -22,22 +25,41 @@ const READY_TIMEOUT: Duration = Duration::from_secs(90);
 pub(crate) struct PolicyEngine {
     child: Option<Child>,
     log: PathBuf,
+    /// The node's network namespace (`None`: the host's).
+    netns: Option<PathBuf>,
+}
+
+/// `prog` run in network namespace `netns` (the host's when `None`).
+fn in_netns(netns: Option<&Path>, prog: &Path) -> Command {
+    match netns {
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net={}", ns.display())).arg("--").arg(prog);
+            c
+        }
+        None => Command::new(prog),
+    }
 }
 
 impl PolicyEngine {
     /// Starts kube-router's NetworkPolicy controller for node `node` of the
     /// cluster at `kubeconfig`; returns once its chains are in place.
-    pub(crate) fn start(kubeconfig: &Path, node: &str, log_dir: &Path) -> Result<PolicyEngine> {
+    pub(crate) fn start(
+        kubeconfig: &Path,
+        node: &str,
+        netns: Option<&Path>,
+        log_dir: &Path,
+    ) -> Result<PolicyEngine> {
         // kube-router shells out to ipset for the policies' pod sets.
         localkube::host::ensure_packages(&["ipset"], log_dir)?;
-        remove_rules().context("removing an earlier kube-router's rules")?;
+        remove_rules(netns).context("removing an earlier kube-router's rules")?;
         let bin = localkube::ensure_tool(localkube::GoTool::KubeRouter)
             .context("building kube-router from the Go module proxy")?;
         std::fs::create_dir_all(log_dir)?;
-        let log = log_dir.join("kube-router.log");
+        let log = log_dir.join(format!("kube-router-{node}.log"));
         let out =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(&bin)
+        let child = in_netns(netns, &bin)
             .arg(format!("--kubeconfig={}", kubeconfig.display()))
             .arg(format!("--hostname-override={node}"))
             .arg(format!(
@@ -59,7 +81,7 @@ impl PolicyEngine {
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         println!(
-            "    kube-router {} (firewall only) pid {}, log {}",
+            "    kube-router {} (firewall only) on {node}, pid {}, log {}",
             localkube::GoTool::KubeRouter.version(),
             child.id(),
             log.display()
@@ -67,6 +89,7 @@ impl PolicyEngine {
         let mut engine = PolicyEngine {
             child: Some(child),
             log,
+            netns: netns.map(Path::to_path_buf),
         };
         engine.wait_ready()?;
         Ok(engine)
@@ -86,7 +109,10 @@ impl PolicyEngine {
                     self.log_tail()
                 );
             }
-            if localkube::host::iptables_chains("iptables", "filter")?.contains(FORWARD_CHAIN) {
+            if chains(self.netns.as_deref())?
+                .iter()
+                .any(|c| c == FORWARD_CHAIN)
+            {
                 println!(
                     "    kube-router synced in {:.1}s",
                     start.elapsed().as_secs_f64()
@@ -108,7 +134,9 @@ impl PolicyEngine {
     /// kube-router v2.1.0 writes them, `pkg/controllers/netpol/pod.go`).
     /// Chain names alone say nothing: `KUBE-NWPLCY-DEFAULT` always exists.
     pub(crate) fn guards(&self, ns: &str, pod: &str, policy: &str) -> Result<bool> {
-        let rules = output(Command::new("iptables-save").args(["-t", "filter"]))?;
+        let rules = output(
+            in_netns(self.netns.as_deref(), Path::new("iptables-save")).args(["-t", "filter"]),
+        )?;
         Ok(rules.contains(&format!(
             "REJECT traffic destined for POD name:{pod} namespace: {ns}\""
         )) && rules.contains(&format!("run through nw policy {policy}\"")))
@@ -132,7 +160,7 @@ impl PolicyEngine {
         };
         child.kill().ok();
         child.wait().ok();
-        remove_rules()
+        remove_rules(self.netns.as_deref())
     }
 }
 
@@ -141,43 +169,57 @@ impl PolicyEngine {
 /// `--cleanup-config` cannot: in v2.1.0 it cleans with an empty controller
 /// (no iptables handlers, so it removes nothing and says it succeeded), then
 /// panics in the service proxy's cleanup (seen on the node).
-fn remove_rules() -> Result<()> {
+fn remove_rules(netns: Option<&Path>) -> Result<()> {
     for hook in ["INPUT", "FORWARD", "OUTPUT"] {
         let target = format!("-j KUBE-ROUTER-{hook}");
         // `iptables -S <hook>`: line 0 is the policy, line n is rule n.
-        while let Some(n) = iptables(&["-S", hook])?
+        while let Some(n) = iptables(netns, &["-S", hook])?
             .lines()
             .position(|l| l.ends_with(&target))
         {
-            iptables(&["-D", hook, &n.to_string()])?;
+            iptables(netns, &["-D", hook, &n.to_string()])?;
         }
     }
-    let chains: Vec<String> = localkube::host::iptables_chains("iptables", "filter")?
+    let chains: Vec<String> = chains(netns)?
         .into_iter()
         .filter(|c| OWN_CHAINS.iter().any(|p| c.starts_with(p)))
         .collect();
     for c in &chains {
-        iptables(&["-F", c])?;
+        iptables(netns, &["-F", c])?;
     }
     for c in &chains {
-        iptables(&["-X", c])?;
+        iptables(netns, &["-X", c])?;
     }
-    let sets = output(Command::new("ipset").args(["list", "-n"]))?;
+    let ipset = Path::new("ipset");
+    let sets = output(in_netns(netns, ipset).args(["list", "-n"]))?;
     for set in sets
         .lines()
         .filter(|s| OWN_SETS.iter().any(|p| s.starts_with(p)))
     {
-        output(Command::new("ipset").args(["destroy", set]))?;
+        output(in_netns(netns, ipset).args(["destroy", set]))?;
     }
     Ok(())
+}
+
+/// The filter table's chains in `netns` (`-N <chain>` lines of `iptables -S`).
+fn chains(netns: Option<&Path>) -> Result<Vec<String>> {
+    Ok(iptables(netns, &["-S"])?
+        .lines()
+        .filter_map(|l| l.strip_prefix("-N "))
+        .map(|c| c.trim().to_owned())
+        .collect())
 }
 
 /// Chain and ipset name prefixes of kube-router's NetworkPolicy controller.
 const OWN_CHAINS: [&str; 3] = ["KUBE-ROUTER-", "KUBE-POD-FW-", "KUBE-NWPLCY-"];
 const OWN_SETS: [&str; 2] = ["KUBE-SRC-", "KUBE-DST-"];
 
-fn iptables(args: &[&str]) -> Result<String> {
-    output(Command::new("iptables").args(["-t", "filter"]).args(args))
+fn iptables(netns: Option<&Path>, args: &[&str]) -> Result<String> {
+    output(
+        in_netns(netns, Path::new("iptables"))
+            .args(["-w", "5", "-t", "filter"])
+            .args(args),
+    )
 }
 
 /// Runs `cmd`; its stdout, or an error naming it and its stderr.

@@ -1,0 +1,269 @@
+//! `bucket`: the graph only in a bucket (issue #35 item 2). A real S3
+//! server (SeaweedFS, `localkube::s3`) on the node IP every node's pods
+//! reach; the DistParMETIS example's chunked graph copied out of the image
+//! into it; the reader's keys in a Secret the Worker template takes with
+//! `envFrom` (as the user guide's "Graphs in object storage" says). Then the
+//! DistParMETIS example and the same job in partition mode ParMETIS, each
+//! with `--partition-input s3://...`, must Succeed with falling losses, the
+//! partitioner's or every rank's report naming the bytes it fetched from
+//! object storage, and (DistParMETIS) the workers on different nodes.
+//! Last, the storage fault (item 3): the server killed before a third
+//! DistParMETIS job is applied and started again only once the job is
+//! Partitioning, so the ranks' first reads meet a dead server and their
+//! retries (object_store's, bounded: 6 within 60 s) a live one; it must
+//! Succeed.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{ensure, Context, Result};
+use dgl_api::{DGLJob, PartitionMode, ReplicaType};
+use k8s_openapi::api::core::v1::{EnvFromSource, Secret, SecretEnvSource};
+use kube::api::{Api, LogParams, PostParams};
+use kube::Client;
+use localkube::s3::S3Server;
+
+use super::scenarios::in_namespace;
+use crate::images::{copy_out_of_image, Which};
+use crate::stack::jobs::{
+    apply_job, check_losses_fall, condition_message, delete_and_check_children, example_job_at,
+    follow, launcher_log, losses_by_worker, phase,
+};
+use crate::stack::placement::{node_count, Placement};
+use crate::stack::{Stack, EXAMPLE_DISTPARMETIS, JOB_TIMEOUT};
+
+const BUCKET: &str = "graphs";
+const PREFIX: &str = "graphsage";
+/// Where the example's image holds the chunked graph.
+const IN_IMAGE: &str = "/opt/graphsage/chunked";
+const SECRET: &str = "graph-bucket";
+
+pub(super) async fn bucket(stack: &Stack) -> Result<String> {
+    let client = &stack.client;
+    let dir = std::env::temp_dir().join(format!("dgl-e2e-bucket-{}", std::process::id()));
+    let (server, bytes) = tokio::task::spawn_blocking({
+        let dir = dir.clone();
+        move || start_and_fill(&dir)
+    })
+    .await??;
+    let env = server.env(&server.reader);
+    let endpoint = server.endpoint().to_owned();
+    let server = Arc::new(Mutex::new(server));
+    let shared = server.clone();
+    let r = in_namespace(client, "e2e-bucket", "bucket-dist", |ns| async move {
+        secret(client, &ns, &env).await?;
+        let dist = run(
+            client,
+            &ns,
+            "bucket-dist",
+            PartitionMode::DistParMetis,
+            None,
+        )
+        .await?;
+        let single = run(client, &ns, "bucket-pm", PartitionMode::ParMetis, None).await?;
+        let restarted = run(
+            client,
+            &ns,
+            "bucket-restart",
+            PartitionMode::DistParMetis,
+            Some(shared),
+        )
+        .await?;
+        Ok(format!(
+            "{bytes} bytes in s3://{BUCKET}/{PREFIX}/ at {endpoint}; DistParMETIS: {dist}; \
+             ParMETIS: {single}; server restarted under DistParMETIS: {restarted}"
+        ))
+    })
+    .await;
+    // The server's runtime may not be dropped on this one's threads.
+    let tail = tokio::task::spawn_blocking(move || {
+        let tail = lock(&server).log_tail(20);
+        drop(server);
+        tail
+    })
+    .await?;
+    std::fs::remove_dir_all(&dir).ok();
+    r.with_context(|| format!("the S3 server's log ends:\n{tail}"))
+}
+
+/// Starts the server on the node IP and puts the example's chunked graph
+/// (copied out of the training image) under `s3://graphs/graphsage/`.
+fn start_and_fill(dir: &PathBuf) -> Result<(S3Server, u64)> {
+    std::fs::remove_dir_all(dir).ok();
+    // Built from the Go module proxy and cached when missing.
+    localkube::ensure_tool(localkube::GoTool::SeaweedFs)?;
+    copy_out_of_image(Which::Graphsage, IN_IMAGE, dir)?;
+    ensure!(
+        dir.join("metadata.json").is_file(),
+        "no metadata.json in {IN_IMAGE} of the training image (copied to {})",
+        dir.display()
+    );
+    let server = S3Server::start_on(localkube::NODE_IP, &[BUCKET])?;
+    let bytes = server.upload_dir(BUCKET, PREFIX, dir)?;
+    println!(
+        "    S3 server (SeaweedFS) at {} started in {:.1}s; {bytes} bytes of the chunked graph put",
+        server.endpoint(),
+        server.start_time.as_secs_f64()
+    );
+    Ok((server, bytes))
+}
+
+/// The reader's keys and the endpoint, as the Secret the user makes.
+async fn secret(client: &Client, ns: &str, env: &[(String, String)]) -> Result<()> {
+    let data: std::collections::BTreeMap<String, String> = env.iter().cloned().collect();
+    let s = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(SECRET.into()),
+            ..Default::default()
+        },
+        string_data: Some(data),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &s)
+        .await
+        .with_context(|| format!("creating Secret {ns}/{SECRET}"))?;
+    Ok(())
+}
+
+/// The DistParMETIS example in `mode`, reading `s3://graphs/graphsage/`,
+/// with the Secret on the Worker template.
+fn job(name: &str, mode: PartitionMode) -> Result<DGLJob> {
+    let mut job = example_job_at(EXAMPLE_DISTPARMETIS, name)?;
+    job.spec.partition_mode = mode;
+    let url = format!("s3://{BUCKET}/{PREFIX}/metadata.json");
+    let launcher = crate::stack::placement::main_container_mut(&mut job, ReplicaType::Launcher)?;
+    let args = launcher.args.get_or_insert_with(Vec::new);
+    let i = args
+        .iter()
+        .position(|a| a.starts_with(IN_IMAGE))
+        .context("the example's launcher names no input in the image")?;
+    args[i] = url;
+    let worker = crate::stack::placement::main_container_mut(&mut job, ReplicaType::Worker)?;
+    worker
+        .env_from
+        .get_or_insert_with(Vec::new)
+        .push(EnvFromSource {
+            secret_ref: Some(SecretEnvSource {
+                name: SECRET.into(),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        });
+    Ok(job)
+}
+
+type Shared = Arc<Mutex<S3Server>>;
+
+fn lock(s: &Shared) -> std::sync::MutexGuard<'_, S3Server> {
+    s.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Runs the job to Succeeded; checks the fetch reports and the losses.
+/// With `restart`, that server is killed before the job is applied and
+/// started again 5 s after the job reports Partitioning.
+async fn run(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    mode: PartitionMode,
+    restart: Option<Shared>,
+) -> Result<String> {
+    let job = job(name, mode)?;
+    let mut outage = String::new();
+    if let Some(s) = &restart {
+        let s = s.clone();
+        tokio::task::spawn_blocking(move || lock(&s).kill()).await?;
+    }
+    apply_job(client, ns, &job).await?;
+    if let Some(s) = restart {
+        outage = revive_once_partitioning(client, ns, name, s).await?;
+    }
+    let mut placement = Placement::default();
+    let nodes = node_count(client).await?;
+    let done = follow(
+        client,
+        ns,
+        name,
+        JOB_TIMEOUT,
+        |p| p.is_some_and(dgl_api::JobPhase::is_terminal),
+        |_, pods, _| placement.observe(pods),
+    )
+    .await?;
+    ensure!(
+        phase(&done) == Some(dgl_api::JobPhase::Succeeded),
+        "DGLJob {ns}/{name} ({mode:?}, graph in a bucket) ended {:?}: {:?}",
+        phase(&done),
+        condition_message(&done, dgl_api::JobPhase::Failed)
+    );
+    let log = launcher_log(client, ns, name).await?;
+    // DistParMETIS: each rank's report is in the launcher's log; ParMETIS:
+    // the partitioner pod's.
+    let reports = match mode {
+        PartitionMode::DistParMetis => log.clone(),
+        _ => Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+            .logs(&format!("{name}-partitioner"), &LogParams::default())
+            .await
+            .with_context(|| format!("the log of {name}-partitioner"))?,
+    };
+    let fetched: Vec<&str> = reports
+        .lines()
+        .filter(|l| l.contains("input fetched from object storage"))
+        .collect();
+    let want = if mode == PartitionMode::DistParMetis {
+        2
+    } else {
+        1
+    };
+    ensure!(
+        fetched.len() >= want,
+        "{want} report(s) of bytes fetched from object storage expected, found {fetched:?}"
+    );
+    check_losses_fall(&losses_by_worker(&log), 2)?;
+    let placed = placement.check_workers_spread(name, 2, nodes)?;
+    delete_and_check_children(client, ns, name).await?;
+    Ok(format!(
+        "Succeeded{outage} ({placed}); {}",
+        fetched
+            .iter()
+            .map(|l| l.trim())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    ))
+}
+
+/// Waits for the job's Partitioning condition, then 5 s, then starts the
+/// killed server again; says how long it was down for the ranks.
+async fn revive_once_partitioning(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    server: Shared,
+) -> Result<String> {
+    let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
+    let t = std::time::Instant::now();
+    loop {
+        let j = jobs.get(name).await?;
+        let partitioning = j
+            .status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .any(|c| c.type_ == "Partitioning");
+        if partitioning {
+            break;
+        }
+        ensure!(
+            t.elapsed() < JOB_TIMEOUT,
+            "DGLJob {ns}/{name} never reported Partitioning"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let seen = t.elapsed();
+    tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    let took = tokio::task::spawn_blocking(move || lock(&server).revive()).await??;
+    Ok(format!(
+        " (server dead from before apply to 5 s after Partitioning, {:.0}s after apply; up again in {:.1}s)",
+        seen.as_secs_f64(),
+        took.as_secs_f64()
+    ))
+}

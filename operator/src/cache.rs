@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use dgl_api::failure_policy::FailureFacts;
 use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_JOB_NAME, LABEL_RUN};
 use dgl_api::DGLJob;
 use futures::stream::BoxStream;
@@ -276,6 +277,10 @@ pub struct CachedPod {
     pub owner_uid: Option<String>,
     /// The node it is bound to (`spec.nodeName`), for the node watch.
     pub node: Option<String>,
+    /// Its facts when it has DisruptionTarget True, whatever its state (a
+    /// Running pod's `observed` has none): what is kept of it when it
+    /// vanishes in a relist, which brings no Delete event.
+    pub disruption: Option<FailureFacts>,
 }
 
 impl CachedPod {
@@ -297,6 +302,7 @@ impl CachedPod {
             status: p.status,
         };
         let observed = ObservedPod::from_pod(&pod)?;
+        let disruption = Some(FailureFacts::of(&pod)).filter(FailureFacts::disrupted);
         Some((
             JobKey {
                 namespace: ns,
@@ -306,8 +312,18 @@ impl CachedPod {
                 observed,
                 owner_uid,
                 node,
+                disruption,
             },
         ))
+    }
+
+    /// As kept once gone unseen (see [`CachedPod::disruption`]): being
+    /// deleted, with its disruption facts; `None` when not disrupted.
+    fn vanished(&self) -> Option<CachedPod> {
+        let mut c = self.clone();
+        c.observed.facts = self.disruption.clone()?;
+        c.observed.state = PodState::Terminating;
+        Some(c)
     }
 }
 
@@ -413,9 +429,13 @@ impl PodCache {
         let Some((key, cached)) = CachedPod::from_slim(pod) else {
             return;
         };
-        if !cached.observed.facts.disrupted() {
-            return;
+        if cached.observed.facts.disrupted() {
+            self.push_gone(key, cached);
         }
+    }
+
+    /// Keeps a disrupted pod's facts ([`GONE_TTL`], [`GONE_MAX`]).
+    fn push_gone(&self, key: JobKey, cached: CachedPod) {
         let mut gone = self.gone.lock().expect("gone pods lock");
         gone.retain(|g| g.at.elapsed() < GONE_TTL);
         while gone.len() >= GONE_MAX {
@@ -562,6 +582,20 @@ impl PodCache {
     /// Replaces everything with a fresh list; returns the jobs whose pods changed.
     fn replace(&self, fresh: PodIndex) -> Vec<JobToReconcile> {
         let mut index = self.index.write().expect("pod cache lock");
+        // A pod deleted while the watch was down has no Delete event: one
+        // seen disrupted is kept as gone, as `delete` keeps it.
+        let vanished: Vec<(JobKey, CachedPod)> = index
+            .iter()
+            .flat_map(|(k, pods)| {
+                let now = fresh.get(k);
+                pods.iter()
+                    .filter(move |(n, _)| now.is_none_or(|f| !f.contains_key(*n)))
+                    .filter_map(move |(_, c)| Some((k.clone(), c.vanished()?)))
+            })
+            .collect();
+        for (key, cached) in vanished {
+            self.push_gone(key, cached);
+        }
         let mut changed: Vec<JobToReconcile> = fresh
             .iter()
             .filter(|(k, v)| index.get(*k) != Some(*v))

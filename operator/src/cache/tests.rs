@@ -277,3 +277,27 @@ fn a_running_pod_deleted_at_once_with_disruption_target_is_kept() {
     cache.delete(&p);
     assert_eq!(cache.job_gone("ns", "j", Some("job-uid")).len(), 1);
 }
+
+/// A pod seen Running with DisruptionTarget True, then deleted while the
+/// watch was down: the relist brings no Delete event, only its absence.
+#[test]
+fn a_disrupted_pod_gone_in_a_relist_is_kept_too() {
+    let cache = PodCache::default();
+    let mut evicted = pod("j-worker-0", "Running", Some("n"));
+    evicted.status = Some(
+        serde_json::from_value(json!({"phase": "Running",
+        "conditions": [{"type": "DisruptionTarget", "status": "True"}]}))
+        .unwrap(),
+    );
+    cache.apply(evicted);
+    cache.apply(pod("j-worker-1", "Running", Some("n")));
+    let mut fresh = PodIndex::new();
+    let (k, c) = CachedPod::from_slim(pod("j-worker-2", "Running", Some("n"))).unwrap();
+    fresh.entry(k).or_default().insert("j-worker-2".into(), c);
+    assert_eq!(cache.replace(fresh).len(), 1);
+    let gone = cache.job_gone("ns", "j", Some("job-uid"));
+    assert_eq!(gone.len(), 1, "only the disrupted one: {gone:?}");
+    assert_eq!(gone[0].name, "j-worker-0");
+    assert_eq!(gone[0].state, PodState::Terminating);
+    assert!(gone[0].facts.disrupted());
+}

@@ -462,7 +462,7 @@ impl PodCache {
     }
 
     /// The job's pods bound to a node in `down`, with that node (what
-    /// `plan::plan_on_nodes` reads).
+    /// `plan::Seen::down` carries).
     pub fn job_pods_on(
         &self,
         ns: &str,

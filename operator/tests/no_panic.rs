@@ -327,7 +327,7 @@ proptest! {
         let _ = builders::worker_pod(&job, 0, i32::MAX, &cfg);
         let _ = builders::launcher_pod(&job, 0, &cfg);
 
-        let p = plan::plan(&job, &pods, now, &cfg, launch);
+        let p = plan::plan(&job, plan::Seen::pods(&pods), now, &cfg, launch);
         let _ = builders::config_map(&job, &pods, p.launch);
         prop_assert!(p.requeue_after.is_none_or(|d| d <= MAX_WAKE), "{:?}", p.requeue_after);
         let prefix = format!("{}-", job.name_any());
@@ -376,7 +376,13 @@ fn a_deadline_at_i64_max_with_clock_skew_neither_panics_nor_fails_the_job() {
         });
         let job = build_job(&s, &st);
         let now = Timestamp::from_second(now).unwrap();
-        let p = plan::plan(&job, &[], now, &BuildConfig::default(), None);
+        let p = plan::plan(
+            &job,
+            plan::Seen::pods(&[]),
+            now,
+            &BuildConfig::default(),
+            None,
+        );
         assert_eq!(p.requeue_after, Some(MAX_WAKE), "start {start}");
         assert_ne!(
             p.status.phase,

@@ -374,7 +374,8 @@ async fn reconcile_job(
         None => Default::default(),
     };
     let build = &ctx.settings.build;
-    let mut plan = plan::plan_full(job, &pods, &gone, now, build, launched, &down);
+    let seen = plan::Seen::pods(&pods).gone(&gone).down(&down);
+    let mut plan = plan::plan(job, seen, now, build, launched);
     if let Some(g) = &gate {
         g.annotate(&mut plan.status, now);
     }

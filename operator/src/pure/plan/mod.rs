@@ -17,7 +17,7 @@
 //! ending in the one way a [`Plan`] is built ([`Planner::done`]):
 //! finished, refused, suspended, deadline exceeded and succeeded in
 //! `lifecycle.rs`, a failed run in `failure.rs`, a run that lost pods with
-//! their node in `node_loss.rs` ([`plan_on_nodes`]), moving forward in
+//! their node in `node_loss.rs` ([`Seen::down`]), moving forward in
 //! `forward.rs`; the conditions and counts they write in `status.rs`, the
 //! Events they lead to in `transitions.rs`.
 
@@ -92,77 +92,71 @@ pub struct Plan {
 /// the controller's timer could not hold.
 pub const MAX_WAKE: Duration = Duration::from_secs(24 * 3600);
 
+/// What the reconcile observed of the job's pods: those in the cache, what
+/// the cache kept of disrupted pods gone from it (a worker evicted and
+/// deleted before this reconcile is judged by its DisruptionTarget, as if
+/// still there), and which of them are on a down node (`node_loss.rs`:
+/// those of the current run are lost, and every deletion of one is made
+/// with grace 0).
+#[derive(Debug, Clone, Copy)]
+pub struct Seen<'a> {
+    pub pods: &'a [ObservedPod],
+    pub gone: &'a [ObservedPod],
+    pub down: &'a PodsOnDownNodes,
+}
+
+/// No pod on a down node (a [`Seen`] without the node watch).
+static NONE_DOWN: PodsOnDownNodes = PodsOnDownNodes::new();
+
+impl<'a> Seen<'a> {
+    /// Only the cached pods: nothing gone, no node down.
+    pub fn pods(pods: &'a [ObservedPod]) -> Self {
+        Seen {
+            pods,
+            gone: &[],
+            down: &NONE_DOWN,
+        }
+    }
+
+    /// With what the cache kept of gone pods.
+    pub fn gone(self, gone: &'a [ObservedPod]) -> Self {
+        Seen { gone, ..self }
+    }
+
+    /// With the pods on down nodes.
+    pub fn down(self, down: &'a PodsOnDownNodes) -> Self {
+        Seen { down, ..self }
+    }
+}
+
 /// Plans one reconcile of `job`. Depends on nothing but its arguments: the
-/// job (spec and last status), its observed pods, the time, the operator's
-/// build settings and the run the job's ConfigMap has launched (as this
-/// operator last wrote it or its watch shows it).
+/// job (spec and last status), what was seen of its pods, the time, the
+/// operator's build settings and the run the job's ConfigMap has launched
+/// (as this operator last wrote it or its watch shows it).
 pub fn plan(
     job: &DGLJob,
-    pods: &[ObservedPod],
+    seen: Seen<'_>,
     now: Timestamp,
     cfg: &BuildConfig,
     launched: Option<i32>,
 ) -> Plan {
-    plan_full(job, pods, &[], now, cfg, launched, &PodsOnDownNodes::new())
-}
-
-/// [`plan`], also given what the cache kept of pods gone from it (a
-/// disrupted pod's facts): a worker evicted and deleted before this
-/// reconcile is judged by its DisruptionTarget, as if still there.
-pub fn plan_with_gone(
-    job: &DGLJob,
-    pods: &[ObservedPod],
-    gone: &[ObservedPod],
-    now: Timestamp,
-    cfg: &BuildConfig,
-    launched: Option<i32>,
-) -> Plan {
-    plan_full(job, pods, gone, now, cfg, launched, &PodsOnDownNodes::new())
-}
-
-/// [`plan`], knowing which of the job's pods are on a down node
-/// (`node_loss.rs`): those of the current run are lost, and every deletion
-/// of one is made with grace 0.
-pub fn plan_on_nodes(
-    job: &DGLJob,
-    pods: &[ObservedPod],
-    now: Timestamp,
-    cfg: &BuildConfig,
-    launched: Option<i32>,
-    down: &PodsOnDownNodes,
-) -> Plan {
-    plan_full(job, pods, &[], now, cfg, launched, down)
-}
-
-/// [`plan`] given both what the cache kept of gone pods
-/// ([`plan_with_gone`]) and the pods on down nodes ([`plan_on_nodes`]).
-pub fn plan_full(
-    job: &DGLJob,
-    pods: &[ObservedPod],
-    gone: &[ObservedPod],
-    now: Timestamp,
-    cfg: &BuildConfig,
-    launched: Option<i32>,
-    down: &PodsOnDownNodes,
-) -> Plan {
-    let mut plan = plan_inner(job, pods, gone, now, cfg, launched, down);
-    if !down.is_empty() {
-        node_loss::force_on_down_nodes(&mut plan.steps, down);
+    let mut plan = plan_inner(job, seen, now, cfg, launched);
+    if !seen.down.is_empty() {
+        node_loss::force_on_down_nodes(&mut plan.steps, seen.down);
     }
     plan
 }
 
 fn plan_inner(
     job: &DGLJob,
-    pods: &[ObservedPod],
-    gone: &[ObservedPod],
+    seen: Seen<'_>,
     now: Timestamp,
     cfg: &BuildConfig,
     launched: Option<i32>,
-    down: &PodsOnDownNodes,
 ) -> Plan {
-    let mut p = Planner::new(job, pods, now);
-    p.gone = gone;
+    let down = seen.down;
+    let mut p = Planner::new(job, seen.pods, now);
+    p.gone = seen.gone;
     p.launched = launched == Some(p.epoch);
     if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
         return p.finished();
@@ -248,7 +242,7 @@ struct Planner<'a> {
     launched: bool,
     /// See [`Plan::reset_launch`].
     reset_launch: bool,
-    /// What the cache kept of pods gone from it (see [`plan_with_gone`]).
+    /// What the cache kept of pods gone from it (see [`Seen`]).
     gone: &'a [ObservedPod],
 }
 

@@ -51,7 +51,7 @@ fn failed(msg: &str) -> PodState {
 
 /// Runs plan and feeds its status back into the job, as the API would.
 fn step(job: &mut DGLJob, pods: &[ObservedPod], now: Timestamp) -> Plan {
-    let p = plan(job, pods, now, &BuildConfig::default(), None);
+    let p = plan(job, Seen::pods(pods), now, &BuildConfig::default(), None);
     job.status = Some(p.status.clone());
     p
 }
@@ -419,18 +419,24 @@ fn a_pod_replaced_after_the_launch_fails_the_run() {
     // The partitioner is deleted while the launcher is still in its
     // watcher-loop. Not launched yet: it is simply made again.
     let gone: Vec<ObservedPod> = pods[1..].to_vec();
-    let p = plan(&j, &gone, t(2), &BuildConfig::default(), None);
+    let p = plan(&j, Seen::pods(&gone), t(2), &BuildConfig::default(), None);
     assert_eq!(created(&p), vec![partitioner_name(JOB)]);
     assert!(cond(&p, JobPhase::Failed).is_none());
     // Launched (the ConfigMap holds run 0): the launcher may have its
     // IP, so the run fails (and may restart), naming the pod.
-    let p = plan(&j, &gone, t(2), &BuildConfig::default(), Some(0));
+    let p = plan(
+        &j,
+        Seen::pods(&gone),
+        t(2),
+        &BuildConfig::default(),
+        Some(0),
+    );
     let c = cond(&p, JobPhase::Failed).unwrap();
     assert_eq!(c.reason, "PodDeleted");
     assert!(c.message.contains("partitioner"), "{}", c.message);
     // A launch of an earlier run does not count for this one.
     j.status.as_mut().unwrap().restart_count = Some(1);
-    let p = plan(&j, &[], t(3), &BuildConfig::default(), Some(0));
+    let p = plan(&j, Seen::pods(&[]), t(3), &BuildConfig::default(), Some(0));
     assert!(cond(&p, JobPhase::Failed).is_none());
 }
 
@@ -441,10 +447,16 @@ fn a_suspended_launch_is_taken_back_for_the_resumed_run() {
         suspend: Some(true),
         ..Default::default()
     });
-    let p = plan(&j, &pods, t(10), &BuildConfig::default(), Some(0));
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(10),
+        &BuildConfig::default(),
+        Some(0),
+    );
     assert_eq!(p.status.phase, Some(JobPhase::Suspended));
     assert!(p.reset_launch, "run 0 resumes under the same number");
-    let p = plan(&j, &pods, t(10), &BuildConfig::default(), None);
+    let p = plan(&j, Seen::pods(&pods), t(10), &BuildConfig::default(), None);
     assert!(!p.reset_launch, "nothing to take back");
 }
 
@@ -477,7 +489,7 @@ fn a_standalone_job_is_its_launcher() {
         ..Default::default()
     });
     // At once: no partitioner, no worker, no ConfigMap to wait for.
-    let p = plan(&j, &[], t(0), &BuildConfig::default(), None);
+    let p = plan(&j, Seen::pods(&[]), t(0), &BuildConfig::default(), None);
     assert_eq!(created(&p), vec![launcher_name(JOB)]);
     assert!(cond(&p, JobPhase::Partitioning).is_none());
     assert_eq!(
@@ -878,7 +890,7 @@ fn a_worker_deleted_mid_run_fails_the_run() {
 #[test]
 fn transitions_report_each_new_true_condition_once() {
     let mut j = job();
-    let p1 = plan(&j, &[], t(0), &BuildConfig::default(), None);
+    let p1 = plan(&j, Seen::pods(&[]), t(0), &BuildConfig::default(), None);
     let tr = transitions(None, &p1.status);
     // Created and Partitioning at once: one Event telling both.
     assert_eq!(
@@ -898,7 +910,7 @@ fn transitions_report_each_new_true_condition_once() {
     assert_eq!(later.len(), 1);
     assert_eq!(later[0].reason, "JobPartitioning");
     j.status = Some(p1.status.clone());
-    let p2 = plan(&j, &[], t(5), &BuildConfig::default(), None);
+    let p2 = plan(&j, Seen::pods(&[]), t(5), &BuildConfig::default(), None);
     assert!(transitions(Some(&p1.status), &p2.status).is_empty());
 }
 

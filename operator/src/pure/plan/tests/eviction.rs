@@ -227,10 +227,9 @@ fn an_evicted_worker_gone_before_the_decision_still_matches_the_ignore_rule() {
         ended_at: Some(t(3)),
         ..exited(143, true)
     };
-    let p = plan_with_gone(
+    let p = plan(
         &j,
-        &pods,
-        std::slice::from_ref(&gone),
+        Seen::pods(&pods).gone(std::slice::from_ref(&gone)),
         t(6),
         &BuildConfig::default(),
         None,
@@ -249,10 +248,9 @@ fn an_evicted_worker_gone_before_the_decision_still_matches_the_ignore_rule() {
 
     // A gone pod of an earlier run says nothing about this one.
     gone.epoch = -1;
-    let p = plan_with_gone(
+    let p = plan(
         &j,
-        &pods,
-        std::slice::from_ref(&gone),
+        Seen::pods(&pods).gone(std::slice::from_ref(&gone)),
         t(6),
         &BuildConfig::default(),
         None,

@@ -25,7 +25,13 @@ fn on_down_a() -> PodsOnDownNodes {
 }
 
 fn step_on(job: &mut DGLJob, pods: &[ObservedPod], now: Timestamp, d: &PodsOnDownNodes) -> Plan {
-    let p = plan_on_nodes(job, pods, now, &BuildConfig::default(), None, d);
+    let p = plan(
+        job,
+        Seen::pods(pods).down(d),
+        now,
+        &BuildConfig::default(),
+        None,
+    );
     job.status = Some(p.status.clone());
     p
 }

@@ -85,7 +85,13 @@ fn a_partitioner_that_completed_before_the_restarted_run_is_made_again() {
         p.steps
     );
     pods[3].state = PodState::Running { ready: false };
-    let p = plan(&j, &pods, t(171), &BuildConfig::default(), Some(1));
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(171),
+        &BuildConfig::default(),
+        Some(1),
+    );
     assert_eq!(p.status.phase, Some(JobPhase::Running));
 }
 
@@ -93,7 +99,13 @@ fn a_partitioner_that_completed_before_the_restarted_run_is_made_again() {
 fn a_partitioner_that_completed_after_the_launch_fails_the_run_naming_it() {
     let (mut j, pods) = restarted_after_the_partitioner_completed();
     // Run 1 was launched before the partitioner was seen Completed.
-    let p = plan(&j, &pods, t(151), &BuildConfig::default(), Some(1));
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(151),
+        &BuildConfig::default(),
+        Some(1),
+    );
     j.status = Some(p.status.clone());
     let c = cond(&p, JobPhase::Failed).expect("backoffLimit 1 is used up");
     assert_eq!(c.reason, "PartitionerFailed");
@@ -130,12 +142,24 @@ fn a_partitioner_that_completes_at_the_end_of_training_is_left_alone() {
     for p in pods.iter_mut().take(3) {
         p.state = PodState::Succeeded;
     }
-    let p = plan(&j, &pods, t(20), &BuildConfig::default(), Some(0));
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(20),
+        &BuildConfig::default(),
+        Some(0),
+    );
     j.status = Some(p.status.clone());
     assert!(p.steps.is_empty(), "{:?}", p.steps);
     assert_eq!(p.status.phase, Some(JobPhase::Running));
     pods[3].state = PodState::Succeeded;
-    let p = plan(&j, &pods, t(21), &BuildConfig::default(), Some(0));
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(21),
+        &BuildConfig::default(),
+        Some(0),
+    );
     assert_eq!(p.status.phase, Some(JobPhase::Succeeded));
 }
 

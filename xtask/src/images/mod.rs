@@ -603,6 +603,133 @@ fn setup() -> Result<Setup> {
     })
 }
 
+/// The images to build: `--only` (or all), plus the training images each
+/// one is built on, in enum order.
+fn wanted_images(only: &[Which]) -> Vec<Which> {
+    let mut wanted: Vec<Which> = if only.is_empty() {
+        vec![
+            Which::Operator,
+            Which::Runtime,
+            Which::Graphsage,
+            Which::Graphstorm,
+        ]
+    } else {
+        only.to_vec()
+    };
+    // Each training image is built on the one before (enum order).
+    if wanted.contains(&Which::Graphstorm) && !wanted.contains(&Which::Graphsage) {
+        wanted.push(Which::Graphsage);
+    }
+    if wanted.contains(&Which::Graphsage) && !wanted.contains(&Which::Runtime) {
+        wanted.push(Which::Runtime);
+    }
+    wanted.sort();
+    wanted.dedup();
+    wanted
+}
+
+/// The operator or runtime image: a target of the root `Dockerfile` with
+/// the prebuilt host binaries.
+fn binary_image(
+    h: &mut Hasher,
+    which: Which,
+    dockerfile: &Path,
+    base: &Base,
+    prebuilt: &Path,
+    bin_hashes: &BTreeMap<String, String>,
+) -> Result<ImageDef> {
+    let target = if which == Which::Operator {
+        "operator"
+    } else {
+        "runtime"
+    };
+    h.add_file("Dockerfile", dockerfile)?;
+    h.add("base", base.id.clone());
+    h.add("target", target);
+    let bins: &[&str] = if which == Which::Operator {
+        &["dgl-operator"]
+    } else {
+        &["dglrun", "watcher-loop", "dgl-partition"]
+    };
+    for b in bins {
+        h.add(b, bin_hashes[*b].clone());
+    }
+    Ok(ImageDef {
+        which,
+        reference: reference(which),
+        dockerfile: dockerfile.to_path_buf(),
+        target: Some(target),
+        build_args: vec![
+            ("BINARIES".into(), "prebuilt".into()),
+            ("DEBIAN_IMAGE".into(), base.reference.clone()),
+        ],
+        contexts: vec![("prebuilt".into(), prebuilt.to_path_buf())],
+        network: false,
+        hash: String::new(),
+    })
+}
+
+/// The GraphSAGE image: the runtime image (must be in `built`) plus Python,
+/// DGL's wheels and the example's files.
+fn graphsage_image(
+    h: &mut Hasher,
+    root: &Path,
+    cache: &Path,
+    podman: &Podman,
+    base: &Base,
+    built: &BTreeMap<Which, ImageDef>,
+) -> Result<ImageDef> {
+    let which = Which::Graphsage;
+    let df = root.join("examples/graphsage/Dockerfile");
+    h.add_file("Dockerfile", &df)?;
+    h.add("base", base.id.clone());
+    for f in TRAINING_IMAGE_FILES {
+        h.add_file(f, &root.join(f))?;
+    }
+    let runtime = &built[&Which::Runtime];
+    let runtime_id = podman
+        .inspect(&runtime.reference, "{{.Id}}")?
+        .trim()
+        .to_owned();
+    h.add("runtime", runtime_id);
+    let (wheel_dir, wheel_hash) = wheels(root, cache)?;
+    h.add("wheels", wheel_hash);
+    Ok(ImageDef {
+        which,
+        reference: reference(which),
+        dockerfile: df,
+        target: None,
+        build_args: vec![
+            ("DEBIAN_IMAGE".into(), base.reference.clone()),
+            ("RUNTIME_IMAGE".into(), runtime.reference.clone()),
+        ],
+        contexts: vec![("wheels".into(), wheel_dir)],
+        // apt-get install python3.11 from the Debian mirror.
+        network: true,
+        hash: String::new(),
+    })
+}
+
+/// The table printed after a run: each image's size, build and import.
+fn print_report(report: &[(String, u64, Option<Duration>)], loaded: &[(String, Option<Duration>)]) {
+    println!("{:<48}{:>12}  {:<22}CONTAINERD", "IMAGE", "SIZE", "BUILD");
+    for (r, size, took) in report {
+        let build = match took {
+            Some(d) => format!("built in {:.0}s", d.as_secs_f64()),
+            None => "unchanged (cached)".into(),
+        };
+        let load = loaded
+            .iter()
+            .find(|(l, _)| l == r)
+            .map(|(_, d)| match d {
+                Some(d) => format!("imported in {:.0}s", d.as_secs_f64()),
+                None => "already loaded".into(),
+            })
+            .unwrap_or_else(|| "-".into());
+        println!("{r:<48}{:>12}  {build:<22}{load}", human_bytes(*size));
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
     if args.python_env_only {
         return prebuild_python_env();
@@ -614,35 +741,11 @@ pub fn run(args: Args) -> Result<()> {
         log_dir,
         podman,
     } = setup()?;
-    let mut wanted: Vec<Which> = if args.only.is_empty() {
-        vec![
-            Which::Operator,
-            Which::Runtime,
-            Which::Graphsage,
-            Which::Graphstorm,
-        ]
-    } else {
-        args.only.clone()
-    };
-    // Each training image is built on the one before (enum order).
-    if wanted.contains(&Which::Graphstorm) && !wanted.contains(&Which::Graphsage) {
-        wanted.push(Which::Graphsage);
-    }
-    if wanted.contains(&Which::Graphsage) && !wanted.contains(&Which::Runtime) {
-        wanted.push(Which::Runtime);
-    }
-    wanted.sort();
-    wanted.dedup();
+    let wanted = wanted_images(&args.only);
 
     let base = ensure_base(&podman, &cache, &log_dir)?;
     let (prebuilt, bin_hashes) = host_binaries(&root, &cache, args.profile)?;
     let dockerfile = root.join("Dockerfile");
-    let common = |h: &mut Hasher, target: &str| -> Result<()> {
-        h.add_file("Dockerfile", &dockerfile)?;
-        h.add("base", base.id.clone());
-        h.add("target", target);
-        Ok(())
-    };
 
     let mut report = Vec::new();
     let mut built: BTreeMap<Which, ImageDef> = BTreeMap::new();
@@ -650,64 +753,9 @@ pub fn run(args: Args) -> Result<()> {
         let mut h = Hasher::default();
         let img = match which {
             Which::Operator | Which::Runtime => {
-                let target = if which == Which::Operator {
-                    "operator"
-                } else {
-                    "runtime"
-                };
-                common(&mut h, target)?;
-                let bins: &[&str] = if which == Which::Operator {
-                    &["dgl-operator"]
-                } else {
-                    &["dglrun", "watcher-loop", "dgl-partition"]
-                };
-                for b in bins {
-                    h.add(b, bin_hashes[*b].clone());
-                }
-                ImageDef {
-                    which,
-                    reference: reference(which),
-                    dockerfile: dockerfile.clone(),
-                    target: Some(target),
-                    build_args: vec![
-                        ("BINARIES".into(), "prebuilt".into()),
-                        ("DEBIAN_IMAGE".into(), base.reference.clone()),
-                    ],
-                    contexts: vec![("prebuilt".into(), prebuilt.clone())],
-                    network: false,
-                    hash: String::new(),
-                }
+                binary_image(&mut h, which, &dockerfile, &base, &prebuilt, &bin_hashes)?
             }
-            Which::Graphsage => {
-                let df = root.join("examples/graphsage/Dockerfile");
-                h.add_file("Dockerfile", &df)?;
-                h.add("base", base.id.clone());
-                for f in TRAINING_IMAGE_FILES {
-                    h.add_file(f, &root.join(f))?;
-                }
-                let runtime = &built[&Which::Runtime];
-                let runtime_id = podman
-                    .inspect(&runtime.reference, "{{.Id}}")?
-                    .trim()
-                    .to_owned();
-                h.add("runtime", runtime_id);
-                let (wheel_dir, wheel_hash) = wheels(&root, &cache)?;
-                h.add("wheels", wheel_hash);
-                ImageDef {
-                    which,
-                    reference: reference(which),
-                    dockerfile: df,
-                    target: None,
-                    build_args: vec![
-                        ("DEBIAN_IMAGE".into(), base.reference.clone()),
-                        ("RUNTIME_IMAGE".into(), runtime.reference.clone()),
-                    ],
-                    contexts: vec![("wheels".into(), wheel_dir)],
-                    // apt-get install python3.11 from the Debian mirror.
-                    network: true,
-                    hash: String::new(),
-                }
-            }
+            Which::Graphsage => graphsage_image(&mut h, &root, &cache, &podman, &base, &built)?,
             Which::Graphstorm => graphstorm_image(&mut h, &root, &cache, &podman, &built)?,
         };
         let img = ImageDef {
@@ -748,22 +796,7 @@ pub fn run(args: Args) -> Result<()> {
         prune(&podman, running.then_some(&cluster));
     }
 
-    println!("{:<48}{:>12}  {:<22}CONTAINERD", "IMAGE", "SIZE", "BUILD");
-    for (r, size, took) in &report {
-        let build = match took {
-            Some(d) => format!("built in {:.0}s", d.as_secs_f64()),
-            None => "unchanged (cached)".into(),
-        };
-        let load = loaded
-            .iter()
-            .find(|(l, _)| l == r)
-            .map(|(_, d)| match d {
-                Some(d) => format!("imported in {:.0}s", d.as_secs_f64()),
-                None => "already loaded".into(),
-            })
-            .unwrap_or_else(|| "-".into());
-        println!("{r:<48}{:>12}  {build:<22}{load}", human_bytes(*size));
-    }
+    print_report(&report, &loaded);
     eprintln!("images: done in {:.1}s", started.elapsed().as_secs_f64());
 
     if args.smoke {

@@ -8,6 +8,8 @@ use anyhow::Context;
 use clap::Subcommand;
 use localkube::{BuildOptions, ClusterConfig, LocalCluster};
 
+use crate::util::node_cluster_n;
+
 #[derive(clap::Args)]
 #[command(
     long_about = "Local Kubernetes control plane built from the Go module proxy.\n\n\
@@ -125,18 +127,6 @@ fn cluster(name: &str, scheduler: bool) -> anyhow::Result<LocalCluster> {
     let mut cfg = ClusterConfig::new(name)?;
     cfg.scheduler = scheduler;
     Ok(LocalCluster::new(cfg)?)
-}
-
-/// The cluster with the default node of its name (see `localkube::NodeConfig`).
-pub fn node_cluster(name: &str) -> anyhow::Result<LocalCluster> {
-    node_cluster_n(name, 1)
-}
-
-/// The cluster with `nodes` nodes (see `localkube::ClusterConfig::with_nodes`).
-pub fn node_cluster_n(name: &str, nodes: usize) -> anyhow::Result<LocalCluster> {
-    Ok(LocalCluster::new(
-        ClusterConfig::new(name)?.with_nodes(nodes),
-    )?)
 }
 
 async fn run_async(args: Args) -> anyhow::Result<()> {
@@ -270,7 +260,7 @@ fn smoke(name: String, nodes: usize) -> anyhow::Result<()> {
     let test = if nodes > 1 { "multinode" } else { "node_smoke" };
     let status =
         std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .current_dir(crate::test::repo_root())
+            .current_dir(crate::util::repo_root())
             .args(["test", "-p", "localkube", "--test", test, "--"])
             .args(["--ignored", "--nocapture"])
             .env("LOCALKUBE_SMOKE_CLUSTER", &name)

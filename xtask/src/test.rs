@@ -15,11 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use localkube::ClusterInfo;
 
 use crate::stack::Stack;
 use crate::test_binaries::TestBinary;
+use crate::util::{done, repo_root, run_cmd, step, WORKSPACE_FEATURES};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -55,39 +56,6 @@ const APT_PACKAGES: &[&str] = &[
     "libopenmpi-dev",
     "libclang-dev",
 ];
-
-/// The workspace is linted, built and tested with dgl-partition's MPI
-/// transport (dglrun never links it: it does not depend on dgl-partition).
-pub const WORKSPACE_FEATURES: &str = "dgl-partition/mpi";
-
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
-}
-
-pub fn step(name: &str) -> Instant {
-    println!("\n==> {name}");
-    Instant::now()
-}
-
-pub fn done(started: Instant) {
-    println!("    ({:.1}s)", started.elapsed().as_secs_f64());
-}
-
-/// Runs a command in the repo root, inheriting output; fails naming it.
-pub fn run_cmd(cmd: &mut Command) -> Result<()> {
-    let shown = format!("{cmd:?}");
-    let status = cmd
-        .current_dir(repo_root())
-        .status()
-        .with_context(|| format!("could not start {shown}"))?;
-    if !status.success() {
-        bail!("{shown} failed ({status})");
-    }
-    Ok(())
-}
 
 /// Below this much free space a run is likely to fail: a cold build's target
 /// dir (about 14 GiB), the training image (5.5 GiB in podman, again in each
@@ -388,7 +356,7 @@ pub fn run(args: Args) -> Result<()> {
     // ParMETIS pipeline and DistParMETIS's ranks on one 20 k-node graph, each
     // output loaded and evaluated (the full run: `cargo xtask bench partition`).
     let t = step("partition benchmark, small (cargo xtask bench partition --dev)");
-    if let Err(e) = crate::bench_partition::run(crate::bench_partition::PartitionArgs::small()) {
+    if let Err(e) = crate::bench::partition::run(crate::bench::partition::PartitionArgs::small()) {
         stop_node(&e2e_rt, &e2e_args, stack.is_some());
         return Err(e);
     }
@@ -427,7 +395,7 @@ fn stop_node(rt: &tokio::runtime::Runtime, args: &crate::e2e::Args, started: boo
     if !started || args.keep_cluster {
         return;
     }
-    if let Ok(c) = crate::cluster::node_cluster_n(&args.name, args.nodes as usize) {
+    if let Ok(c) = crate::util::node_cluster_n(&args.name, args.nodes as usize) {
         if let Err(e) = rt.block_on(c.down(false)) {
             eprintln!("test: stopping node cluster {:?}: {e:#}", args.name);
         }

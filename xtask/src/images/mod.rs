@@ -46,7 +46,7 @@ use kube::api::{Api, LogParams, PostParams};
 use kube::runtime::wait::await_condition;
 use localkube::image::sha256_hex;
 
-use crate::cluster::node_cluster;
+use crate::util::{node_cluster, repo_root};
 
 mod base;
 mod podman;
@@ -154,14 +154,6 @@ pub enum Profile {
     Dev,
 }
 
-fn repo_root() -> Result<PathBuf> {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .map(Path::to_path_buf)
-        .context("xtask has no parent directory")
-}
-
 fn mirror() -> String {
     std::env::var(MIRROR_ENV)
         .ok()
@@ -194,14 +186,14 @@ fn host_binaries(
                 .args(BINARIES.iter().flat_map(|b| ["-p", *b]))
                 // dgl-partition's ranks talk MPI (links the host's libmpi,
                 // bookworm's OpenMPI as in the training image).
-                .args(["--features", crate::test::WORKSPACE_FEATURES]);
+                .args(["--features", crate::util::WORKSPACE_FEATURES]);
             target.join("release")
         }
         Profile::Dev => {
             // Exactly the build of `cargo test --workspace` (same packages,
             // same features), so right after the tests this is a no-op.
             cmd.args(["test", "--workspace", "--no-run", "--locked"])
-                .args(["--features", crate::test::WORKSPACE_FEATURES]);
+                .args(["--features", crate::util::WORKSPACE_FEATURES]);
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| root.join("target"));
@@ -584,7 +576,7 @@ struct Setup {
 }
 
 fn setup() -> Result<Setup> {
-    let root = repo_root()?;
+    let root = repo_root();
     let cache = localkube::cache_dir()?;
     let log_dir = cache.join("logs");
     fs::create_dir_all(&log_dir)?;

@@ -26,10 +26,12 @@
 //! of [`crate::expectations`].
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
+use dgl_api::failure_policy::FailureFacts;
 use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_JOB_NAME, LABEL_RUN};
 use dgl_api::DGLJob;
 use futures::stream::BoxStream;
@@ -275,6 +277,10 @@ pub struct CachedPod {
     pub owner_uid: Option<String>,
     /// The node it is bound to (`spec.nodeName`), for the node watch.
     pub node: Option<String>,
+    /// Its facts when it has DisruptionTarget True, whatever its state (a
+    /// Running pod's `observed` has none): what is kept of it when it
+    /// vanishes in a relist, which brings no Delete event.
+    pub disruption: Option<FailureFacts>,
 }
 
 impl CachedPod {
@@ -296,6 +302,7 @@ impl CachedPod {
             status: p.status,
         };
         let observed = ObservedPod::from_pod(&pod)?;
+        let disruption = Some(FailureFacts::of(&pod)).filter(FailureFacts::disrupted);
         Some((
             JobKey {
                 namespace: ns,
@@ -305,8 +312,18 @@ impl CachedPod {
                 observed,
                 owner_uid,
                 node,
+                disruption,
             },
         ))
+    }
+
+    /// As kept once gone unseen (see [`CachedPod::disruption`]): being
+    /// deleted, with its disruption facts; `None` when not disrupted.
+    fn vanished(&self) -> Option<CachedPod> {
+        let mut c = self.clone();
+        c.observed.facts = self.disruption.clone()?;
+        c.observed.state = PodState::Terminating;
+        Some(c)
     }
 }
 
@@ -320,12 +337,29 @@ enum Expect {
     Deleted,
 }
 
+/// How long a disrupted pod's facts are kept after its Delete event: long
+/// enough for the reconcile it triggers (and its retries) to judge it.
+pub const GONE_TTL: Duration = Duration::from_secs(600);
+/// At most this many disrupted pods' facts are kept (oldest dropped first).
+pub const GONE_MAX: usize = 1024;
+
+/// A disrupted pod gone from the cache, as last seen.
+#[derive(Debug)]
+struct GonePod {
+    at: Instant,
+    key: JobKey,
+    cached: CachedPod,
+}
+
 /// The pods of every job, indexed by job, and the pods this operator
 /// created or deleted that the watch has not shown yet (by job and pod name).
 #[derive(Default)]
 pub struct PodCache {
     index: RwLock<PodIndex>,
     expected: Expectations<JobKey, String, Expect>,
+    /// Disrupted pods deleted lately, so an eviction whose pod is gone
+    /// before the reconcile still matches podFailurePolicy (#36 item 3).
+    gone: Mutex<VecDeque<GonePod>>,
 }
 
 impl PodCache {
@@ -369,6 +403,62 @@ impl PodCache {
             }
         });
         pods
+    }
+
+    /// What is kept of the job's disrupted pods gone from the cache
+    /// ([`GONE_TTL`], [`GONE_MAX`]); none for another job of its name.
+    pub fn job_gone(&self, ns: &str, job: &str, uid: Option<&str>) -> Vec<ObservedPod> {
+        let key = JobKey::new(ns, job);
+        let mut gone = self.gone.lock().expect("gone pods lock");
+        gone.retain(|g| g.at.elapsed() < GONE_TTL);
+        gone.iter()
+            .filter(|g| g.key == key && uid.is_some() && g.cached.owner_uid.as_deref() == uid)
+            .map(|g| g.cached.observed.clone())
+            .collect()
+    }
+
+    /// Keeps a deleted pod's facts when Kubernetes disrupted it.
+    fn keep_gone(&self, pod: &SlimPod) {
+        // A pod deleted at once (grace 0, never bound) may have no
+        // deletionTimestamp in its last state: it was being deleted, and
+        // only a Terminating or Failed pod's facts are read.
+        let mut pod = pod.clone();
+        pod.metadata
+            .deletion_timestamp
+            .get_or_insert_with(|| Time(k8s_openapi::jiff::Timestamp::now()));
+        let Some((key, cached)) = CachedPod::from_slim(pod) else {
+            return;
+        };
+        if cached.observed.facts.disrupted() {
+            self.push_gone(key, cached);
+        }
+    }
+
+    /// Keeps a disrupted pod's facts ([`GONE_TTL`], [`GONE_MAX`]).
+    fn push_gone(&self, key: JobKey, cached: CachedPod) {
+        let mut gone = self.gone.lock().expect("gone pods lock");
+        gone.retain(|g| g.at.elapsed() < GONE_TTL);
+        while gone.len() >= GONE_MAX {
+            gone.pop_front();
+        }
+        gone.push_back(GonePod {
+            at: Instant::now(),
+            key,
+            cached,
+        });
+    }
+
+    #[cfg(test)]
+    /// Makes every kept gone pod `by` older.
+    pub fn age_gone(&self, by: Duration) {
+        for g in self.gone.lock().expect("gone pods lock").iter_mut() {
+            g.at = g.at.checked_sub(by).expect("an Instant that far back");
+        }
+    }
+
+    #[cfg(test)]
+    pub fn gone_len(&self) -> usize {
+        self.gone.lock().expect("gone pods lock").len()
     }
 
     /// The job's pods bound to a node in `down`, with that node (what
@@ -469,6 +559,7 @@ impl PodCache {
     }
 
     fn delete(&self, pod: &SlimPod) -> Option<JobToReconcile> {
+        self.keep_gone(pod);
         let name = pod.metadata.name.as_ref()?;
         let ns = pod.metadata.namespace.clone()?;
         let job = pod.metadata.labels.as_ref()?.get(LABEL_JOB_NAME)?.clone();
@@ -491,6 +582,20 @@ impl PodCache {
     /// Replaces everything with a fresh list; returns the jobs whose pods changed.
     fn replace(&self, fresh: PodIndex) -> Vec<JobToReconcile> {
         let mut index = self.index.write().expect("pod cache lock");
+        // A pod deleted while the watch was down has no Delete event: one
+        // seen disrupted is kept as gone, as `delete` keeps it.
+        let vanished: Vec<(JobKey, CachedPod)> = index
+            .iter()
+            .flat_map(|(k, pods)| {
+                let now = fresh.get(k);
+                pods.iter()
+                    .filter(move |(n, _)| now.is_none_or(|f| !f.contains_key(*n)))
+                    .filter_map(move |(_, c)| Some((k.clone(), c.vanished()?)))
+            })
+            .collect();
+        for (key, cached) in vanished {
+            self.push_gone(key, cached);
+        }
         let mut changed: Vec<JobToReconcile> = fresh
             .iter()
             .filter(|(k, v)| index.get(*k) != Some(*v))

@@ -5,7 +5,7 @@ mod common;
 
 use common::Env;
 use dgl_api::{DGLJob, JobPhase, RunPolicy};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 fn policy() -> serde_json::Value {
@@ -116,4 +116,35 @@ async fn the_crd_refuses_malformed_rules_naming_the_field() {
         assert!(err.contains(expected), "{what}: {err}");
         assert!(err.contains("podFailurePolicy"), "{what}: {err}");
     }
+}
+
+/// Issue #36 item 3: a worker evicted through the Eviction API (the API
+/// server adds DisruptionTarget and deletes it; unbound, it is gone at
+/// once) matches the Ignore rule although it is gone from the operator's
+/// cache when the operator decides.
+#[tokio::test]
+async fn a_worker_evicted_through_the_eviction_api_restarts_uncounted() {
+    let env = Env::new("op-fpol-evict").await;
+    env.create_job("ev", |j| with_policy(j, 0)).await;
+    env.drive_to_running("ev", 2).await;
+    env.pods()
+        .evict("ev-worker-0", &EvictParams::default())
+        .await
+        .expect("eviction of ev-worker-0");
+    let job = env
+        .wait_job("ev", "an uncounted restart", |j| {
+            let s = j.status.as_ref();
+            s.and_then(|s| s.restart_count) == Some(1)
+                || s.and_then(|s| s.phase) == Some(JobPhase::Failed)
+        })
+        .await;
+    let s = job.status.as_ref().unwrap();
+    assert_eq!(s.phase, Some(JobPhase::Restarting), "{s:#?}");
+    assert_eq!(s.ignored_restarts, Some(1), "{s:#?}");
+    let c = Env::condition(&job, JobPhase::Restarting).unwrap();
+    assert!(
+        c.message.contains("rules[1] (Ignore) matched"),
+        "{}",
+        c.message
+    );
 }

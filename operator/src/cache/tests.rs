@@ -234,3 +234,70 @@ fn child_hashes_prefer_the_own_write_until_the_watch_shows_it() {
     assert_eq!(c.hash("ConfigMap", "ns", "j-config"), ChildState::Absent);
     assert!(c.is_empty());
 }
+
+/// Issue #36 item 3: an evicted pod's facts outlive its Delete event (for a
+/// bounded time and count) so the plan can still judge it.
+#[test]
+fn a_disrupted_pods_facts_are_kept_after_its_delete_for_a_while() {
+    let cache = PodCache::default();
+    let mut evicted = pod("j-worker-0", "Failed", Some("n"));
+    evicted.status = Some(
+        serde_json::from_value(json!({"phase": "Failed",
+        "conditions": [{"type": "DisruptionTarget", "status": "True"}]}))
+        .unwrap(),
+    );
+    cache.apply(evicted.clone());
+    assert!(cache.delete(&evicted).is_some());
+    assert!(cache.job_pods("ns", "j", Some("job-uid")).is_empty());
+    let gone = cache.job_gone("ns", "j", Some("job-uid"));
+    assert_eq!(gone.len(), 1);
+    assert!(gone[0].facts.disrupted());
+    // Not another job's of the same name; not a pod that was not disrupted.
+    assert!(cache.job_gone("ns", "j", Some("new-uid")).is_empty());
+    cache.delete(&pod("j-worker-1", "Failed", Some("n")));
+    assert_eq!(cache.job_gone("ns", "j", Some("job-uid")).len(), 1);
+    // Bounded: old ones expire, and never more than GONE_MAX are held.
+    cache.age_gone(GONE_TTL + Duration::from_secs(1));
+    assert!(cache.job_gone("ns", "j", Some("job-uid")).is_empty());
+    for i in 0..GONE_MAX + 5 {
+        let mut p = evicted.clone();
+        p.metadata.name = Some(format!("j-worker-{i}"));
+        cache.delete(&p);
+    }
+    assert_eq!(cache.gone_len(), GONE_MAX);
+}
+
+#[test]
+/// Deleted at once (grace 0), its last state has no deletionTimestamp.
+fn a_running_pod_deleted_at_once_with_disruption_target_is_kept() {
+    let cache = PodCache::default();
+    let mut p = pod("j-worker-0", "Running", Some("n"));
+    p.status = Some(serde_json::from_value(json!({"phase": "Running",
+        "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}]})).unwrap());
+    cache.delete(&p);
+    assert_eq!(cache.job_gone("ns", "j", Some("job-uid")).len(), 1);
+}
+
+/// A pod seen Running with DisruptionTarget True, then deleted while the
+/// watch was down: the relist brings no Delete event, only its absence.
+#[test]
+fn a_disrupted_pod_gone_in_a_relist_is_kept_too() {
+    let cache = PodCache::default();
+    let mut evicted = pod("j-worker-0", "Running", Some("n"));
+    evicted.status = Some(
+        serde_json::from_value(json!({"phase": "Running",
+        "conditions": [{"type": "DisruptionTarget", "status": "True"}]}))
+        .unwrap(),
+    );
+    cache.apply(evicted);
+    cache.apply(pod("j-worker-1", "Running", Some("n")));
+    let mut fresh = PodIndex::new();
+    let (k, c) = CachedPod::from_slim(pod("j-worker-2", "Running", Some("n"))).unwrap();
+    fresh.entry(k).or_default().insert("j-worker-2".into(), c);
+    assert_eq!(cache.replace(fresh).len(), 1);
+    let gone = cache.job_gone("ns", "j", Some("job-uid"));
+    assert_eq!(gone.len(), 1, "only the disrupted one: {gone:?}");
+    assert_eq!(gone[0].name, "j-worker-0");
+    assert_eq!(gone[0].state, PodState::Terminating);
+    assert!(gone[0].facts.disrupted());
+}

@@ -364,13 +364,17 @@ async fn reconcile_job(
         .and_then(|c| c.run);
     let gate = kueue::gate(ctx, job, &key.namespace).await?;
     let job = gate.as_ref().map_or(job, |g| &g.job);
+    let gone = ctx
+        .pods
+        .job_gone(&key.namespace, &key.name, job.uid().as_deref());
     let down = match &ctx.nodes {
         Some(nodes) => ctx
             .pods
             .job_pods_on(&key.namespace, &key.name, &nodes.down()),
         None => Default::default(),
     };
-    let mut plan = plan::plan_on_nodes(job, &pods, now, &ctx.settings.build, launched, &down);
+    let build = &ctx.settings.build;
+    let mut plan = plan::plan_full(job, &pods, &gone, now, build, launched, &down);
     if let Some(g) = &gate {
         g.annotate(&mut plan.status, now);
     }

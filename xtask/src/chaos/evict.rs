@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use dgl_api::names::{worker_name, LABEL_JOB_NAME};
-use dgl_api::{DGLJob, JobPhase};
+use dgl_api::{DGLJob, JobPhase, CONDITION_NODE_LOST};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, Preconditions};
 use kube::{Client, ResourceExt};
 use localkube::{Component, LocalCluster};
 
-use super::infra::{during, example, on_node0, restarts, running, truncate};
+use super::infra::{condition_message, during, example, on_node0, restarts, running, truncate};
 use super::Outcome;
 use crate::stack::jobs::{delete_and_count_left, expect_phase};
 
@@ -271,28 +271,38 @@ async fn evict_all(client: &Client, ns: &str, pods: &[Pod]) -> Result<usize> {
     }
 }
 
-/// How long the kubelet is frozen: worker 0's default grace (30 s) and
-/// the operator's one minute past it, with a minute to spare.
-const HANG: Duration = Duration::from_secs(150);
+/// How long the kubelet is frozen: long enough for the control plane to
+/// mark the node NotReady (its node-monitor grace, 40-50 s here) with
+/// margin, so the operator's node watch certainly sees it.
+const HANG: Duration = Duration::from_secs(100);
 
 /// The node stops answering (its kubelet frozen with SIGSTOP for [`HANG`])
-/// while the job trains, and worker 0 is deleted (default grace 30 s): its
-/// pods stay Terminating, as on a NotReady node. The operator must delete
-/// them with grace 0 a minute past their grace (not wait for the kubelet),
-/// so worker 0's old uid must be gone before the kubelet answers again;
-/// then the run restarts (backoffLimit 1) and Succeeds.
+/// while the job trains, and worker 0 is deleted (default grace 30 s): the
+/// delete restarts the run (restart 1), and its pod stays Terminating, as on
+/// a dead node. Once the node turns NotReady the operator's node watch takes
+/// over: the stuck pod is deleted with grace 0, and the partitioner serving
+/// the shards from that node is lost, so the run restarts again (restart 2,
+/// condition `NodeLost` naming the node). Worker 0's old uid must be gone
+/// before the kubelet answers again; the job (backoffLimit 2, held on node
+/// 0) then Succeeds once the kubelet is back.
 pub async fn kubelet_hang(client: &Client, cluster: &LocalCluster, ns: &str) -> Result<Outcome> {
     let name = "chaos-hang";
     let (terminal, done, note) = during(
         client,
         ns,
-        on_node0(example(name, 1)?, cluster)?,
+        on_node0(example(name, 2)?, cluster)?,
         |j, _| running(j),
         || hang_and_delete(client, cluster, ns, name),
     )
     .await?;
     expect_phase(&done, JobPhase::Succeeded)?;
-    ensure!(restarts(&done) == 1, "restarted {} times", restarts(&done));
+    ensure!(restarts(&done) == 2, "restarted {} times", restarts(&done));
+    let node = crate::stack::placement::node0(cluster)?;
+    let lost = condition_message(&done, CONDITION_NODE_LOST).unwrap_or_default();
+    ensure!(
+        lost.contains(&node),
+        "the {CONDITION_NODE_LOST} condition does not name {node}: {lost:?}"
+    );
     let left = delete_and_count_left(client, ns, name).await?;
     Ok(Outcome {
         terminal: Some(terminal),

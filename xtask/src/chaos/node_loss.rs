@@ -184,6 +184,7 @@ async fn lose_and_return(
         .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str()))
         .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
         .collect();
+    operator_elsewhere(client, &node).await?;
     let cut = Instant::now();
     cluster.cut_node(&node)?;
     let result = async {
@@ -206,6 +207,22 @@ async fn lose_and_return(
         placed.as_secs_f64(),
     );
     Ok((note, node, old.into_iter().map(|(_, uid)| uid).collect()))
+}
+
+/// The operator must not be on the node about to be cut (the e2e install
+/// holds it on node 0): this fault is about the job's pods, not the
+/// operator's own loss, which Kubernetes alone handles after 300 s.
+async fn operator_elsewhere(client: &Client, node: &str) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), crate::stack::OPERATOR_NAMESPACE);
+    for p in pods.list(&crate::stack::operator_pods_lp()).await?.items {
+        let on = p.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        ensure!(
+            on != Some(node),
+            "the operator's pod {} is on {node}, the node to be cut off",
+            p.name_any()
+        );
+    }
+    Ok(())
 }
 
 /// Waits until `node` is not Ready; how long that took.

@@ -99,7 +99,11 @@ pub(crate) fn prepare(
         .node_image_labels(&crate::images::reference(crate::images::Which::Operator))?
         .and_then(|l| l.get(crate::images::HASH_LABEL).cloned())
         .context("the operator image in the node's containerd has no content-hash label")?;
-    let installed = helm_install(&info.kubeconfig, &image_hash).and_then(|()| {
+    // The operator on node 0, the host's own node: the faults that take a
+    // node away (NodeLoss) cut an extra one, and must not take the
+    // operator with it (Kubernetes alone would move it only after 300 s).
+    let home = placement::node0(&cluster)?;
+    let installed = helm_install(&info.kubeconfig, &image_hash, &home).and_then(|()| {
         rt.block_on(wait_operator_ready(&client, Duration::from_secs(180)))
             .map(drop)
     });
@@ -115,8 +119,9 @@ pub(crate) fn prepare(
     })
 }
 
-/// `helm upgrade --install` of the chart, with the locally loaded image.
-fn helm_install(kubeconfig: &Path, image_hash: &str) -> Result<()> {
+/// `helm upgrade --install` of the chart, with the locally loaded image,
+/// the operator's pod held on `node`.
+fn helm_install(kubeconfig: &Path, image_hash: &str, node: &str) -> Result<()> {
     let helm = localkube::ensure_tool(localkube::GoTool::Helm)?;
     let chart = repo_root().join("charts").join("dgl-operator");
     let mut cmd = Command::new(&helm);
@@ -134,6 +139,8 @@ fn helm_install(kubeconfig: &Path, image_hash: &str) -> Result<()> {
         .arg(format!(
             "podAnnotations.dgl-operator-image-hash={image_hash}"
         ))
+        .arg("--set-string")
+        .arg(format!("nodeSelector.kubernetes\\.io/hostname={node}"))
         .args(["--wait", "--timeout", "180s"])
         .stdin(Stdio::null());
     println!("    {}", render(&cmd));

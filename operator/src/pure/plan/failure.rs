@@ -127,10 +127,10 @@ impl<'a> Planner<'a> {
             .filter_map(|(role, pod)| match find(current, &pod) {
                 None => Some(Failure {
                     role,
+                    facts: self.gone_facts(&pod),
                     message: format!("pod {pod} was deleted while the job was running"),
                     pod,
                     reason: "PodDeleted".into(),
-                    facts: FailureFacts::default(),
                 }),
                 Some(p) if p.state == PodState::Terminating => Some(being_deleted(role, p)),
                 // A partitioner that exited 0 after the launch and before
@@ -142,6 +142,15 @@ impl<'a> Planner<'a> {
                 Some(_) => None,
             })
             .collect()
+    }
+
+    /// What the cache kept of this run's pod `name`, gone from it.
+    fn gone_facts(&self, name: &str) -> FailureFacts {
+        self.gone
+            .iter()
+            .find(|g| g.name == name && g.epoch == self.epoch)
+            .map(|g| g.facts.clone())
+            .unwrap_or_default()
     }
 
     /// Pods stuck Terminating [`STUCK_AFTER_SECS`] past their deletion's

@@ -103,7 +103,21 @@ pub fn plan(
     cfg: &BuildConfig,
     launched: Option<i32>,
 ) -> Plan {
-    plan_on_nodes(job, pods, now, cfg, launched, &PodsOnDownNodes::new())
+    plan_full(job, pods, &[], now, cfg, launched, &PodsOnDownNodes::new())
+}
+
+/// [`plan`], also given what the cache kept of pods gone from it (a
+/// disrupted pod's facts): a worker evicted and deleted before this
+/// reconcile is judged by its DisruptionTarget, as if still there.
+pub fn plan_with_gone(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    gone: &[ObservedPod],
+    now: Timestamp,
+    cfg: &BuildConfig,
+    launched: Option<i32>,
+) -> Plan {
+    plan_full(job, pods, gone, now, cfg, launched, &PodsOnDownNodes::new())
 }
 
 /// [`plan`], knowing which of the job's pods are on a down node
@@ -117,7 +131,21 @@ pub fn plan_on_nodes(
     launched: Option<i32>,
     down: &PodsOnDownNodes,
 ) -> Plan {
-    let mut plan = plan_inner(job, pods, now, cfg, launched, down);
+    plan_full(job, pods, &[], now, cfg, launched, down)
+}
+
+/// [`plan`] given both what the cache kept of gone pods
+/// ([`plan_with_gone`]) and the pods on down nodes ([`plan_on_nodes`]).
+pub fn plan_full(
+    job: &DGLJob,
+    pods: &[ObservedPod],
+    gone: &[ObservedPod],
+    now: Timestamp,
+    cfg: &BuildConfig,
+    launched: Option<i32>,
+    down: &PodsOnDownNodes,
+) -> Plan {
+    let mut plan = plan_inner(job, pods, gone, now, cfg, launched, down);
     if !down.is_empty() {
         node_loss::force_on_down_nodes(&mut plan.steps, down);
     }
@@ -127,12 +155,14 @@ pub fn plan_on_nodes(
 fn plan_inner(
     job: &DGLJob,
     pods: &[ObservedPod],
+    gone: &[ObservedPod],
     now: Timestamp,
     cfg: &BuildConfig,
     launched: Option<i32>,
     down: &PodsOnDownNodes,
 ) -> Plan {
     let mut p = Planner::new(job, pods, now);
+    p.gone = gone;
     p.launched = launched == Some(p.epoch);
     if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
         return p.finished();
@@ -218,6 +248,8 @@ struct Planner<'a> {
     launched: bool,
     /// See [`Plan::reset_launch`].
     reset_launch: bool,
+    /// What the cache kept of pods gone from it (see [`plan_with_gone`]).
+    gone: &'a [ObservedPod],
 }
 
 impl<'a> Planner<'a> {
@@ -252,6 +284,7 @@ impl<'a> Planner<'a> {
             launch: None,
             launched: false,
             reset_launch: false,
+            gone: &[],
         }
     }
 

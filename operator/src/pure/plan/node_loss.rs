@@ -185,16 +185,23 @@ pub(super) fn force_on_down_nodes(steps: &mut [Step], down: &PodsOnDownNodes) {
 }
 
 /// NodeLost turns False once a later run is Running (or the job
-/// Succeeded): the loss was overcome.
+/// Succeeded): the loss was overcome. The cleared condition keeps naming
+/// the node and the pods of the last loss, so `kubectl describe` after the
+/// fact still shows them.
 pub(super) fn settle(status: &mut DGLJobStatus, now: Timestamp, generation: Option<i64>) {
     let mut sb = StatusBuilder {
         status: std::mem::take(status),
         now: Time(now),
         generation,
     };
-    if sb.is_true(JobPhase::Running) || sb.is_true(JobPhase::Succeeded) {
+    let last = sb
+        .condition(CONDITION_NODE_LOST)
+        .filter(|c| c.status == "True")
+        .map(|c| c.message.clone());
+    let recovered = sb.is_true(JobPhase::Running) || sb.is_true(JobPhase::Succeeded);
+    if let (Some(last), true) = (last, recovered) {
         let run = sb.status.restart_count.unwrap_or(0);
-        let message = format!("Run {run} is running on the remaining nodes.");
+        let message = format!("Run {run} is running. Last loss: {last}");
         sb.clear_type(CONDITION_NODE_LOST, REASON_NODE_LOST_RECOVERED, &message);
     }
     *status = sb.status;

@@ -213,3 +213,49 @@ fn a_terminating_pod_within_its_grace_is_waited_for() {
     let p = step(&mut j, &pods, t(3660));
     assert_eq!(force_deleted(&p), vec![launcher_name(JOB)]);
 }
+
+/// Issue #36 item 3: a worker evicted and already gone from the cache when
+/// the operator decides still matches the Ignore rule through the facts the
+/// cache kept of it.
+#[test]
+fn an_evicted_worker_gone_before_the_decision_still_matches_the_ignore_rule() {
+    let (mut j, mut pods) = running_job();
+    with_policy(&mut j, 0);
+    let mut gone = pods.remove(1);
+    gone.state = PodState::Terminating;
+    gone.facts = FailureFacts {
+        ended_at: Some(t(3)),
+        ..exited(143, true)
+    };
+    let p = plan_with_gone(
+        &j,
+        &pods,
+        std::slice::from_ref(&gone),
+        t(6),
+        &BuildConfig::default(),
+        None,
+    );
+    assert_eq!(p.status.phase, Some(JobPhase::Restarting));
+    assert_eq!(
+        (p.status.restart_count, p.status.ignored_restarts),
+        (Some(1), Some(1))
+    );
+    let c = cond(&p, JobPhase::Restarting).unwrap();
+    assert!(
+        c.message.contains("rules[1] (Ignore) matched"),
+        "{}",
+        c.message
+    );
+
+    // A gone pod of an earlier run says nothing about this one.
+    gone.epoch = -1;
+    let p = plan_with_gone(
+        &j,
+        &pods,
+        std::slice::from_ref(&gone),
+        t(6),
+        &BuildConfig::default(),
+        None,
+    );
+    assert_eq!(p.status.phase, Some(JobPhase::Failed));
+}

@@ -129,6 +129,10 @@ fn pods_on_a_not_ready_node_restart_the_run_naming_the_node_and_pods() {
     let c = node_lost(&p).unwrap();
     assert_eq!(c.status, "False");
     assert_eq!(c.last_transition_time, Time(t(20)));
+    // Cleared, it still names the node and the pods of the last loss.
+    let last = format!("Last loss: node {NODE_A} is NotReady");
+    assert!(c.message.contains(&last), "{}", c.message);
+    assert!(c.message.contains(&worker_name(JOB, 0)), "{}", c.message);
 }
 
 #[test]

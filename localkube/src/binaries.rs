@@ -570,14 +570,9 @@ struct ModInfo {
     time: Option<String>,
 }
 
-fn build_kubernetes(a: &Artifact, opts: &BuildOptions, out: &Path) -> Result<()> {
-    let log = build_log(opts, a)?;
-    let dir = wrapper_dir(opts, a)?;
-    let version = a.version;
-    progress!("building Kubernetes {version} from the Go module proxy (cold: ~20-30 min on 2 cores); log: {}",
-        log.display()
-    );
-
+/// The release's staging modules (from its own go.mod, fetched from the
+/// proxy) and its commit time, the reproducible buildDate.
+fn kubernetes_release(version: &str, dir: &Path) -> Result<(Vec<String>, String)> {
     // 1. The release's own go.mod lists its staging modules.
     progress!("  fetching k8s.io/kubernetes@{version} metadata");
     // `go mod download` needs a module context; a bare go.mod is enough.
@@ -593,7 +588,7 @@ fn build_kubernetes(a: &Artifact, opts: &BuildOptions, out: &Path) -> Result<()>
             "-json",
             &format!("k8s.io/kubernetes@{version}"),
         ],
-        &dir,
+        dir,
     )?;
     let meta: ModDownload = serde_json::from_str(&json).map_err(|e| Error::GoMetadata {
         context: "go mod download -json".into(),
@@ -623,6 +618,34 @@ fn build_kubernetes(a: &Artifact, opts: &BuildOptions, out: &Path) -> Result<()>
         .and_then(|b| serde_json::from_slice::<ModInfo>(&b).ok())
         .and_then(|i| i.time)
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_owned());
+    Ok((staging, build_date))
+}
+
+/// `-ldflags` stamping the version like hack/lib/version.sh.
+fn version_ldflags(version: &str, build_date: &str) -> String {
+    let minor = version.split('.').nth(1).unwrap_or("0");
+    let mut ldflags = String::from("-s -w");
+    for pkg in [
+        "k8s.io/client-go/pkg/version",
+        "k8s.io/component-base/version",
+    ] {
+        ldflags.push_str(&format!(
+            " -X {pkg}.gitVersion={version} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor} \
+             -X {pkg}.gitTreeState=clean -X {pkg}.buildDate={build_date}"
+        ));
+    }
+    ldflags
+}
+
+fn build_kubernetes(a: &Artifact, opts: &BuildOptions, out: &Path) -> Result<()> {
+    let log = build_log(opts, a)?;
+    let dir = wrapper_dir(opts, a)?;
+    let version = a.version;
+    progress!("building Kubernetes {version} from the Go module proxy (cold: ~20-30 min on 2 cores); log: {}",
+        log.display()
+    );
+
+    let (staging, build_date) = kubernetes_release(version, &dir)?;
 
     // 2. The wrapper module.
     let gomod = kubernetes_wrapper_gomod(version, &staging)?;
@@ -651,17 +674,7 @@ fn build_kubernetes(a: &Artifact, opts: &BuildOptions, out: &Path) -> Result<()>
     let total = go_output(&list_args, &dir).map(|s| s.lines().count()).ok();
 
     // 5. One build for all commands, version-stamped like hack/lib/version.sh.
-    let minor = version.split('.').nth(1).unwrap_or("0");
-    let mut ldflags = String::from("-s -w");
-    for pkg in [
-        "k8s.io/client-go/pkg/version",
-        "k8s.io/component-base/version",
-    ] {
-        ldflags.push_str(&format!(
-            " -X {pkg}.gitVersion={version} -X {pkg}.gitMajor=1 -X {pkg}.gitMinor={minor} \
-             -X {pkg}.gitTreeState=clean -X {pkg}.buildDate={build_date}"
-        ));
-    }
+    let ldflags = version_ldflags(version, &build_date);
     progress!(
         "  compiling {} with go build -p {}",
         KUBE_COMMANDS.join(", "),

@@ -25,6 +25,12 @@ use crate::pki::{self, PkiFiles};
 use crate::process::{self, PidRecord, ProcSpec};
 use crate::util::{self, progress, FileLock};
 
+mod health;
+mod spec;
+use health::*;
+pub(crate) use health::{etcd_healthy, health_client, readyz};
+use spec::*;
+
 /// Cluster used by `cargo xtask cluster` when no `--name` is given.
 pub const DEFAULT_CLUSTER: &str = "dev";
 /// Cluster used by [`crate::ensure_cluster`], separate from a developer's "dev".
@@ -415,6 +421,88 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// The PKI (the node IP among the apiserver's SANs) and the admin
+    /// kubeconfig, written before any component starts.
+    async fn ensure_pki_and_kubeconfig(&self, node: Option<&NodeConfig>) -> Result<PkiFiles> {
+        let mut extra_sans = self.cfg.extra_sans.clone();
+        if let Some(node) = node {
+            extra_sans.push(node.node_ip.clone());
+        }
+        let sans = pki::apiserver_sans(&extra_sans);
+        let pki_dir = self.pki().dir;
+        let (pki, fresh) = blocking(move || pki::ensure(&pki_dir, &sans)).await?;
+        if fresh {
+            tracing::info!(dir = %pki.dir.display(), "generated PKI");
+        }
+        let kubeconfig = kubeconfig::render(
+            &format!("localkube-{}", self.cfg.name),
+            &self.server(),
+            &util::read_to_string(&pki.ca_cert())?,
+            &util::read_to_string(&pki.admin_cert())?,
+            &util::read_to_string(&pki.admin_key())?,
+        )?;
+        util::write_atomic(&self.kubeconfig_path(), kubeconfig.as_bytes(), 0o600)?;
+        Ok(pki)
+    }
+
+    /// etcd, the apiserver, the controller-manager and (if asked) the
+    /// scheduler, each started once the one before is healthy.
+    async fn start_control_plane(
+        &self,
+        bins: &Binaries,
+        pki: &PkiFiles,
+        scheduler: bool,
+    ) -> Result<()> {
+        let etcd = process::spawn(
+            &self.run_dir(),
+            &self.log_dir(),
+            &self.spec(ETCD, bins, pki),
+        )?;
+        self.wait_for(ETCD, &etcd, Duration::from_secs(30), || {
+            etcd_healthy(self.cfg.ports.etcd_client)
+        })
+        .await?;
+
+        let apiserver = process::spawn(
+            &self.run_dir(),
+            &self.log_dir(),
+            &self.spec(APISERVER, bins, pki),
+        )?;
+        let client = health_client(&self.server(), Some(&self.kubeconfig_path())).await?;
+        self.wait_for(APISERVER, &apiserver, Duration::from_secs(120), || {
+            readyz(&client)
+        })
+        .await?;
+
+        let kcm = process::spawn(
+            &self.run_dir(),
+            &self.log_dir(),
+            &self.spec(CONTROLLER_MANAGER, bins, pki),
+        )?;
+        let sched = if scheduler {
+            Some(process::spawn(
+                &self.run_dir(),
+                &self.log_dir(),
+                &self.spec(SCHEDULER, bins, pki),
+            )?)
+        } else {
+            None
+        };
+
+        // The controller-manager's serviceaccount controller creates the
+        // `default` SA; pods cannot be admitted in a namespace without it.
+        let api_client = kubeconfig::client_from_file(&self.kubeconfig_path()).await?;
+        self.wait_for(CONTROLLER_MANAGER, &kcm, Duration::from_secs(90), || {
+            default_sa_exists(&api_client)
+        })
+        .await?;
+        if let Some(sched) = &sched {
+            self.wait_component_healthz(SCHEDULER, sched, self.cfg.ports.scheduler)
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn start_fresh(&self, bins: &Binaries, scheduler: bool) -> Result<ClusterInfo> {
         let started = Instant::now();
         let node = self.cfg.node.clone();
@@ -439,72 +527,8 @@ impl LocalCluster {
             self.state_dir.display()
         );
 
-        let mut extra_sans = self.cfg.extra_sans.clone();
-        if let Some(node) = &node {
-            extra_sans.push(node.node_ip.clone());
-        }
-        let sans = pki::apiserver_sans(&extra_sans);
-        let pki_dir = self.pki().dir;
-        let (pki, fresh) = blocking(move || pki::ensure(&pki_dir, &sans)).await?;
-        if fresh {
-            tracing::info!(dir = %pki.dir.display(), "generated PKI");
-        }
-        let kubeconfig = kubeconfig::render(
-            &format!("localkube-{}", self.cfg.name),
-            &self.server(),
-            &util::read_to_string(&pki.ca_cert())?,
-            &util::read_to_string(&pki.admin_cert())?,
-            &util::read_to_string(&pki.admin_key())?,
-        )?;
-        util::write_atomic(&self.kubeconfig_path(), kubeconfig.as_bytes(), 0o600)?;
-
-        let etcd = process::spawn(
-            &self.run_dir(),
-            &self.log_dir(),
-            &self.spec(ETCD, bins, &pki),
-        )?;
-        self.wait_for(ETCD, &etcd, Duration::from_secs(30), || {
-            etcd_healthy(self.cfg.ports.etcd_client)
-        })
-        .await?;
-
-        let apiserver = process::spawn(
-            &self.run_dir(),
-            &self.log_dir(),
-            &self.spec(APISERVER, bins, &pki),
-        )?;
-        let client = health_client(&self.server(), Some(&self.kubeconfig_path())).await?;
-        self.wait_for(APISERVER, &apiserver, Duration::from_secs(120), || {
-            readyz(&client)
-        })
-        .await?;
-
-        let kcm = process::spawn(
-            &self.run_dir(),
-            &self.log_dir(),
-            &self.spec(CONTROLLER_MANAGER, bins, &pki),
-        )?;
-        let sched = if scheduler {
-            Some(process::spawn(
-                &self.run_dir(),
-                &self.log_dir(),
-                &self.spec(SCHEDULER, bins, &pki),
-            )?)
-        } else {
-            None
-        };
-
-        // The controller-manager's serviceaccount controller creates the
-        // `default` SA; pods cannot be admitted in a namespace without it.
-        let api_client = kubeconfig::client_from_file(&self.kubeconfig_path()).await?;
-        self.wait_for(CONTROLLER_MANAGER, &kcm, Duration::from_secs(90), || {
-            default_sa_exists(&api_client)
-        })
-        .await?;
-        if let Some(sched) = &sched {
-            self.wait_component_healthz(SCHEDULER, sched, self.cfg.ports.scheduler)
-                .await?;
-        }
+        let pki = self.ensure_pki_and_kubeconfig(node.as_ref()).await?;
+        self.start_control_plane(bins, &pki, scheduler).await?;
         if let Some(node) = &node {
             self.start_node(node, bins, &pki, &self.server()).await?;
         }
@@ -598,106 +622,6 @@ impl LocalCluster {
                 });
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
-    /// The command line of each component.
-    fn spec(&self, name: &'static str, bins: &Binaries, pki: &PkiFiles) -> ProcSpec {
-        let p = &self.cfg.ports;
-        let kubeconfig = self.kubeconfig_path();
-        let path = |p: PathBuf| p.display().to_string();
-        let args: Vec<String> = match name {
-            ETCD => {
-                let client = format!("http://127.0.0.1:{}", p.etcd_client);
-                let peer = format!("http://127.0.0.1:{}", p.etcd_peer);
-                vec![
-                    format!("--name={}", self.cfg.name),
-                    format!("--data-dir={}", path(self.etcd_dir())),
-                    format!("--listen-client-urls={client}"),
-                    format!("--advertise-client-urls={client}"),
-                    format!("--listen-peer-urls={peer}"),
-                    format!("--initial-advertise-peer-urls={peer}"),
-                    format!("--initial-cluster={}={peer}", self.cfg.name),
-                    // Test and dev data is disposable; fsync dominates write latency.
-                    "--unsafe-no-fsync=true".into(),
-                ]
-            }
-            APISERVER => {
-                let mut a = vec![
-                    format!("--etcd-servers=http://127.0.0.1:{}", p.etcd_client),
-                    format!("--secure-port={}", p.apiserver),
-                ];
-                match &self.cfg.node {
-                    // A node cluster: pods reach the apiserver through the
-                    // `kubernetes` Service, so it must advertise (and serve
-                    // on) the node IP, and the lease reconciler (the
-                    // default) keeps that endpoint. Kubelets are authorized
-                    // per node.
-                    Some(n) => a.extend([
-                        format!("--bind-address={}", n.node_ip),
-                        format!("--advertise-address={}", n.node_ip),
-                        "--authorization-mode=Node,RBAC".into(),
-                        "--enable-admission-plugins=NodeRestriction".into(),
-                        "--kubelet-preferred-address-types=InternalIP,Hostname".into(),
-                    ]),
-                    // The `kubernetes` Endpoints would carry a loopback address,
-                    // which Endpoints validation rejects; nothing here needs them.
-                    None => a.extend([
-                        "--bind-address=127.0.0.1".into(),
-                        "--endpoint-reconciler-type=none".into(),
-                        "--authorization-mode=RBAC".into(),
-                    ]),
-                }
-                a.extend([
-                    format!("--cert-dir={}", path(pki.dir.clone())),
-                    format!("--tls-cert-file={}", path(pki.apiserver_cert())),
-                    format!("--tls-private-key-file={}", path(pki.apiserver_key())),
-                    format!("--client-ca-file={}", path(pki.ca_cert())),
-                    "--allow-privileged=true".into(),
-                    format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                    format!("--service-account-issuer={SERVICE_ACCOUNT_ISSUER}"),
-                    format!("--service-account-key-file={}", path(pki.sa_pub())),
-                    format!("--service-account-signing-key-file={}", path(pki.sa_key())),
-                    // Lets logs/exec reach kubelets once a later tier runs one.
-                    format!("--kubelet-client-certificate={}", path(pki.admin_cert())),
-                    format!("--kubelet-client-key={}", path(pki.admin_key())),
-                    "--profiling=false".into(),
-                ]);
-                a
-            }
-            // No --authentication/authorization-kubeconfig for the controller-manager
-            // and scheduler: with them, both watch for a front-proxy (requestheader)
-            // CA this apiserver does not have and log an error every few seconds.
-            // Without, their secure port still serves /healthz (always allowed).
-            CONTROLLER_MANAGER => vec![
-                format!("--kubeconfig={}", path(kubeconfig)),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", p.controller_manager),
-                "--leader-elect=false".into(),
-                format!("--cluster-name={}", self.cfg.name),
-                format!("--service-cluster-ip-range={SERVICE_CIDR}"),
-                format!("--service-account-private-key-file={}", path(pki.sa_key())),
-                format!("--root-ca-file={}", path(pki.ca_cert())),
-                // CSR signing with the cluster CA (kubelet client certs later).
-                format!("--cluster-signing-cert-file={}", path(pki.ca_cert())),
-                format!("--cluster-signing-key-file={}", path(pki.ca_key())),
-                "--use-service-account-credentials=true".into(),
-                "--controllers=*".into(),
-                "--profiling=false".into(),
-            ],
-            _ => vec![
-                format!("--kubeconfig={}", path(kubeconfig)),
-                "--bind-address=127.0.0.1".into(),
-                format!("--secure-port={}", p.scheduler),
-                "--leader-elect=false".into(),
-                "--profiling=false".into(),
-            ],
-        };
-        ProcSpec {
-            name,
-            binary: binary_for(bins, name).to_owned(),
-            args,
-            env: Vec::new(),
         }
     }
 
@@ -813,15 +737,6 @@ impl LocalCluster {
     }
 }
 
-fn binary_for<'a>(bins: &'a Binaries, name: &str) -> &'a Path {
-    match name {
-        ETCD => &bins.etcd,
-        APISERVER => &bins.kube_apiserver,
-        CONTROLLER_MANAGER => &bins.kube_controller_manager,
-        _ => &bins.kube_scheduler,
-    }
-}
-
 /// Runs blocking work (flock, process spawning, go builds) off the async executor.
 pub(crate) async fn blocking<T, F>(f: F) -> Result<T>
 where
@@ -833,183 +748,5 @@ where
         .map_err(|e| Error::Invalid(format!("background task failed: {e}")))?
 }
 
-async fn poll<F, Fut>(timeout: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check().await {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
-/// A client with short timeouts for health probes. With a kubeconfig it
-/// authenticates as the admin; without, it is anonymous and accepts any
-/// certificate (controller-manager and scheduler serve self-signed ones).
-pub(crate) async fn health_client(server: &str, kubeconfig: Option<&Path>) -> Result<Client> {
-    let mut config = match kubeconfig {
-        Some(path) => kubeconfig::config_from_file(path).await?,
-        None => {
-            let uri = server
-                .parse::<http::Uri>()
-                .map_err(|e| Error::Invalid(format!("bad URL {server}: {e}")))?;
-            let mut c = kube::Config::new(uri);
-            c.accept_invalid_certs = true;
-            c
-        }
-    };
-    config.connect_timeout = Some(Duration::from_secs(2));
-    config.read_timeout = Some(Duration::from_secs(5));
-    config.write_timeout = Some(Duration::from_secs(5));
-    Ok(Client::try_from(config)?)
-}
-
-async fn get_ok(client: &Client, path: &str) -> bool {
-    let Ok(req) = http::Request::get(path).body(Vec::new()) else {
-        return false;
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(6), client.request_text(req)).await,
-        Ok(Ok(body)) if body.trim() == "ok"
-    )
-}
-
-pub(crate) async fn readyz(client: &Client) -> bool {
-    get_ok(client, "/readyz").await
-}
-
-async fn healthz(client: &Client) -> bool {
-    get_ok(client, "/healthz").await
-}
-
-async fn default_sa_exists(client: &Client) -> bool {
-    let ns: Api<Namespace> = Api::all(client.clone());
-    let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    matches!(ns.get_opt("default").await, Ok(Some(_)))
-        && matches!(sa.get_opt("default").await, Ok(Some(_)))
-}
-
-/// etcd's `/health` over plain HTTP/1.0 on loopback; a raw request keeps the
-/// HTTP client (TLS-only kube client) out of it.
-pub(crate) async fn etcd_healthy(port: u16) -> bool {
-    let probe = crate::util::http_get(port, "/health");
-    matches!(
-        tokio::time::timeout(Duration::from_secs(3), probe).await,
-        Ok(Ok((_, body))) if body.contains(r#""health":"true""#)
-    )
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_do_not_collide_between_names() {
-        let names = ["dev", "test", "e2e", "kwok", "bench", "a", "b", "c"];
-        let mut all = Vec::new();
-        for n in names {
-            let p = Ports::for_name(n);
-            let mine = [
-                p.apiserver,
-                p.etcd_client,
-                p.etcd_peer,
-                p.controller_manager,
-                p.scheduler,
-            ];
-            for port in mine {
-                assert!(port > 1024);
-                all.push((port, n));
-            }
-        }
-        for (i, (port, n)) in all.iter().enumerate() {
-            for (other, m) in &all[i + 1..] {
-                // Two names with the same hash bucket share ports by design
-                // (9 buckets); but different component ports never coincide.
-                if n != m && Ports::for_name(n) != Ports::for_name(m) {
-                    assert_ne!(port, other, "{n} and {m} collide on {port}");
-                }
-            }
-        }
-        assert_eq!(Ports::for_name("dev").apiserver, 6443);
-        assert_eq!(Ports::for_name("test").apiserver, 16443);
-    }
-
-    #[test]
-    fn component_args_are_loopback_only() {
-        let cfg = ClusterConfig {
-            name: "unit".into(),
-            scheduler: true,
-            ports: Ports::for_name("unit"),
-            extra_sans: vec![],
-            cache_dir: PathBuf::from("/nonexistent-cache"),
-            build_if_missing: false,
-            node: None,
-        };
-        let c = LocalCluster::new(cfg).unwrap();
-        // A missing cache is an error naming the file, not a panic.
-        let err = binaries::installed_binaries(Path::new("/nonexistent-cache")).unwrap_err();
-        assert!(err.to_string().contains("/nonexistent-cache"), "{err}");
-        let fake = Binaries {
-            kubernetes_version: "v1.33.13".into(),
-            kube_apiserver: "/b/kube-apiserver".into(),
-            kube_controller_manager: "/b/kube-controller-manager".into(),
-            kube_scheduler: "/b/kube-scheduler".into(),
-            kubelet: "/b/kubelet".into(),
-            kube_proxy: "/b/kube-proxy".into(),
-            etcd_version: "v3.5.21".into(),
-            etcd: "/b/etcd".into(),
-            kwok_version: "v0.7.0".into(),
-            kwok: "/b/kwok".into(),
-            kwokctl: "/b/kwokctl".into(),
-        };
-        let pki = c.pki();
-        for name in COMPONENTS {
-            let spec = c.spec(name, &fake, &pki);
-            for a in &spec.args {
-                assert!(!a.contains("0.0.0.0"), "{name}: {a}");
-                if a.contains("://") && !a.contains("kubernetes.default.svc") {
-                    assert!(a.contains("127.0.0.1"), "{name}: {a}");
-                }
-            }
-        }
-        let api = c.spec(APISERVER, &fake, &pki);
-        assert!(api
-            .args
-            .contains(&"--endpoint-reconciler-type=none".to_string()));
-        assert!(!api
-            .args
-            .iter()
-            .any(|a| a.starts_with("--disable-admission-plugins")));
-
-        // A node cluster: the apiserver serves and advertises the node IP,
-        // keeps the endpoint reconciler and authorizes kubelets per node.
-        let mut cfg = c.config().clone().with_node();
-        cfg.cache_dir = PathBuf::from("/nonexistent-cache");
-        let n = LocalCluster::new(cfg).unwrap();
-        let api = n.spec(APISERVER, &fake, &pki).args;
-        let ip = crate::node::NODE_IP;
-        for want in [
-            format!("--bind-address={ip}"),
-            format!("--advertise-address={ip}"),
-            "--authorization-mode=Node,RBAC".to_string(),
-            "--enable-admission-plugins=NodeRestriction".to_string(),
-        ] {
-            assert!(api.contains(&want), "{want} missing from {api:?}");
-        }
-        assert!(!api
-            .iter()
-            .any(|a| a.starts_with("--endpoint-reconciler-type")));
-        assert_eq!(
-            n.server(),
-            format!("https://{ip}:{}", n.config().ports.apiserver)
-        );
-        assert!(n.config().scheduler, "a node needs the scheduler");
-    }
-}
+mod tests;

@@ -73,14 +73,11 @@ mod tests {
         x509_parser::parse_x509_certificate(der).expect("DER").1
     }
 
-    #[tokio::test]
-    async fn pki_and_kubeconfig_round_trip() {
-        let sans = apiserver_sans(&["192.0.2.10".to_string(), "node1.example".to_string()]);
-        let pki = pki::generate(&sans).unwrap();
-
-        // The apiserver certificate names every address clients dial.
-        let server = parse_cert(&pki.apiserver_cert);
-        let ext = server
+    /// The certificate's DNS and IP subject alternative names.
+    fn alt_names(
+        cert: &x509_parser::certificate::X509Certificate<'_>,
+    ) -> (Vec<String>, Vec<Vec<u8>>) {
+        let ext = cert
             .subject_alternative_name()
             .unwrap()
             .expect("SAN extension");
@@ -93,6 +90,49 @@ mod tests {
                 _ => {}
             }
         }
+        (dns, ips)
+    }
+
+    /// The subject's organizations (O=).
+    fn organizations(cert: &x509_parser::certificate::X509Certificate<'_>) -> Vec<String> {
+        cert.subject()
+            .iter_organization()
+            .map(|o| o.as_str().unwrap().to_string())
+            .collect()
+    }
+
+    fn authority_key_id(cert: &x509_parser::certificate::X509Certificate<'_>) -> Vec<u8> {
+        cert.extensions()
+            .iter()
+            .find_map(|e| match e.parsed_extension() {
+                x509_parser::extensions::ParsedExtension::AuthorityKeyIdentifier(a) => {
+                    a.key_identifier.as_ref().map(|k| k.0.to_vec())
+                }
+                _ => None,
+            })
+            .expect("AKI")
+    }
+
+    fn subject_key_id(cert: &x509_parser::certificate::X509Certificate<'_>) -> Vec<u8> {
+        cert.extensions()
+            .iter()
+            .find_map(|e| match e.parsed_extension() {
+                x509_parser::extensions::ParsedExtension::SubjectKeyIdentifier(k) => {
+                    Some(k.0.to_vec())
+                }
+                _ => None,
+            })
+            .expect("SKI")
+    }
+
+    #[tokio::test]
+    async fn pki_and_kubeconfig_round_trip() {
+        let sans = apiserver_sans(&["192.0.2.10".to_string(), "node1.example".to_string()]);
+        let pki = pki::generate(&sans).unwrap();
+
+        // The apiserver certificate names every address clients dial.
+        let server = parse_cert(&pki.apiserver_cert);
+        let (dns, ips) = alt_names(&server);
         for d in [
             "localhost",
             "kubernetes",
@@ -113,12 +153,7 @@ mod tests {
 
         // The admin user is in system:masters (full access under RBAC).
         let admin = parse_cert(&pki.admin_cert);
-        let org: Vec<_> = admin
-            .subject()
-            .iter_organization()
-            .map(|o| o.as_str().unwrap().to_string())
-            .collect();
-        assert_eq!(org, vec![ADMIN_GROUP.to_string()]);
+        assert_eq!(organizations(&admin), vec![ADMIN_GROUP.to_string()]);
         assert_eq!(admin.issuer(), ca.subject());
 
         // The kubeconfig parses with kube-rs' own type and embeds the PEMs.
@@ -165,33 +200,8 @@ mod tests {
                 .unwrap(),
             "system:node:n1"
         );
-        let org: Vec<_> = node
-            .subject()
-            .iter_organization()
-            .map(|o| o.as_str().unwrap().to_string())
-            .collect();
-        assert_eq!(org, vec!["system:nodes".to_string()]);
+        assert_eq!(organizations(&node), vec!["system:nodes".to_string()]);
         // Its authority key id is the CA's subject key id, so verifiers find the CA.
-        let aki = node
-            .extensions()
-            .iter()
-            .find_map(|e| match e.parsed_extension() {
-                x509_parser::extensions::ParsedExtension::AuthorityKeyIdentifier(a) => {
-                    a.key_identifier.as_ref().map(|k| k.0.to_vec())
-                }
-                _ => None,
-            })
-            .expect("AKI");
-        let ski = ca
-            .extensions()
-            .iter()
-            .find_map(|e| match e.parsed_extension() {
-                x509_parser::extensions::ParsedExtension::SubjectKeyIdentifier(k) => {
-                    Some(k.0.to_vec())
-                }
-                _ => None,
-            })
-            .expect("SKI");
-        assert_eq!(aki, ski);
+        assert_eq!(authority_key_id(&node), subject_key_id(&ca));
     }
 }

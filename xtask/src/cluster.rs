@@ -8,6 +8,8 @@ use anyhow::Context;
 use clap::Subcommand;
 use localkube::{BuildOptions, ClusterConfig, LocalCluster};
 
+use crate::util::node_cluster_n;
+
 #[derive(clap::Args)]
 #[command(
     long_about = "Local Kubernetes control plane built from the Go module proxy.\n\n\
@@ -127,18 +129,6 @@ fn cluster(name: &str, scheduler: bool) -> anyhow::Result<LocalCluster> {
     Ok(LocalCluster::new(cfg)?)
 }
 
-/// The cluster with the default node of its name (see `localkube::NodeConfig`).
-pub fn node_cluster(name: &str) -> anyhow::Result<LocalCluster> {
-    node_cluster_n(name, 1)
-}
-
-/// The cluster with `nodes` nodes (see `localkube::ClusterConfig::with_nodes`).
-pub fn node_cluster_n(name: &str, nodes: usize) -> anyhow::Result<LocalCluster> {
-    Ok(LocalCluster::new(
-        ClusterConfig::new(name)?.with_nodes(nodes),
-    )?)
-}
-
 async fn run_async(args: Args) -> anyhow::Result<()> {
     match args.cmd {
         Cmd::Up {
@@ -146,165 +136,186 @@ async fn run_async(args: Args) -> anyhow::Result<()> {
             scheduler,
             node,
             nodes,
-        } => {
-            let started = Instant::now();
-            let c = if node {
-                node_cluster_n(&name.name, nodes)?
-            } else {
-                cluster(&name.name, scheduler)?
-            };
-            let info = c
-                .up()
-                .await
-                .with_context(|| format!("starting cluster {:?}", name.name))?;
-            eprintln!(
-                "cluster {:?} {} in {:.1}s: {}",
-                info.name,
-                if info.reused {
-                    "already running, reused"
-                } else {
-                    "started"
-                },
-                started.elapsed().as_secs_f64(),
-                info.server
-            );
-            eprintln!("logs: {}", c.log_dir().display());
-            if node {
-                print_nodes(&c);
-            }
-            eprintln!("export KUBECONFIG={}", info.kubeconfig.display());
-            println!("{}", info.kubeconfig.display());
+        } => up(name, scheduler, node, nodes).await?,
+        Cmd::Down { name, purge } => down(name, purge).await?,
+        Cmd::Status { name } => status(name).await?,
+        Cmd::Kubeconfig { name } => kubeconfig(name)?,
+        Cmd::Smoke { name, nodes } => smoke(name, nodes)?,
+        Cmd::Build { jobs } => build(jobs).await?,
+    }
+    Ok(())
+}
+
+/// `cluster up`: starts (or reuses) the cluster and prints its kubeconfig.
+async fn up(name: NameArg, scheduler: bool, node: bool, nodes: usize) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let c = if node {
+        node_cluster_n(&name.name, nodes)?
+    } else {
+        cluster(&name.name, scheduler)?
+    };
+    let info = c
+        .up()
+        .await
+        .with_context(|| format!("starting cluster {:?}", name.name))?;
+    eprintln!(
+        "cluster {:?} {} in {:.1}s: {}",
+        info.name,
+        if info.reused {
+            "already running, reused"
+        } else {
+            "started"
+        },
+        started.elapsed().as_secs_f64(),
+        info.server
+    );
+    eprintln!("logs: {}", c.log_dir().display());
+    if node {
+        print_nodes(&c);
+    }
+    eprintln!("export KUBECONFIG={}", info.kubeconfig.display());
+    println!("{}", info.kubeconfig.display());
+    Ok(())
+}
+
+/// `cluster down`: stops every process, optionally purging the state dir.
+async fn down(name: NameArg, purge: bool) -> anyhow::Result<()> {
+    let c = cluster(&name.name, false)?;
+    let stopped = c
+        .down(purge)
+        .await
+        .with_context(|| format!("stopping cluster {:?}", name.name))?;
+    if stopped.is_empty() {
+        eprintln!("cluster {:?}: no processes were running", name.name);
+    }
+    for (component, pid) in stopped {
+        eprintln!("stopped {component} (pid {pid})");
+    }
+    eprintln!(
+        "cluster {:?}: etcd data removed{}",
+        name.name,
+        if purge { ", state dir purged" } else { "" }
+    );
+    Ok(())
+}
+
+/// `cluster status`: each component's state; an error if not ready.
+async fn status(name: NameArg) -> anyhow::Result<()> {
+    let c = cluster(&name.name, false)?;
+    let s = c.status().await?;
+    println!("cluster:    {}", s.name);
+    println!("state dir:  {}", s.state_dir.display());
+    println!(
+        "apiserver:  {} ({})",
+        s.server.trim_end_matches('/'),
+        match (&s.ready, &s.server_version) {
+            (true, Some(v)) => format!("ready, {v}"),
+            (true, None) => "ready".to_string(),
+            (false, _) => "not ready".to_string(),
         }
-        Cmd::Down { name, purge } => {
-            let c = cluster(&name.name, false)?;
-            let stopped = c
-                .down(purge)
-                .await
-                .with_context(|| format!("stopping cluster {:?}", name.name))?;
-            if stopped.is_empty() {
-                eprintln!("cluster {:?}: no processes were running", name.name);
-            }
-            for (component, pid) in stopped {
-                eprintln!("stopped {component} (pid {pid})");
-            }
-            eprintln!(
-                "cluster {:?}: etcd data removed{}",
-                name.name,
-                if purge { ", state dir purged" } else { "" }
-            );
-        }
-        Cmd::Status { name } => {
-            let c = cluster(&name.name, false)?;
-            let s = c.status().await?;
-            println!("cluster:    {}", s.name);
-            println!("state dir:  {}", s.state_dir.display());
-            println!(
-                "apiserver:  {} ({})",
-                s.server.trim_end_matches('/'),
-                match (&s.ready, &s.server_version) {
-                    (true, Some(v)) => format!("ready, {v}"),
-                    (true, None) => "ready".to_string(),
-                    (false, _) => "not ready".to_string(),
-                }
-            );
-            println!(
-                "kubeconfig: {}",
-                s.kubeconfig
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_else(|| "(none yet)".into())
-            );
-            if s.node.is_some() {
-                print_nodes(&c);
-            }
-            for comp in &s.components {
-                let state = match (comp.pid, comp.running) {
-                    (Some(pid), true) => format!("running (pid {pid})"),
-                    (Some(pid), false) => format!("not running (stale pid {pid})"),
-                    (None, _) => "not running".to_string(),
-                };
-                println!("{:<24}{:<32}{}", comp.name, state, comp.log.display());
-            }
-            if !s.ready {
-                // Non-zero exit so scripts can use `status` as a health check.
-                anyhow::bail!("cluster {:?} is not ready", s.name);
-            }
-        }
-        Cmd::Kubeconfig { name } => {
-            let c = cluster(&name.name, false)?;
-            let path = c.kubeconfig_path();
-            if !path.is_file() {
-                anyhow::bail!(
-                    "{} does not exist yet; run `cargo xtask cluster up --name {}`",
-                    path.display(),
-                    name.name
-                );
-            }
-            println!("{}", path.display());
-        }
-        Cmd::Smoke { name, nodes } => {
-            let started = Instant::now();
-            let test = if nodes > 1 { "multinode" } else { "node_smoke" };
-            let status = std::process::Command::new(
-                std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()),
-            )
-            .current_dir(crate::test::repo_root())
+    );
+    println!(
+        "kubeconfig: {}",
+        s.kubeconfig
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "(none yet)".into())
+    );
+    if s.node.is_some() {
+        print_nodes(&c);
+    }
+    for comp in &s.components {
+        let state = match (comp.pid, comp.running) {
+            (Some(pid), true) => format!("running (pid {pid})"),
+            (Some(pid), false) => format!("not running (stale pid {pid})"),
+            (None, _) => "not running".to_string(),
+        };
+        println!("{:<24}{:<32}{}", comp.name, state, comp.log.display());
+    }
+    if !s.ready {
+        // Non-zero exit so scripts can use `status` as a health check.
+        anyhow::bail!("cluster {:?} is not ready", s.name);
+    }
+    Ok(())
+}
+
+/// `cluster kubeconfig`: the kubeconfig's path, once it exists.
+fn kubeconfig(name: NameArg) -> anyhow::Result<()> {
+    let c = cluster(&name.name, false)?;
+    let path = c.kubeconfig_path();
+    if !path.is_file() {
+        anyhow::bail!(
+            "{} does not exist yet; run `cargo xtask cluster up --name {}`",
+            path.display(),
+            name.name
+        );
+    }
+    println!("{}", path.display());
+    Ok(())
+}
+
+/// `cluster smoke`: localkube's ignored node test against this cluster.
+fn smoke(name: String, nodes: usize) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let test = if nodes > 1 { "multinode" } else { "node_smoke" };
+    let status =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .current_dir(crate::util::repo_root())
             .args(["test", "-p", "localkube", "--test", test, "--"])
             .args(["--ignored", "--nocapture"])
             .env("LOCALKUBE_SMOKE_CLUSTER", &name)
             .env("LOCALKUBE_SMOKE_NODES", nodes.to_string())
             .status()
             .context("could not run cargo test")?;
-            eprintln!(
-                "node smoke test {} in {:.1}s",
-                if status.success() { "passed" } else { "FAILED" },
-                started.elapsed().as_secs_f64()
-            );
-            if !status.success() {
-                anyhow::bail!(
-                    "`cargo test -p localkube --test {test} -- --ignored` failed ({status}); \
-                     logs: <cache>/cluster/{name}/logs/"
-                );
-            }
-        }
-        Cmd::Build { jobs } => {
-            let started = Instant::now();
-            let mut opts = BuildOptions::from_env()?;
-            if let Some(j) = jobs {
-                opts.jobs = j.max(1);
-            }
-            let bins = tokio::task::spawn_blocking(move || localkube::ensure_kwok(&opts))
-                .await
-                .context("build task")??;
-            // The S3 server of the object-storage tests.
-            let weed = tokio::task::spawn_blocking(|| {
-                localkube::ensure_tool(localkube::GoTool::SeaweedFs)
-            })
-            .await
-            .context("build task")??;
-            eprintln!(
-                "binaries ready in {:.1}s (Kubernetes {}, etcd {}, kwok {})",
-                started.elapsed().as_secs_f64(),
-                bins.kubernetes_version,
-                bins.etcd_version,
-                bins.kwok_version
-            );
-            for (name, path) in bins.all() {
-                let version = match name {
-                    "etcd" => &bins.etcd_version,
-                    "kwok" | "kwokctl" => &bins.kwok_version,
-                    _ => &bins.kubernetes_version,
-                };
-                println!("{name:<24}{version:<10}{}", path.display());
-            }
-            println!(
-                "{:<24}{:<10}{}",
-                "weed (SeaweedFS)",
-                localkube::SEAWEEDFS_VERSION,
-                weed.display()
-            );
-        }
+    eprintln!(
+        "node smoke test {} in {:.1}s",
+        if status.success() { "passed" } else { "FAILED" },
+        started.elapsed().as_secs_f64()
+    );
+    if !status.success() {
+        anyhow::bail!(
+            "`cargo test -p localkube --test {test} -- --ignored` failed ({status}); \
+             logs: <cache>/cluster/{name}/logs/"
+        );
     }
+    Ok(())
+}
+
+/// `cluster build`: the Kubernetes, etcd, kwok and SeaweedFS binaries.
+async fn build(jobs: Option<usize>) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut opts = BuildOptions::from_env()?;
+    if let Some(j) = jobs {
+        opts.jobs = j.max(1);
+    }
+    let bins = tokio::task::spawn_blocking(move || localkube::ensure_kwok(&opts))
+        .await
+        .context("build task")??;
+    // The S3 server of the object-storage tests.
+    let weed = tokio::task::spawn_blocking(|| localkube::ensure_tool(localkube::GoTool::SeaweedFs))
+        .await
+        .context("build task")??;
+    eprintln!(
+        "binaries ready in {:.1}s (Kubernetes {}, etcd {}, kwok {})",
+        started.elapsed().as_secs_f64(),
+        bins.kubernetes_version,
+        bins.etcd_version,
+        bins.kwok_version
+    );
+    for (name, path) in bins.all() {
+        let version = match name {
+            "etcd" => &bins.etcd_version,
+            "kwok" | "kwokctl" => &bins.kwok_version,
+            _ => &bins.kubernetes_version,
+        };
+        println!("{name:<24}{version:<10}{}", path.display());
+    }
+    println!(
+        "{:<24}{:<10}{}",
+        "weed (SeaweedFS)",
+        localkube::SEAWEEDFS_VERSION,
+        weed.display()
+    );
     Ok(())
 }
 

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::test::{repo_root, run_cmd};
+use crate::util::{repo_root, run_cmd};
 
 /// OpenMPI, and what dgl-partition's `mpi` feature builds against (its
 /// headers through bindgen, hence libclang).

@@ -14,7 +14,7 @@
 //! venv's own stamp, so a rebuilt DGL venv rebuilds this one), written last
 //! after an import check, as `pyenv.rs` does. Wheels are kept in
 //! `<cache>/wheels-graphstorm/`, not in DGL's `<cache>/wheels/`: the
-//! training image's cache key hashes that folder's listing (images.rs), and
+//! training image's cache key hashes that folder's listing (images/mod.rs), and
 //! GraphStorm's wheels would rebuild its 5 GB Python layers.
 
 use std::fs;

@@ -2,7 +2,6 @@
 use clap::{Parser, Subcommand};
 
 mod bench;
-mod bench_partition;
 mod chaos;
 mod cluster;
 mod demo;
@@ -15,6 +14,7 @@ mod pyenv;
 mod stack;
 mod test;
 mod test_binaries;
+mod util;
 
 #[derive(Parser)]
 #[command(about = "dgl-operator developer tasks")]

@@ -24,6 +24,8 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 use localkube::image::sha256_hex;
 
+use crate::util::repo_root;
+
 /// Folder name of the venv below `<cache>/venv/`; names the pinned versions so
 /// that a future pin gets a new folder instead of clobbering this one.
 const VENV_NAME: &str = "dgl-2.1.0-torch-2.2.1";
@@ -47,7 +49,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    let root = repo_root()?;
+    let root = repo_root();
     if args.force {
         let venv = venv_dir()?;
         let _lock = lock_cache(&venv)?;
@@ -125,15 +127,6 @@ fn cache_dir() -> Result<PathBuf> {
 
 fn venv_dir() -> Result<PathBuf> {
     Ok(cache_dir()?.join("venv").join(VENV_NAME))
-}
-
-fn repo_root() -> Result<PathBuf> {
-    // xtask/ sits directly below the workspace root.
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .map(Path::to_path_buf)
-        .with_context(|| format!("{} has no parent directory", manifest.display()))
 }
 
 /// The interpreter the venv is made from: `$DGL_OPERATOR_PYTHON`, else `python3`.
@@ -334,7 +327,7 @@ mod tests {
     #[test]
     fn requirements_pin_the_checked_versions() {
         // The venv folder name promises these versions; keep the file honest.
-        let req = fs::read_to_string(repo_root().unwrap().join(REQUIREMENTS)).unwrap();
+        let req = fs::read_to_string(repo_root().join(REQUIREMENTS)).unwrap();
         for pin in ["torch==2.2.1", "dgl==2.1.0", "torchdata==0.7.1"] {
             assert!(
                 req.lines().any(|l| l.trim() == pin),

@@ -15,7 +15,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
+use localkube::ClusterInfo;
+
+use crate::stack::Stack;
+use crate::test_binaries::TestBinary;
+use crate::util::{done, repo_root, run_cmd, step, WORKSPACE_FEATURES};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -51,39 +56,6 @@ const APT_PACKAGES: &[&str] = &[
     "libopenmpi-dev",
     "libclang-dev",
 ];
-
-/// The workspace is linted, built and tested with dgl-partition's MPI
-/// transport (dglrun never links it: it does not depend on dgl-partition).
-pub const WORKSPACE_FEATURES: &str = "dgl-partition/mpi";
-
-pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
-        .to_path_buf()
-}
-
-pub fn step(name: &str) -> Instant {
-    println!("\n==> {name}");
-    Instant::now()
-}
-
-pub fn done(started: Instant) {
-    println!("    ({:.1}s)", started.elapsed().as_secs_f64());
-}
-
-/// Runs a command in the repo root, inheriting output; fails naming it.
-pub fn run_cmd(cmd: &mut Command) -> Result<()> {
-    let shown = format!("{cmd:?}");
-    let status = cmd
-        .current_dir(repo_root())
-        .status()
-        .with_context(|| format!("could not start {shown}"))?;
-    if !status.success() {
-        bail!("{shown} failed ({status})");
-    }
-    Ok(())
-}
 
 /// Below this much free space a run is likely to fail: a cold build's target
 /// dir (about 14 GiB), the training image (5.5 GiB in podman, again in each
@@ -129,41 +101,38 @@ fn free_gib(path: &std::path::Path) -> Option<f64> {
     Some(st.f_bavail as f64 * st.f_frsize as f64 / (1u64 << 30) as f64)
 }
 
-pub fn run(args: Args) -> Result<()> {
-    let all = Instant::now();
-    // Every build below runs once per invocation: incremental caches gain a
-    // fresh clone nothing and take GiB of the disk the test node shares (its
-    // kubelet evicts at 1% free). A value the user set wins.
-    if std::env::var_os("CARGO_INCREMENTAL").is_none() {
-        std::env::set_var("CARGO_INCREMENTAL", "0");
-    }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-
-    // First: the lint already compiles against OpenMPI's headers.
-    let with_e2e = !args.no_e2e;
-    let t = step("Debian packages");
-    crate::ensure::apt(APT_PACKAGES)?;
+/// `cargo fmt --check` and clippy with `-D warnings`.
+fn lint(cargo: &str) -> Result<()> {
+    let t = step("cargo fmt --check");
+    run_cmd(Command::new(cargo).args(["fmt", "--all", "--", "--check"]))?;
     done(t);
-    report_free_disk(with_e2e);
+    let t = step("cargo clippy --all-targets -- -D warnings");
+    run_cmd(Command::new(cargo).args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--features",
+        WORKSPACE_FEATURES,
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    done(t);
+    Ok(())
+}
 
-    if !args.no_lint {
-        let t = step("cargo fmt --check");
-        run_cmd(Command::new(&cargo).args(["fmt", "--all", "--", "--check"]))?;
-        done(t);
-        let t = step("cargo clippy --all-targets -- -D warnings");
-        run_cmd(Command::new(&cargo).args([
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--features",
-            WORKSPACE_FEATURES,
-            "--",
-            "-D",
-            "warnings",
-        ]))?;
-        done(t);
-    }
+/// What the tests need installed, as paths the tests are told about.
+struct Installed {
+    python: PathBuf,
+    graphstorm: PathBuf,
+    kueue: PathBuf,
+    weed: PathBuf,
+}
 
+/// The venv, Kueue's manager, SeaweedFS and the test control plane: the
+/// downloads on a thread while the Kubernetes build uses the CPU. Returns
+/// the runtime the control plane was started on too.
+fn install(with_e2e: bool) -> Result<(Installed, ClusterInfo, tokio::runtime::Runtime)> {
     // The venv is mostly downloads and unpacking, the Kubernetes build is
     // CPU: cold, they overlap (about 5 min saved on 2 cores).
     let t = step(
@@ -209,15 +178,146 @@ pub fn run(args: Args) -> Result<()> {
     println!("    weed (SeaweedFS): {}", weed.display());
     println!("    kubeconfig: {}", info.kubeconfig.display());
     done(t);
+    let installed = Installed {
+        python,
+        graphstorm,
+        kueue,
+        weed,
+    };
+    Ok((installed, info, rt))
+}
+
+/// The outcome of the test binaries, the e2e stack started beside them (if
+/// any), and localkube's two-node test binary (when built with lanes).
+type TestsRun = (Result<()>, Result<Option<Stack>>, Option<TestBinary>);
+
+/// The workspace's test binaries, `lanes` at a time with the e2e stack
+/// started beside them, or `cargo test` in a row for `--lanes 1`.
+fn run_tests(
+    cargo: &str,
+    lanes: usize,
+    with_e2e: bool,
+    (build_args, test_args): (&[String], &[String]),
+    envs: &[(&str, &Path)],
+    e2e_rt: &tokio::runtime::Runtime,
+    e2e_args: &crate::e2e::Args,
+) -> Result<TestsRun> {
+    // localkube's two-node test needs the host's node to itself: it runs
+    // after the e2e tier has torn its node cluster down.
+    let mut multinode = None;
+    let result = if lanes > 1 {
+        let t = step("cargo test --workspace --no-run");
+        let bins = crate::test_binaries::build(cargo, build_args)?;
+        multinode = bins.iter().find(|b| b.label == MULTINODE_TEST).cloned();
+        done(t);
+        std::thread::scope(|scope| {
+            // The node, the images and the operator's install, beside the tests.
+            let stack = with_e2e.then(|| {
+                scope.spawn(|| {
+                    let t =
+                        step("end-to-end stack (beside the tests): node cluster, images, operator");
+                    let s = crate::e2e::start(e2e_rt, e2e_args);
+                    done(t);
+                    s
+                })
+            });
+            let t = step(&format!("test binaries, {lanes} at a time"));
+            let tests =
+                crate::test_binaries::run_all(cargo, bins, build_args, test_args, envs, lanes);
+            done(t);
+            let stack = stack.map(|h| {
+                h.join()
+                    .map_err(|_| anyhow::anyhow!("the e2e stack thread panicked"))?
+            });
+            (tests, stack.transpose())
+        })
+    } else {
+        let t = step("cargo test --workspace");
+        let tests = crate::test_binaries::run_in_a_row(cargo, build_args, test_args, envs);
+        done(t);
+        (tests, Ok(None))
+    };
+    let (tests, stack) = result;
+    Ok((tests, stack, multinode))
+}
+
+/// Stops the control plane the tests used (its name is its state dir's).
+fn stop_test_control_plane(rt: &tokio::runtime::Runtime, info: &ClusterInfo) -> Result<()> {
+    if let Some(dir) = info.state_dir.as_ref() {
+        let t = step("stopping the test control plane");
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(localkube::TEST_CLUSTER)
+            .to_string();
+        let cluster = localkube::LocalCluster::new(localkube::ClusterConfig::new(&name)?)?;
+        rt.block_on(cluster.down(false))?;
+        done(t);
+    }
+    Ok(())
+}
+
+/// The e2e tier on its stack (started now if not beside the tests), then
+/// localkube's two-node test once that node cluster is down.
+fn e2e_then_multinode(
+    cargo: &str,
+    stack: Option<Stack>,
+    multinode: Option<TestBinary>,
+    e2e_rt: &tokio::runtime::Runtime,
+    e2e_args: &crate::e2e::Args,
+) -> Result<()> {
+    let t = step("end-to-end: cargo xtask e2e");
+    let stack = match stack {
+        Some(s) => s,
+        None => crate::e2e::start(e2e_rt, e2e_args)?,
+    };
+    crate::e2e::finish(e2e_rt, stack, e2e_args, Instant::now())?;
+    done(t);
+    if let (Some(bin), false) = (multinode, e2e_args.keep_cluster) {
+        let t = step(
+            "two nodes (localkube --nodes 2): pods across nodes by pod IP and Service, teardown clean",
+        );
+        let envs = [
+            ("LOCALKUBE_SMOKE_CLUSTER", "multinode"),
+            ("LOCALKUBE_SMOKE_NODES", "2"),
+        ];
+        crate::test_binaries::run_ignored(&bin, cargo, &envs)?;
+        done(t);
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> Result<()> {
+    let all = Instant::now();
+    // Every build below runs once per invocation: incremental caches gain a
+    // fresh clone nothing and take GiB of the disk the test node shares (its
+    // kubelet evicts at 1% free). A value the user set wins.
+    if std::env::var_os("CARGO_INCREMENTAL").is_none() {
+        std::env::set_var("CARGO_INCREMENTAL", "0");
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+
+    // First: the lint already compiles against OpenMPI's headers.
+    let with_e2e = !args.no_e2e;
+    let t = step("Debian packages");
+    crate::ensure::apt(APT_PACKAGES)?;
+    done(t);
+    report_free_disk(with_e2e);
+
+    if !args.no_lint {
+        lint(&cargo)?;
+    }
+
+    let (installed, info, rt) = install(with_e2e)?;
 
     let (build_args, test_args) = split_test_args(&args.cargo_test_args);
     // DGL_OPERATOR_TEST_STRICT: a test whose prerequisite is missing fails
     // here instead of skipping (everything it needs was just installed).
     let envs: [(&str, &Path); 5] = [
-        ("DGLRUN_TEST_PYTHON", &python),
-        ("DGLRUN_TEST_GRAPHSTORM_PYTHON", &graphstorm),
-        ("DGL_OPERATOR_KUEUE_BIN", &kueue),
-        (localkube::s3::WEED_BIN_ENV, &weed),
+        ("DGLRUN_TEST_PYTHON", &installed.python),
+        ("DGLRUN_TEST_GRAPHSTORM_PYTHON", &installed.graphstorm),
+        ("DGL_OPERATOR_KUEUE_BIN", &installed.kueue),
+        (localkube::s3::WEED_BIN_ENV, &installed.weed),
         ("DGL_OPERATOR_TEST_STRICT", Path::new("1")),
     ];
     let e2e_args = crate::e2e::Args {
@@ -233,55 +333,18 @@ pub fn run(args: Args) -> Result<()> {
     let e2e_rt = crate::stack::runtime()?;
     let lanes = args.lanes as usize;
 
-    // localkube's two-node test needs the host's node to itself: it runs
-    // after the e2e tier has torn its node cluster down.
-    let mut multinode = None;
-    let result = if lanes > 1 {
-        let t = step("cargo test --workspace --no-run");
-        let bins = crate::test_binaries::build(&cargo, &build_args)?;
-        multinode = bins.iter().find(|b| b.label == MULTINODE_TEST).cloned();
-        done(t);
-        std::thread::scope(|scope| {
-            // The node, the images and the operator's install, beside the tests.
-            let stack = with_e2e.then(|| {
-                scope.spawn(|| {
-                    let t =
-                        step("end-to-end stack (beside the tests): node cluster, images, operator");
-                    let s = crate::e2e::start(&e2e_rt, &e2e_args);
-                    done(t);
-                    s
-                })
-            });
-            let t = step(&format!("test binaries, {lanes} at a time"));
-            let tests =
-                crate::test_binaries::run_all(&cargo, bins, &build_args, &test_args, &envs, lanes);
-            done(t);
-            let stack = stack.map(|h| {
-                h.join()
-                    .map_err(|_| anyhow::anyhow!("the e2e stack thread panicked"))?
-            });
-            (tests, stack.transpose())
-        })
-    } else {
-        let t = step("cargo test --workspace");
-        let tests = crate::test_binaries::run_in_a_row(&cargo, &build_args, &test_args, &envs);
-        done(t);
-        (tests, Ok(None))
-    };
-    let (tests, stack) = result;
+    let (tests, stack, multinode) = run_tests(
+        &cargo,
+        lanes,
+        with_e2e,
+        (&build_args, &test_args),
+        &envs,
+        &e2e_rt,
+        &e2e_args,
+    )?;
 
     if !args.keep_cluster {
-        if let Some(dir) = info.state_dir.as_ref() {
-            let t = step("stopping the test control plane");
-            let name = dir
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or(localkube::TEST_CLUSTER)
-                .to_string();
-            let cluster = localkube::LocalCluster::new(localkube::ClusterConfig::new(&name)?)?;
-            rt.block_on(cluster.down(false))?;
-            done(t);
-        }
+        stop_test_control_plane(&rt, &info)?;
     }
     if let Err(e) = tests {
         stop_node(&e2e_rt, &e2e_args, stack.is_ok_and(|s| s.is_some()));
@@ -293,31 +356,14 @@ pub fn run(args: Args) -> Result<()> {
     // ParMETIS pipeline and DistParMETIS's ranks on one 20 k-node graph, each
     // output loaded and evaluated (the full run: `cargo xtask bench partition`).
     let t = step("partition benchmark, small (cargo xtask bench partition --dev)");
-    if let Err(e) = crate::bench_partition::run(crate::bench_partition::PartitionArgs::small()) {
+    if let Err(e) = crate::bench::partition::run(crate::bench::partition::PartitionArgs::small()) {
         stop_node(&e2e_rt, &e2e_args, stack.is_some());
         return Err(e);
     }
     done(t);
 
     if with_e2e {
-        let t = step("end-to-end: cargo xtask e2e");
-        let stack = match stack {
-            Some(s) => s,
-            None => crate::e2e::start(&e2e_rt, &e2e_args)?,
-        };
-        crate::e2e::finish(&e2e_rt, stack, &e2e_args, Instant::now())?;
-        done(t);
-        if let (Some(bin), false) = (multinode, args.keep_cluster) {
-            let t = step(
-                "two nodes (localkube --nodes 2): pods across nodes by pod IP and Service, teardown clean",
-            );
-            let envs = [
-                ("LOCALKUBE_SMOKE_CLUSTER", "multinode"),
-                ("LOCALKUBE_SMOKE_NODES", "2"),
-            ];
-            crate::test_binaries::run_ignored(&bin, &cargo, &envs)?;
-            done(t);
-        }
+        e2e_then_multinode(&cargo, stack, multinode, &e2e_rt, &e2e_args)?;
     }
     println!("\nall checks passed in {:.0}s", all.elapsed().as_secs_f64());
     Ok(())
@@ -349,7 +395,7 @@ fn stop_node(rt: &tokio::runtime::Runtime, args: &crate::e2e::Args, started: boo
     if !started || args.keep_cluster {
         return;
     }
-    if let Ok(c) = crate::cluster::node_cluster_n(&args.name, args.nodes as usize) {
+    if let Ok(c) = crate::util::node_cluster_n(&args.name, args.nodes as usize) {
         if let Err(e) = rt.block_on(c.down(false)) {
             eprintln!("test: stopping node cluster {:?}: {e:#}", args.name);
         }

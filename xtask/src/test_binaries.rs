@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
-use crate::test::run_cmd;
+use crate::util::run_cmd;
 
 /// One test binary as `cargo test --no-run` reported it.
 #[derive(Debug, Clone)]

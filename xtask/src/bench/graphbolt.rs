@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use crate::test::repo_root;
+use crate::util::repo_root;
 
 #[derive(clap::Args, Clone)]
 pub struct GraphboltArgs {

@@ -36,7 +36,7 @@ use kube::{Client, ResourceExt};
 
 use crate::stack::jobs::example_job;
 use crate::stack::{self, pod_ready};
-use crate::test::{done, step};
+use crate::util::{done, step};
 
 /// The lines of the example's training script the timeline ends on.
 const SETUP_LINE: &str = "setup rank=0";

@@ -8,13 +8,14 @@
 //! - `latency.rs`: apply → first training step on the real node;
 //! - `graphbolt.rs`: graph.dgl vs GraphBolt partitions, real DGL;
 //! - `partition`: the native partition pipeline vs DGL's tools
-//!   (`crate::bench_partition`, its script `partition_bench.py` here);
+//!   (`partition.rs`, its script `partition_bench.py` here);
 //! - `chart.rs`: the SVG chart each of them draws beside its `--json`.
 
 pub(crate) mod chart;
 mod graphbolt;
 mod latency;
 mod measure;
+pub mod partition;
 mod scale;
 pub mod shards;
 
@@ -47,7 +48,7 @@ enum Cmd {
     Scale(scale::ScaleArgs),
     /// dglrun's native partition pipeline vs dgl.distributed.partition_graph
     /// on the same R-MAT graph: wall time, peak memory, edge cut, balance.
-    Partition(crate::bench_partition::PartitionArgs),
+    Partition(partition::PartitionArgs),
     /// GraphSAGE on two local workers (network namespaces, real DGL) with
     /// graph.dgl and with GraphBolt partitions of the same graph: bytes
     /// shipped per worker, seconds per epoch. Needs root.
@@ -65,7 +66,7 @@ pub fn run(args: Args) -> Result<()> {
         Cmd::Partition(a) => {
             // It builds dgl-partition with MPI and runs its ranks under mpirun.
             crate::ensure::apt(&crate::ensure::MPI_PACKAGES)?;
-            crate::bench_partition::run(a)
+            partition::run(a)
         }
         Cmd::Graphbolt(a) => graphbolt::run(a),
         Cmd::Latency(a) => latency::run(a),

@@ -27,7 +27,7 @@ use super::scenarios::in_namespace;
 use crate::stack::jobs::{delete_and_check_children, dump_job, example_succeeds_on, launcher_log};
 use crate::stack::placement::node0;
 use crate::stack::Stack;
-use crate::test::repo_root;
+use crate::util::repo_root;
 
 const EXAMPLE_GRAPHSTORM: &str = "examples/graphstorm/dgljob.yaml";
 /// GraphStorm's config, whose `num_epochs` the progress must reach.

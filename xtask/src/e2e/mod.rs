@@ -98,9 +98,9 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 
 use crate::chaos::Fault;
-use crate::cluster::node_cluster_n;
 use crate::stack::{dump_operator, prepare, runtime, Stack, DEFAULT_CLUSTER};
-use crate::test::{done, step};
+use crate::util::node_cluster_n;
+use crate::util::{done, step};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Scenario {

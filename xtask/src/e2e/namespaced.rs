@@ -20,7 +20,7 @@ use crate::stack::jobs::{
     check_losses_fall, delete_and_check_children, example_succeeds, launcher_log, losses_by_worker,
 };
 use crate::stack::{pod_ready, EXAMPLE, MANAGER, OPERATOR_NAMESPACE, RELEASE};
-use crate::test::repo_root;
+use crate::util::repo_root;
 
 const OVERLAY: &str = "deploy/namespaced";
 const PSA_ENFORCE: &str = "pod-security.kubernetes.io/enforce";

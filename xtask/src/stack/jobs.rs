@@ -14,7 +14,7 @@ use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
 use super::{print_events, EXAMPLE, JOB_TIMEOUT, MANAGER};
-use crate::test::repo_root;
+use crate::util::repo_root;
 
 /// The example job, named `name`.
 pub(crate) fn example_job(name: &str) -> Result<DGLJob> {

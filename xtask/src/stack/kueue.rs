@@ -34,7 +34,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{operator_pods_lp, pod_ready, MANAGER, OPERATOR_NAMESPACE, RELEASE};
-use crate::test::{done, repo_root, step};
+use crate::util::{done, repo_root, step};
 
 /// The Kueue release used.
 pub(crate) const VERSION: &str = "v0.17.0";

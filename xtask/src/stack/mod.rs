@@ -18,9 +18,9 @@ use kube::api::{Api, ListParams, LogParams};
 use kube::{Client, ResourceExt};
 use localkube::LocalCluster;
 
-use crate::cluster::node_cluster_n;
 use crate::images::render;
-use crate::test::{done, repo_root, step};
+use crate::util::node_cluster_n;
+use crate::util::{done, repo_root, step};
 
 /// Helm release and namespace of the operator.
 pub(crate) const RELEASE: &str = "dgl-operator";

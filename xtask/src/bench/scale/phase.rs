@@ -175,6 +175,44 @@ pub(super) fn log_warnings(op_log: &Path) -> (usize, Vec<String>) {
     (log.lines().filter(is_warning).count(), first_warnings)
 }
 
+/// Creates the jobs (on a task) and follows them until they are done or
+/// time out: the job names, the time of the first create, the progress.
+async fn create_jobs(
+    env: &Env<'_>,
+    subject: Subject,
+    ns: &str,
+    pods_per_job: u32,
+    seen: &Arc<Mutex<Seen>>,
+    procs: &mut Procs,
+    op_pid: u32,
+) -> Result<(Vec<String>, Instant, Progress)> {
+    let args = env.args.scale;
+    let client = env.client;
+    eprintln!(
+        "==> creating {} jobs x {} workers ({}, {pods_per_job} pods each)",
+        args.jobs,
+        args.workers,
+        subject.describe(),
+    );
+    let t0 = Instant::now();
+    let jobs_api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &subject.resource());
+    let names: Vec<String> = (0..args.jobs).map(|i| format!("bench-{i:05}")).collect();
+    let creator = spawn_creator(jobs_api, seen.clone(), names.clone(), args, subject, ns);
+    let progress = wait_for_jobs(args, client, seen, &creator, procs, op_pid, t0).await?;
+    creator.await.context("job creation task")??;
+    Ok((names, t0, progress))
+}
+
+/// Which kube-scheduler the phase ran with, for the report.
+fn scheduler_description(args: &ScaleArgs) -> String {
+    if args.scheduler_qps > 0.0 {
+        format!("bench kube-scheduler, client QPS {}", args.scheduler_qps)
+    } else {
+        "localkube kube-scheduler, stock client QPS 50".into()
+    }
+}
+
 pub(super) async fn measure_phase(
     env: &Env<'_>,
     subject: Subject,
@@ -196,19 +234,8 @@ pub(super) async fn measure_phase(
     let base = baseline(env.cluster, client, env.scheduler_pid, env.kwok_pid).await?;
     let load_start = loadavg();
 
-    eprintln!(
-        "==> creating {} jobs x {} workers ({}, {pods_per_job} pods each)",
-        args.jobs,
-        args.workers,
-        subject.describe(),
-    );
-    let t0 = Instant::now();
-    let jobs_api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), ns, &subject.resource());
-    let names: Vec<String> = (0..args.jobs).map(|i| format!("bench-{i:05}")).collect();
-    let creator = spawn_creator(jobs_api, seen.clone(), names.clone(), args, subject, ns);
-    let progress = wait_for_jobs(args, client, &seen, &creator, procs, op.pid, t0).await?;
-    creator.await.context("job creation task")??;
+    let (names, t0, progress) =
+        create_jobs(env, subject, ns, pods_per_job, &seen, procs, op.pid).await?;
     let load_end = loadavg();
     let after = proc_sample(op.pid)?;
     let m1 = scrape_opt(op.metrics_port).await?;
@@ -243,11 +270,7 @@ pub(super) async fn measure_phase(
         workers: args.workers,
         pods_per_job,
         operator_args: op.args.join(" "),
-        scheduler: if args.scheduler_qps > 0.0 {
-            format!("bench kube-scheduler, client QPS {}", args.scheduler_qps)
-        } else {
-            "localkube kube-scheduler, stock client QPS 50".into()
-        },
+        scheduler: scheduler_description(args),
         first_create_to_last_pod: times.last_pod.map(|d| d.as_secs_f64()),
         first_create_to_last_launch: times.last_launch.map(|d| d.as_secs_f64()),
         jobs_created_in: progress.created_all_at.map(|d| d.as_secs_f64()),

@@ -169,6 +169,13 @@ impl Report {
 
     pub(super) fn details(&self) -> String {
         let mut out = String::new();
+        self.details_jobs(&mut out);
+        self.details_requests(&mut out);
+        out
+    }
+
+    /// The details' jobs, timing, CPU and memory lines.
+    fn details_jobs(&self, out: &mut String) {
         use std::fmt::Write;
         let _ = writeln!(
             out,
@@ -219,6 +226,11 @@ impl Report {
             self.cpu_seconds, self.cpu_seconds_cleanup, self.cpu_seconds_settled,
             self.idle_rss_mib, self.peak_rss_mib, self.final_rss_mib
         );
+    }
+
+    /// The details' request counts, latency, log warnings and load lines.
+    fn details_requests(&self, out: &mut String) {
+        use std::fmt::Write;
         let n = self.jobs.max(1) as f64;
         let _ = writeln!(
             out,
@@ -271,7 +283,6 @@ impl Report {
             "  load average at start {}, at end {}",
             self.load_start, self.load_end
         );
-        out
     }
 
     pub(super) fn json(&self) -> serde_json::Value {

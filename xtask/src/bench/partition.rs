@@ -30,9 +30,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
-use crate::test::{repo_root, run_cmd};
+use crate::util::{repo_root, run_cmd};
 
-const SCRIPT: &str = include_str!("bench/partition_bench.py");
+const SCRIPT: &str = include_str!("partition_bench.py");
 
 #[derive(clap::Args, Clone)]
 pub struct PartitionArgs {
@@ -195,7 +195,7 @@ pub fn run(args: PartitionArgs) -> Result<()> {
 /// The charts beside the results file, from its lines: this run's times and
 /// memory, and per-rank memory over the rank counts it holds for this graph.
 fn draw_charts(json: &Path) -> Result<()> {
-    use crate::bench::chart;
+    use super::chart;
     let runs = chart::read_lines(json)?;
     let latest = runs.last().context("the results file has no line")?;
     let svg = chart::svg_path(json, None);
@@ -212,7 +212,7 @@ fn draw_charts(json: &Path) -> Result<()> {
 /// debug ones exactly as `cargo test --workspace` builds them (a no-op then).
 fn build_binaries(dev: bool) -> Result<(PathBuf, PathBuf)> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let features = ["--features", crate::test::WORKSPACE_FEATURES];
+    let features = ["--features", crate::util::WORKSPACE_FEATURES];
     let profile = if dev {
         eprintln!("==> dglrun and dgl-partition (debug, as cargo test builds them)");
         run_cmd(

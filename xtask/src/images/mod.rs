@@ -46,7 +46,16 @@ use kube::api::{Api, LogParams, PostParams};
 use kube::runtime::wait::await_condition;
 use localkube::image::sha256_hex;
 
-use crate::cluster::node_cluster;
+use crate::util::{node_cluster, repo_root};
+
+mod base;
+mod podman;
+mod smoke;
+use base::*;
+pub(crate) use podman::copy_out_of_image;
+pub use podman::render;
+use podman::*;
+use smoke::*;
 
 const SUITE: &str = "bookworm";
 const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
@@ -145,169 +154,6 @@ pub enum Profile {
     Dev,
 }
 
-/// podman with its storage in our cache and no systemd/journald assumptions.
-struct Podman {
-    base: PathBuf,
-}
-
-impl Podman {
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("podman");
-        c.arg("--root")
-            .arg(self.base.join("root"))
-            .arg("--runroot")
-            .arg(self.base.join("runroot"))
-            .arg("--tmpdir")
-            .arg(self.base.join("tmp"))
-            .args([
-                "--storage-driver",
-                "overlay",
-                "--cgroup-manager",
-                "cgroupfs",
-                "--events-backend",
-                "file",
-            ])
-            .stdin(Stdio::null());
-        c
-    }
-
-    fn exists(&self, reference: &str) -> bool {
-        self.cmd()
-            .args(["image", "exists", reference])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-
-    fn inspect(&self, reference: &str, format: &str) -> Result<String> {
-        output(
-            self.cmd()
-                .args(["image", "inspect", "--format", format, reference]),
-        )
-    }
-
-    fn label(&self, reference: &str) -> Option<String> {
-        if !self.exists(reference) {
-            return None;
-        }
-        self.inspect(
-            reference,
-            &format!("{{{{index .Labels \"{HASH_LABEL}\"}}}}"),
-        )
-        .ok()
-        .map(|s| s.trim().to_owned())
-        .filter(|s| !s.is_empty() && s != "<no value>")
-    }
-}
-
-/// Runs a short command, returning stdout; the error names the command and shows stderr.
-/// Copies `path` out of image `which` (as built, from podman's storage)
-/// to `dest`: a container created and removed, nothing run.
-pub(crate) fn copy_out_of_image(which: Which, path: &str, dest: &Path) -> Result<()> {
-    let podman = Podman {
-        base: localkube::cache_dir()?.join("podman"),
-    };
-    let reference = reference(which);
-    let id = output(podman.cmd().args(["create", &reference]))?;
-    let id = id.trim();
-    let copied = output(podman.cmd().arg("cp").arg(format!("{id}:{path}")).arg(dest));
-    let removed = output(podman.cmd().args(["rm", id]));
-    copied.with_context(|| format!("copying {path} out of {reference}"))?;
-    removed.map(drop)
-}
-
-fn output(cmd: &mut Command) -> Result<String> {
-    let rendered = format!("{cmd:?}");
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("could not run {rendered}"))?;
-    if !out.status.success() {
-        bail!(
-            "{rendered} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Runs a long command with its output appended to `log`; on failure the
-/// error names the command and shows the log's last lines.
-fn logged(cmd: &mut Command, log: &Path) -> Result<()> {
-    let rendered = format!("{cmd:?}");
-    let mut file = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(log)
-        .with_context(|| format!("opening {}", log.display()))?;
-    writeln!(file, "\n$ {rendered}").ok();
-    let err = file.try_clone()?;
-    let status = cmd
-        .stdin(Stdio::null())
-        .stdout(file)
-        .stderr(err)
-        .status()
-        .with_context(|| format!("could not run {rendered}"))?;
-    if !status.success() {
-        let text = fs::read_to_string(log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = lines[lines.len().saturating_sub(25)..].join("\n");
-        bail!(
-            "{rendered} failed ({status}); log: {}\n--- last lines ---\n{tail}",
-            log.display()
-        );
-    }
-    Ok(())
-}
-
-/// `program arg arg ...`, for messages.
-pub fn render(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for a in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&a.to_string_lossy());
-    }
-    s
-}
-
-fn file_sha256(path: &Path) -> Result<String> {
-    let bytes = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(sha256_hex(&bytes))
-}
-
-/// A content hash over named parts, order-independent of how they were collected.
-#[derive(Default)]
-struct Hasher {
-    parts: BTreeMap<String, String>,
-}
-
-impl Hasher {
-    fn add(&mut self, name: &str, value: impl Into<String>) {
-        self.parts.insert(name.to_owned(), value.into());
-    }
-    fn add_file(&mut self, name: &str, path: &Path) -> Result<()> {
-        self.add(name, file_sha256(path)?);
-        Ok(())
-    }
-    fn finish(&self) -> String {
-        let mut s = String::new();
-        for (k, v) in &self.parts {
-            s.push_str(&format!("{k}={v}\n"));
-        }
-        sha256_hex(s.as_bytes())
-    }
-}
-
-fn repo_root() -> Result<PathBuf> {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
-        .parent()
-        .map(Path::to_path_buf)
-        .context("xtask has no parent directory")
-}
-
 fn mirror() -> String {
     std::env::var(MIRROR_ENV)
         .ok()
@@ -316,182 +162,6 @@ fn mirror() -> String {
 }
 
 // ------------------------------------------------------------------ base image
-
-/// Files a bookworm-slim image leaves out (the official images' dpkg filter).
-const DPKG_SLIM: &str =
-    "# Like debian:bookworm-slim: no docs, man pages or translations in images.\n\
-path-exclude /usr/share/doc/*\n\
-path-include /usr/share/doc/*/copyright\n\
-path-exclude /usr/share/man/*\n\
-path-exclude /usr/share/groff/*\n\
-path-exclude /usr/share/info/*\n\
-path-exclude /usr/share/lintian/*\n\
-path-exclude /usr/share/linda/*\n\
-path-exclude /usr/share/locale/*\n";
-
-/// apt in images: no package cache, no recommends, no translations.
-const APT_SLIM: &str = "APT::Install-Recommends \"false\";\n\
-APT::Install-Suggests \"false\";\n\
-Acquire::Languages \"none\";\n\
-DPkg::Post-Invoke { \"rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true\"; };\n\
-APT::Update::Post-Invoke { \"rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true\"; };\n\
-Dir::Cache::pkgcache \"\";\n\
-Dir::Cache::srcpkgcache \"\";\n";
-
-struct Base {
-    reference: String,
-    id: String,
-}
-
-/// Makes (or finds) the local bookworm base image.
-fn ensure_base(podman: &Podman, cache: &Path, log_dir: &Path) -> Result<Base> {
-    let mirror = mirror();
-    let key =
-        &sha256_hex(format!("{SUITE}\n{mirror}\n{BASE_RECIPE}\n{DPKG_SLIM}{APT_SLIM}").as_bytes())
-            [..12];
-    let reference = format!("localhost/dgl-operator/debian:{SUITE}-{key}");
-    if !podman.exists(&reference) {
-        let dir = cache.join("images").join("base");
-        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let tarball = dir.join(format!("debian-{SUITE}-{key}.tar"));
-        if !tarball.is_file() {
-            debootstrap(&dir, &tarball, key, &mirror, log_dir)?;
-        }
-        eprintln!("images: podman import {} as {reference}", tarball.display());
-        output(
-            podman
-                .cmd()
-                .arg("import")
-                .args([
-                    "--change",
-                    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                ])
-                .args(["--change", "CMD [\"/bin/bash\"]"])
-                .arg(&tarball)
-                .arg(&reference),
-        )?;
-    }
-    let id = podman.inspect(&reference, "{{.Id}}")?.trim().to_owned();
-    Ok(Base { reference, id })
-}
-
-fn debootstrap(dir: &Path, tarball: &Path, key: &str, mirror: &str, log_dir: &Path) -> Result<()> {
-    let rootfs = dir.join(format!("rootfs-{key}"));
-    // A previous run may have died inside debootstrap with /proc mounted in the target.
-    localkube::host::unmount_all_under(&rootfs)?;
-    if rootfs.exists() {
-        fs::remove_dir_all(&rootfs).with_context(|| format!("removing {}", rootfs.display()))?;
-    }
-    let log = log_dir.join("debootstrap.log");
-    let _ = fs::remove_file(&log);
-    let t = Instant::now();
-    eprintln!(
-        "images: debootstrap --variant=minbase {SUITE} from {mirror} (about 1-2 min); log: {}",
-        log.display()
-    );
-    let result = logged(
-        Command::new("debootstrap")
-            .args(["--variant=minbase", "--components=main", SUITE])
-            .arg(&rootfs)
-            .arg(mirror),
-        &log,
-    );
-    localkube::host::unmount_all_under(&rootfs)?;
-    result?;
-    slim_rootfs(&rootfs, mirror)?;
-    let tmp = tarball.with_extension("tar.tmp");
-    logged(
-        Command::new("tar")
-            .arg("-C")
-            .arg(&rootfs)
-            .args(["--numeric-owner", "--xattrs", "-cf"])
-            .arg(&tmp)
-            .arg("."),
-        &log,
-    )?;
-    fs::rename(&tmp, tarball).with_context(|| format!("renaming to {}", tarball.display()))?;
-    fs::remove_dir_all(&rootfs).with_context(|| format!("removing {}", rootfs.display()))?;
-    eprintln!(
-        "images: base rootfs ready in {:.0}s ({} MB)",
-        t.elapsed().as_secs_f64(),
-        fs::metadata(tarball).map(|m| m.len() >> 20).unwrap_or(0)
-    );
-    Ok(())
-}
-
-/// Removes caches and docs and configures dpkg/apt like the official slim images.
-fn slim_rootfs(rootfs: &Path, mirror: &str) -> Result<()> {
-    let write = |rel: &str, text: &str| -> Result<()> {
-        let p = rootfs.join(rel);
-        if let Some(parent) = p.parent() {
-            fs::create_dir_all(parent)?;
-        }
-        fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
-    };
-    write("etc/dpkg/dpkg.cfg.d/dgl-operator-slim", DPKG_SLIM)?;
-    write("etc/apt/apt.conf.d/dgl-operator-slim", APT_SLIM)?;
-    let security = if mirror == DEFAULT_MIRROR {
-        "http://deb.debian.org/debian-security".to_owned()
-    } else {
-        format!("{}-security", mirror.trim_end_matches('/'))
-    };
-    write(
-        "etc/apt/sources.list",
-        &format!(
-            "deb {mirror} {SUITE} main\ndeb {mirror} {SUITE}-updates main\ndeb {security} {SUITE}-security main\n"
-        ),
-    )?;
-    for dir in [
-        "var/cache/apt/archives",
-        "var/lib/apt/lists",
-        "usr/share/man",
-        "usr/share/info",
-        "usr/share/locale",
-        "usr/share/lintian",
-        "usr/share/linda",
-        "usr/share/groff",
-    ] {
-        let d = rootfs.join(dir);
-        if let Ok(rd) = fs::read_dir(&d) {
-            for e in rd.flatten() {
-                let p = e.path();
-                // Keep apt's own "partial" and "auxfiles" directories.
-                if p.is_dir()
-                    && matches!(
-                        p.file_name().and_then(|n| n.to_str()),
-                        Some("partial" | "auxfiles")
-                    )
-                {
-                    continue;
-                }
-                let r = if p.is_dir() && !p.is_symlink() {
-                    fs::remove_dir_all(&p)
-                } else {
-                    fs::remove_file(&p)
-                };
-                r.with_context(|| format!("removing {}", p.display()))?;
-            }
-        }
-    }
-    // Docs except the copyright files (licences must stay).
-    if let Ok(rd) = fs::read_dir(rootfs.join("usr/share/doc")) {
-        for pkg in rd.flatten() {
-            if let Ok(files) = fs::read_dir(pkg.path()) {
-                for f in files.flatten() {
-                    if f.file_name() != "copyright" {
-                        let p = f.path();
-                        let _ = if p.is_dir() && !p.is_symlink() {
-                            fs::remove_dir_all(&p)
-                        } else {
-                            fs::remove_file(&p)
-                        };
-                    }
-                }
-            }
-        }
-    }
-    Ok(())
-}
 
 // ------------------------------------------------------------------ binaries
 
@@ -516,14 +186,14 @@ fn host_binaries(
                 .args(BINARIES.iter().flat_map(|b| ["-p", *b]))
                 // dgl-partition's ranks talk MPI (links the host's libmpi,
                 // bookworm's OpenMPI as in the training image).
-                .args(["--features", crate::test::WORKSPACE_FEATURES]);
+                .args(["--features", crate::util::WORKSPACE_FEATURES]);
             target.join("release")
         }
         Profile::Dev => {
             // Exactly the build of `cargo test --workspace` (same packages,
             // same features), so right after the tests this is a no-op.
             cmd.args(["test", "--workspace", "--no-run", "--locked"])
-                .args(["--features", crate::test::WORKSPACE_FEATURES]);
+                .args(["--features", crate::util::WORKSPACE_FEATURES]);
             let target = std::env::var_os("CARGO_TARGET_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| root.join("target"));
@@ -906,7 +576,7 @@ struct Setup {
 }
 
 fn setup() -> Result<Setup> {
-    let root = repo_root()?;
+    let root = repo_root();
     let cache = localkube::cache_dir()?;
     let log_dir = cache.join("logs");
     fs::create_dir_all(&log_dir)?;
@@ -925,6 +595,133 @@ fn setup() -> Result<Setup> {
     })
 }
 
+/// The images to build: `--only` (or all), plus the training images each
+/// one is built on, in enum order.
+fn wanted_images(only: &[Which]) -> Vec<Which> {
+    let mut wanted: Vec<Which> = if only.is_empty() {
+        vec![
+            Which::Operator,
+            Which::Runtime,
+            Which::Graphsage,
+            Which::Graphstorm,
+        ]
+    } else {
+        only.to_vec()
+    };
+    // Each training image is built on the one before (enum order).
+    if wanted.contains(&Which::Graphstorm) && !wanted.contains(&Which::Graphsage) {
+        wanted.push(Which::Graphsage);
+    }
+    if wanted.contains(&Which::Graphsage) && !wanted.contains(&Which::Runtime) {
+        wanted.push(Which::Runtime);
+    }
+    wanted.sort();
+    wanted.dedup();
+    wanted
+}
+
+/// The operator or runtime image: a target of the root `Dockerfile` with
+/// the prebuilt host binaries.
+fn binary_image(
+    h: &mut Hasher,
+    which: Which,
+    dockerfile: &Path,
+    base: &Base,
+    prebuilt: &Path,
+    bin_hashes: &BTreeMap<String, String>,
+) -> Result<ImageDef> {
+    let target = if which == Which::Operator {
+        "operator"
+    } else {
+        "runtime"
+    };
+    h.add_file("Dockerfile", dockerfile)?;
+    h.add("base", base.id.clone());
+    h.add("target", target);
+    let bins: &[&str] = if which == Which::Operator {
+        &["dgl-operator"]
+    } else {
+        &["dglrun", "watcher-loop", "dgl-partition"]
+    };
+    for b in bins {
+        h.add(b, bin_hashes[*b].clone());
+    }
+    Ok(ImageDef {
+        which,
+        reference: reference(which),
+        dockerfile: dockerfile.to_path_buf(),
+        target: Some(target),
+        build_args: vec![
+            ("BINARIES".into(), "prebuilt".into()),
+            ("DEBIAN_IMAGE".into(), base.reference.clone()),
+        ],
+        contexts: vec![("prebuilt".into(), prebuilt.to_path_buf())],
+        network: false,
+        hash: String::new(),
+    })
+}
+
+/// The GraphSAGE image: the runtime image (must be in `built`) plus Python,
+/// DGL's wheels and the example's files.
+fn graphsage_image(
+    h: &mut Hasher,
+    root: &Path,
+    cache: &Path,
+    podman: &Podman,
+    base: &Base,
+    built: &BTreeMap<Which, ImageDef>,
+) -> Result<ImageDef> {
+    let which = Which::Graphsage;
+    let df = root.join("examples/graphsage/Dockerfile");
+    h.add_file("Dockerfile", &df)?;
+    h.add("base", base.id.clone());
+    for f in TRAINING_IMAGE_FILES {
+        h.add_file(f, &root.join(f))?;
+    }
+    let runtime = &built[&Which::Runtime];
+    let runtime_id = podman
+        .inspect(&runtime.reference, "{{.Id}}")?
+        .trim()
+        .to_owned();
+    h.add("runtime", runtime_id);
+    let (wheel_dir, wheel_hash) = wheels(root, cache)?;
+    h.add("wheels", wheel_hash);
+    Ok(ImageDef {
+        which,
+        reference: reference(which),
+        dockerfile: df,
+        target: None,
+        build_args: vec![
+            ("DEBIAN_IMAGE".into(), base.reference.clone()),
+            ("RUNTIME_IMAGE".into(), runtime.reference.clone()),
+        ],
+        contexts: vec![("wheels".into(), wheel_dir)],
+        // apt-get install python3.11 from the Debian mirror.
+        network: true,
+        hash: String::new(),
+    })
+}
+
+/// The table printed after a run: each image's size, build and import.
+fn print_report(report: &[(String, u64, Option<Duration>)], loaded: &[(String, Option<Duration>)]) {
+    println!("{:<48}{:>12}  {:<22}CONTAINERD", "IMAGE", "SIZE", "BUILD");
+    for (r, size, took) in report {
+        let build = match took {
+            Some(d) => format!("built in {:.0}s", d.as_secs_f64()),
+            None => "unchanged (cached)".into(),
+        };
+        let load = loaded
+            .iter()
+            .find(|(l, _)| l == r)
+            .map(|(_, d)| match d {
+                Some(d) => format!("imported in {:.0}s", d.as_secs_f64()),
+                None => "already loaded".into(),
+            })
+            .unwrap_or_else(|| "-".into());
+        println!("{r:<48}{:>12}  {build:<22}{load}", human_bytes(*size));
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
     if args.python_env_only {
         return prebuild_python_env();
@@ -936,35 +733,11 @@ pub fn run(args: Args) -> Result<()> {
         log_dir,
         podman,
     } = setup()?;
-    let mut wanted: Vec<Which> = if args.only.is_empty() {
-        vec![
-            Which::Operator,
-            Which::Runtime,
-            Which::Graphsage,
-            Which::Graphstorm,
-        ]
-    } else {
-        args.only.clone()
-    };
-    // Each training image is built on the one before (enum order).
-    if wanted.contains(&Which::Graphstorm) && !wanted.contains(&Which::Graphsage) {
-        wanted.push(Which::Graphsage);
-    }
-    if wanted.contains(&Which::Graphsage) && !wanted.contains(&Which::Runtime) {
-        wanted.push(Which::Runtime);
-    }
-    wanted.sort();
-    wanted.dedup();
+    let wanted = wanted_images(&args.only);
 
     let base = ensure_base(&podman, &cache, &log_dir)?;
     let (prebuilt, bin_hashes) = host_binaries(&root, &cache, args.profile)?;
     let dockerfile = root.join("Dockerfile");
-    let common = |h: &mut Hasher, target: &str| -> Result<()> {
-        h.add_file("Dockerfile", &dockerfile)?;
-        h.add("base", base.id.clone());
-        h.add("target", target);
-        Ok(())
-    };
 
     let mut report = Vec::new();
     let mut built: BTreeMap<Which, ImageDef> = BTreeMap::new();
@@ -972,64 +745,9 @@ pub fn run(args: Args) -> Result<()> {
         let mut h = Hasher::default();
         let img = match which {
             Which::Operator | Which::Runtime => {
-                let target = if which == Which::Operator {
-                    "operator"
-                } else {
-                    "runtime"
-                };
-                common(&mut h, target)?;
-                let bins: &[&str] = if which == Which::Operator {
-                    &["dgl-operator"]
-                } else {
-                    &["dglrun", "watcher-loop", "dgl-partition"]
-                };
-                for b in bins {
-                    h.add(b, bin_hashes[*b].clone());
-                }
-                ImageDef {
-                    which,
-                    reference: reference(which),
-                    dockerfile: dockerfile.clone(),
-                    target: Some(target),
-                    build_args: vec![
-                        ("BINARIES".into(), "prebuilt".into()),
-                        ("DEBIAN_IMAGE".into(), base.reference.clone()),
-                    ],
-                    contexts: vec![("prebuilt".into(), prebuilt.clone())],
-                    network: false,
-                    hash: String::new(),
-                }
+                binary_image(&mut h, which, &dockerfile, &base, &prebuilt, &bin_hashes)?
             }
-            Which::Graphsage => {
-                let df = root.join("examples/graphsage/Dockerfile");
-                h.add_file("Dockerfile", &df)?;
-                h.add("base", base.id.clone());
-                for f in TRAINING_IMAGE_FILES {
-                    h.add_file(f, &root.join(f))?;
-                }
-                let runtime = &built[&Which::Runtime];
-                let runtime_id = podman
-                    .inspect(&runtime.reference, "{{.Id}}")?
-                    .trim()
-                    .to_owned();
-                h.add("runtime", runtime_id);
-                let (wheel_dir, wheel_hash) = wheels(&root, &cache)?;
-                h.add("wheels", wheel_hash);
-                ImageDef {
-                    which,
-                    reference: reference(which),
-                    dockerfile: df,
-                    target: None,
-                    build_args: vec![
-                        ("DEBIAN_IMAGE".into(), base.reference.clone()),
-                        ("RUNTIME_IMAGE".into(), runtime.reference.clone()),
-                    ],
-                    contexts: vec![("wheels".into(), wheel_dir)],
-                    // apt-get install python3.11 from the Debian mirror.
-                    network: true,
-                    hash: String::new(),
-                }
-            }
+            Which::Graphsage => graphsage_image(&mut h, &root, &cache, &podman, &base, &built)?,
             Which::Graphstorm => graphstorm_image(&mut h, &root, &cache, &podman, &built)?,
         };
         let img = ImageDef {
@@ -1070,22 +788,7 @@ pub fn run(args: Args) -> Result<()> {
         prune(&podman, running.then_some(&cluster));
     }
 
-    println!("{:<48}{:>12}  {:<22}CONTAINERD", "IMAGE", "SIZE", "BUILD");
-    for (r, size, took) in &report {
-        let build = match took {
-            Some(d) => format!("built in {:.0}s", d.as_secs_f64()),
-            None => "unchanged (cached)".into(),
-        };
-        let load = loaded
-            .iter()
-            .find(|(l, _)| l == r)
-            .map(|(_, d)| match d {
-                Some(d) => format!("imported in {:.0}s", d.as_secs_f64()),
-                None => "already loaded".into(),
-            })
-            .unwrap_or_else(|| "-".into());
-        println!("{r:<48}{:>12}  {build:<22}{load}", human_bytes(*size));
-    }
+    print_report(&report, &loaded);
     eprintln!("images: done in {:.1}s", started.elapsed().as_secs_f64());
 
     if args.smoke {
@@ -1138,211 +841,5 @@ fn graphstorm_image(
     })
 }
 
-/// What each image must do in a pod: (container name, command, expected output).
-fn smoke_containers(which: Which) -> Vec<(&'static str, Vec<&'static str>, String)> {
-    match which {
-        Which::Operator => vec![(
-            "operator",
-            vec!["/usr/local/bin/dgl-operator", "--version"],
-            format!("dgl-operator {VERSION}"),
-        )],
-        Which::Runtime => vec![
-            (
-                "dglrun",
-                vec!["dglrun", "--version"],
-                format!("dglrun {VERSION}"),
-            ),
-            (
-                "watcher-loop",
-                vec!["watcher-loop", "--version"],
-                format!("watcher-loop {VERSION}"),
-            ),
-        ],
-        Which::Graphsage => vec![
-            (
-                "python",
-                vec![
-                    "python",
-                    "-c",
-                    "import dgl, torch; print('dgl', dgl.__version__, 'torch', torch.__version__)",
-                ],
-                "dgl 2.1.0 torch 2.2.1".into(),
-            ),
-            (
-                "dglrun",
-                vec!["dglrun", "--version"],
-                format!("dglrun {VERSION}"),
-            ),
-            // Starts only if the image's OpenMPI provides what it links.
-            (
-                "dgl-partition",
-                vec!["dgl-partition", "--version"],
-                format!("dgl-partition {VERSION}"),
-            ),
-        ],
-        Which::Graphstorm => vec![
-            (
-                "python",
-                vec![
-                    "python",
-                    "-c",
-                    "import graphstorm.run.gsgnn_np.gsgnn_np, dgl; \
-                     from importlib.metadata import version; \
-                     print('graphstorm', version('graphstorm'), 'dgl', dgl.__version__)",
-                ],
-                "graphstorm 0.5.0.post1 dgl 2.1.0".into(),
-            ),
-            (
-                "tables",
-                vec!["ls", "/opt/graphstorm/data"],
-                "nodes.parquet".into(),
-            ),
-        ],
-    }
-}
-
-/// Runs every built image as a pod on the node and checks each container's log.
-async fn smoke(cluster: &localkube::LocalCluster, built: &BTreeMap<Which, ImageDef>) -> Result<()> {
-    let client = localkube::client_from_file(&cluster.kubeconfig_path()).await?;
-    let ns = localkube::create_test_namespace(&client, "images-smoke").await?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    for img in built.values() {
-        let name = format!("{:?}", img.which).to_lowercase();
-        let containers: Vec<serde_json::Value> = smoke_containers(img.which)
-            .iter()
-            .map(|(n, cmd, _)| {
-                serde_json::json!({
-                    "name": n, "image": img.reference, "command": cmd,
-                    "imagePullPolicy": "Never",
-                })
-            })
-            .collect();
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": { "name": name },
-            "spec": { "restartPolicy": "Never", "containers": containers },
-        }))?;
-        let t = Instant::now();
-        pods.create(&PostParams::default(), &pod).await?;
-        let done = await_condition(pods.clone(), &name, |p: Option<&Pod>| {
-            matches!(
-                p.and_then(|p| p.status.as_ref())
-                    .and_then(|s| s.phase.as_deref()),
-                Some("Succeeded") | Some("Failed")
-            )
-        });
-        let pod = tokio::time::timeout(Duration::from_secs(300), done)
-            .await
-            .with_context(|| {
-                format!("pod {ns}/{name} ({}) did not finish in 300s", img.reference)
-            })??
-            .context("pod vanished")?;
-        let phase = pod.status.and_then(|s| s.phase).unwrap_or_default();
-        for (c, _, expect) in smoke_containers(img.which) {
-            let log = pods
-                .logs(
-                    &name,
-                    &LogParams {
-                        container: Some(c.into()),
-                        ..LogParams::default()
-                    },
-                )
-                .await?;
-            let ok = log.contains(&expect);
-            eprintln!(
-                "smoke: {} [{c}] {}: {}",
-                img.reference,
-                if ok { "ok" } else { "UNEXPECTED" },
-                log.trim().lines().last().unwrap_or("")
-            );
-            if !ok {
-                bail!(
-                    "{} container {c}: expected {expect:?} in its log, got:\n{log}",
-                    img.reference
-                );
-            }
-        }
-        if phase != "Succeeded" {
-            bail!("pod {ns}/{name} ({}) ended {phase}", img.reference);
-        }
-        eprintln!(
-            "smoke: {} ran in {:.1}s",
-            img.reference,
-            t.elapsed().as_secs_f64()
-        );
-    }
-    localkube::delete_namespace(&client, &ns).await?;
-    Ok(())
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Every file the training image's Dockerfile copies from examples/ is
-    /// in its content hash, and every hashed file exists.
-    #[test]
-    fn the_training_image_hash_covers_what_it_copies() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let dockerfile =
-            std::fs::read_to_string(root.join("examples/graphsage/Dockerfile")).unwrap();
-        let copied: Vec<&str> = dockerfile
-            .lines()
-            .filter(|l| l.starts_with("COPY examples/"))
-            .flat_map(|l| l.split_whitespace().skip(1))
-            .filter(|w| w.starts_with("examples/"))
-            .collect();
-        assert!(copied.len() >= 6, "{copied:?}");
-        for f in &copied {
-            assert!(
-                TRAINING_IMAGE_FILES.contains(f),
-                "{f} is copied but not hashed"
-            );
-        }
-        for f in TRAINING_IMAGE_FILES {
-            assert!(root.join(f).is_file(), "{f} does not exist");
-        }
-    }
-
-    /// The repository files a Dockerfile's COPY instructions name
-    /// (continuation lines joined; the destination is not under examples/).
-    fn copied_from_examples(dockerfile: &str) -> Vec<String> {
-        dockerfile
-            .replace("\\\n", " ")
-            .lines()
-            .filter(|l| l.starts_with("COPY "))
-            .flat_map(|l| l.split_whitespace().skip(1))
-            .filter(|w| w.starts_with("examples/"))
-            .map(str::to_owned)
-            .collect()
-    }
-
-    #[test]
-    fn copied_files_span_continuation_lines() {
-        let df = "COPY examples/a.py examples/b.json \\\n     examples/c.yaml /opt/x/\nRUN true\n";
-        assert_eq!(
-            copied_from_examples(df),
-            ["examples/a.py", "examples/b.json", "examples/c.yaml"]
-        );
-    }
-
-    /// Every file the GraphStorm Dockerfile copies is in its content hash,
-    /// and every hashed file exists.
-    #[test]
-    fn the_graphstorm_image_hash_covers_what_it_copies() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let dockerfile =
-            std::fs::read_to_string(root.join("examples/graphstorm/Dockerfile")).unwrap();
-        let copied = copied_from_examples(&dockerfile);
-        assert_eq!(copied.len(), GRAPHSTORM_IMAGE_FILES.len(), "{copied:?}");
-        for f in &copied {
-            assert!(
-                GRAPHSTORM_IMAGE_FILES.contains(&f.as_str()),
-                "{f} is copied but not hashed"
-            );
-        }
-        for f in GRAPHSTORM_IMAGE_FILES {
-            assert!(root.join(f).is_file(), "{f} does not exist");
-        }
-    }
-}
+mod tests;

@@ -81,17 +81,17 @@ async fn lose_one(
         |j, pods| under_way(j) && pod_on(pods, victims, extra).is_some(),
         || async {
             let r = lose_and_return(client, cluster, ns, &name, victims, extra).await;
-            if let Ok((_, node, old)) = &r {
-                lost = Some((node.clone(), old.clone()));
+            if let Ok((_, node, old, joined)) = &r {
+                lost = Some((node.clone(), old.clone(), *joined));
             }
-            r.map(|(note, _, _)| note)
+            r.map(|(note, ..)| note)
         },
     )
     .await?;
     expect_phase(&done, JobPhase::Succeeded)?;
     ensure!(restarts(&done) == 1, "restarted {} times", restarts(&done));
-    let (node, old) = lost.context("the fault reported no node")?;
-    let cleared = old_run_gone(client, &node, &old).await?;
+    let (node, old, joined) = lost.context("the fault reported no node")?;
+    let cleared = old_run_gone(client, &node, &old, joined).await?;
     let left = delete_and_count_left(client, ns, &name).await?;
     Ok((format!("{note}; {cleared}"), left))
 }
@@ -165,7 +165,8 @@ fn slow_partitioner_on(name: &str, slow_on: &str) -> Result<DGLJob> {
 
 /// Cuts the worker's node off, waits for NotReady, for the operator to name
 /// it and for the new run's pods to be placed elsewhere, then joins it
-/// again. Returns the note, the node and the uids of the pods lost on it.
+/// again. Returns the note, the node, the uids of the pods lost on it and
+/// when it joined again.
 async fn lose_and_return(
     client: &Client,
     cluster: &LocalCluster,
@@ -173,7 +174,7 @@ async fn lose_and_return(
     name: &str,
     victims: &[String],
     extra: &BTreeSet<String>,
-) -> Result<(String, String, Vec<String>)> {
+) -> Result<(String, String, Vec<String>, Instant)> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let lp = ListParams::default().labels(&format!("{LABEL_JOB_NAME}={name}"));
     let before = pods.list(&lp).await?.items;
@@ -195,6 +196,7 @@ async fn lose_and_return(
     }
     .await;
     let restored = cluster.restore_node(&node);
+    let joined = Instant::now();
     let (not_ready, (named, message), placed) = result?;
     restored.with_context(|| format!("joining {node} again"))?;
     let note = format!(
@@ -206,7 +208,8 @@ async fn lose_and_return(
         old.len(),
         placed.as_secs_f64(),
     );
-    Ok((note, node, old.into_iter().map(|(_, uid)| uid).collect()))
+    let uids = old.into_iter().map(|(_, uid)| uid).collect();
+    Ok((note, node, uids, joined))
 }
 
 /// The operator must not be on the node about to be cut (the e2e install
@@ -305,7 +308,12 @@ async fn wait_replaced(pods: &Api<Pod>, old: &[(String, String)], node: &str) ->
 
 /// Once `node` is Ready again, no process of the lost pods (`uids`) is
 /// left on the machine (its kubelet, back, kills what the API no longer has).
-async fn old_run_gone(client: &Client, node: &str, uids: &[String]) -> Result<String> {
+async fn old_run_gone(
+    client: &Client,
+    node: &str,
+    uids: &[String],
+    joined: Instant,
+) -> Result<String> {
     let t = Instant::now();
     while !node_ready(client, node).await? {
         ensure!(
@@ -314,14 +322,13 @@ async fn old_run_gone(client: &Client, node: &str, uids: &[String]) -> Result<St
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let back = t.elapsed();
     loop {
         let alive: Vec<&String> = uids.iter().filter(|u| pid_in_pod(u).is_ok()).collect();
         if alive.is_empty() {
             return Ok(format!(
-                "{node} Ready again {:.0}s after joining, no process of the lost pods left {:.0}s after",
-                back.as_secs_f64(),
-                t.elapsed().as_secs_f64()
+                "checked once the job ended, {:.0}s after {node} joined again: Ready, \
+                 no process of the lost pods left",
+                joined.elapsed().as_secs_f64()
             ));
         }
         ensure!(

@@ -181,6 +181,26 @@ async fn run(
     }
     let mut placement = Placement::default();
     let nodes = node_count(client).await?;
+    // ParMETIS: the partitioner's report is read while it serves the
+    // shards; the job's end may delete it before a later read.
+    let partitioner_log = if mode == PartitionMode::DistParMetis {
+        None
+    } else {
+        follow(
+            client,
+            ns,
+            name,
+            JOB_TIMEOUT,
+            |p| p.is_some_and(|p| p == dgl_api::JobPhase::Running || p.is_terminal()),
+            |_, pods, _| placement.observe(pods),
+        )
+        .await?;
+        let log = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+            .logs(&format!("{name}-partitioner"), &LogParams::default())
+            .await
+            .with_context(|| format!("the log of {name}-partitioner"))?;
+        Some(log)
+    };
     let done = follow(
         client,
         ns,
@@ -199,13 +219,7 @@ async fn run(
     let log = launcher_log(client, ns, name).await?;
     // DistParMETIS: each rank's report is in the launcher's log; ParMETIS:
     // the partitioner pod's.
-    let reports = match mode {
-        PartitionMode::DistParMetis => log.clone(),
-        _ => Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
-            .logs(&format!("{name}-partitioner"), &LogParams::default())
-            .await
-            .with_context(|| format!("the log of {name}-partitioner"))?,
-    };
+    let reports = partitioner_log.unwrap_or_else(|| log.clone());
     let fetched: Vec<&str> = reports
         .lines()
         .filter(|l| l.contains("input fetched from object storage"))

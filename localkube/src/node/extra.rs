@@ -556,7 +556,7 @@ fn proxy_doc(e: &ExtraNode, np: &NodePorts) -> serde_json::Value {
 }
 
 /// Stops the process of a pid file in `run_dir`, noting it in `report`.
-async fn stop_recorded(run_dir: &Path, name: &'static str, report: &mut NodeTeardown) {
+pub(super) async fn stop_recorded(run_dir: &Path, name: &'static str, report: &mut NodeTeardown) {
     let Some(rec) = process::read_pid(run_dir, name) else {
         return;
     };

@@ -108,15 +108,7 @@ impl LocalCluster {
         }
         // 2. kube-proxy, kubelet.
         for name in [KUBE_PROXY, KUBELET] {
-            if let Some(rec) = process::read_pid(&self.run_dir(), name) {
-                let running = process::is_running(&rec);
-                let r = rec.clone();
-                match blocking(move || process::stop(&r, Duration::from_secs(15))).await {
-                    Ok(()) if running => report.stopped.push((name, rec.pid)),
-                    Ok(()) => {}
-                    Err(e) => report.warnings.push(e.to_string()),
-                }
-            }
+            extra::stop_recorded(&self.run_dir(), name, &mut report).await;
         }
         // 3. Containers the kubelet did not get to, then containerd.
         if self.component_running(CONTAINERD, None) {
@@ -126,15 +118,7 @@ impl LocalCluster {
                 Err(e) => report.warnings.push(format!("removing containers: {e}")),
             }
         }
-        if let Some(rec) = process::read_pid(&self.run_dir(), CONTAINERD) {
-            let running = process::is_running(&rec);
-            let r = rec.clone();
-            match blocking(move || process::stop(&r, Duration::from_secs(15))).await {
-                Ok(()) if running => report.stopped.push((CONTAINERD, rec.pid)),
-                Ok(()) => {}
-                Err(e) => report.warnings.push(e.to_string()),
-            }
-        }
+        extra::stop_recorded(&self.run_dir(), CONTAINERD, &mut report).await;
         report
     }
 

@@ -56,7 +56,7 @@ pub(super) fn ensure_base(podman: &Podman, cache: &Path, log_dir: &Path) -> Resu
                 .arg(&reference),
         )?;
     }
-    let id = podman.inspect(&reference, "{{.Id}}")?.trim().to_owned();
+    let id = podman.image_id(&reference)?;
     Ok(Base { reference, id })
 }
 

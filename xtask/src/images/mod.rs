@@ -679,11 +679,7 @@ fn graphsage_image(
         h.add_file(f, &root.join(f))?;
     }
     let runtime = &built[&Which::Runtime];
-    let runtime_id = podman
-        .inspect(&runtime.reference, "{{.Id}}")?
-        .trim()
-        .to_owned();
-    h.add("runtime", runtime_id);
+    h.add("runtime", podman.image_id(&runtime.reference)?);
     let (wheel_dir, wheel_hash) = wheels(root, cache)?;
     h.add("wheels", wheel_hash);
     Ok(ImageDef {
@@ -821,11 +817,7 @@ fn graphstorm_image(
     let below = built
         .get(&Which::Graphsage)
         .context("the GraphStorm image needs the GraphSAGE image built first")?;
-    let below_id = podman
-        .inspect(&below.reference, "{{.Id}}")?
-        .trim()
-        .to_owned();
-    h.add("graphsage", below_id);
+    h.add("graphsage", podman.image_id(&below.reference)?);
     let (wheel_dir, wheel_hash) = graphstorm_wheels(root, cache)?;
     h.add("wheels", wheel_hash);
     Ok(ImageDef {

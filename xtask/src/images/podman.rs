@@ -44,6 +44,11 @@ impl Podman {
         )
     }
 
+    /// The image's id (`podman image inspect --format {{.Id}}`).
+    pub(super) fn image_id(&self, reference: &str) -> Result<String> {
+        Ok(self.inspect(reference, "{{.Id}}")?.trim().to_owned())
+    }
+
     pub(super) fn label(&self, reference: &str) -> Option<String> {
         if !self.exists(reference) {
             return None;

@@ -125,6 +125,15 @@ pub enum Error {
 }
 
 impl Error {
+    /// An unpack that lost a parent snapshot to containerd's garbage
+    /// collector mid-import (containerd/containerd#3787): the GC may remove
+    /// a snapshot the unpacker has just found to exist when the image that
+    /// held it was replaced. A second import unpacks it afresh.
+    pub fn is_unpack_race(&self) -> bool {
+        matches!(self, Error::HostCommand { output, .. }
+            if output.contains("parent snapshot") && output.contains("does not exist"))
+    }
+
     /// Shorthand for `map_err` on filesystem calls: records what we were doing and on which path.
     pub(crate) fn io(
         action: &'static str,

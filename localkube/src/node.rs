@@ -60,7 +60,9 @@ mod netns;
 mod plan;
 mod teardown;
 use configs::*;
-use ctr::{ctr_at, image_labels_at, images_at, label_image_at, remove_all_containers_at};
+use ctr::{
+    ctr_at, image_labels_at, images_at, label_image_at, remove_all_containers_at, remove_image_at,
+};
 pub use extra::NodeSummary;
 use images::*;
 pub use plan::MAX_NODES;

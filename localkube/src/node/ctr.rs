@@ -48,6 +48,16 @@ pub(super) fn image_labels_at(
     Ok(Some(map))
 }
 
+/// `ctr images rm --sync`: removes `reference` (if there) and returns only
+/// once containerd's garbage collection has run, so no collection of its
+/// layers is still pending when the next import unpacks.
+pub(super) fn remove_image_at(socket: &Path, reference: &str) -> Result<()> {
+    if !images_at(socket)?.iter().any(|r| r == reference) {
+        return Ok(());
+    }
+    host::run(ctr_at(socket).args(["images", "rm", "--sync", reference])).map(|_| ())
+}
+
 pub(super) fn label_image_at(socket: &Path, reference: &str, key: &str, value: &str) -> Result<()> {
     host::run(
         ctr_at(socket)

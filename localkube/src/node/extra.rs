@@ -11,8 +11,9 @@ use std::time::{Duration, Instant};
 use super::plan::{self, ExtraNode};
 use super::{
     ctr_at, image_labels_at, images_at, kill_shims, label_image_at, netns, read_record,
-    remove_all_containers_at, remove_cgroup_and_mounts, remove_host_files, write_record,
-    NodeConfig, NodePorts, NodeTeardown, CONTAINERD, CONTAINERD_BIN, KUBELET, KUBE_PROXY,
+    remove_all_containers_at, remove_cgroup_and_mounts, remove_host_files, remove_image_at,
+    write_record, NodeConfig, NodePorts, NodeTeardown, CONTAINERD, CONTAINERD_BIN, KUBELET,
+    KUBE_PROXY,
 };
 use crate::binaries::Binaries;
 use crate::cluster::{blocking, LocalCluster};
@@ -160,7 +161,12 @@ impl LocalCluster {
                 continue;
             }
             let t = Instant::now();
-            copy_image(&source, &socket, reference)?;
+            // The stale copy goes first and its collection is awaited, so the
+            // import cannot race the collector over shared layers.
+            if have.is_some() {
+                remove_image_at(&socket, reference)?;
+            }
+            copy_image_retrying(&source, &socket, reference)?;
             if !images_at(&socket)?.iter().any(|r| r == reference) {
                 return Err(Error::Invalid(format!(
                     "copying {reference} to node {name}: `ctr images import` did not create it"
@@ -638,6 +644,24 @@ fn copy_image(from: &Path, to: &Path, reference: &str) -> Result<()> {
         )));
     }
     imported.map(|_| ())
+}
+
+/// [`copy_image`], once more after an unpack lost a parent snapshot to a
+/// garbage collection that something else set off (see
+/// [`Error::is_unpack_race`]); any other error is returned at once.
+fn copy_image_retrying(from: &Path, to: &Path, reference: &str) -> Result<()> {
+    const ATTEMPTS: u32 = 3;
+    let mut attempt = 1;
+    loop {
+        match copy_image(from, to, reference) {
+            Err(e) if e.is_unpack_race() && attempt < ATTEMPTS => {
+                progress!("image {reference}: unpack raced containerd's GC ({e}); importing again");
+                std::thread::sleep(Duration::from_secs(2));
+                attempt += 1;
+            }
+            r => return r,
+        }
+    }
 }
 
 /// `repo` of `repo:tag` (a registry port's colon is before the last `/`).

@@ -40,6 +40,13 @@ impl LocalCluster {
         Ok(out)
     }
 
+    /// Removes `reference` from node 0's containerd and waits for its
+    /// garbage collection, so that an import that replaces it cannot race
+    /// the collector (see [`Error::is_unpack_race`]); absent is fine.
+    pub fn remove_node_image(&self, reference: &str) -> Result<()> {
+        remove_image_at(&self.containerd_socket(), reference)
+    }
+
     /// `ctr images import -` into node 0's containerd: imports an archive
     /// read from `archive`'s pipe (e.g. `podman save`'s stdout), so no
     /// multi-GiB copy lands on disk. The other nodes of a multi-node cluster

@@ -342,8 +342,8 @@ fn load(
         .sync_node_image(&img.reference, Some((HASH_LABEL, img.hash.as_str())))
         .with_context(|| {
             format!(
-                "copying {} to the other nodes (a node store left inconsistent by a full disk \
-                 says \"parent snapshot ... does not exist\": stop the cluster and remove \
+                "copying {} to the other nodes (if a node's store stays inconsistent, e.g. \
+                 after a full disk, stop the cluster and remove \
                  <cache>/node-images/containerd-n<i>; the next run copies the images again)",
                 img.reference
             )
@@ -369,7 +369,7 @@ fn load_node0(
     log_dir: &Path,
 ) -> Result<Option<Duration>> {
     let labels = cluster.node_image_labels(&img.reference)?;
-    if labels.and_then(|l| l.get(HASH_LABEL).cloned()).as_deref() == Some(img.hash.as_str()) {
+    if labels.as_ref().and_then(|l| l.get(HASH_LABEL)) == Some(&img.hash) {
         return Ok(None);
     }
     let t = Instant::now();
@@ -377,6 +377,53 @@ fn load_node0(
         "images: loading {} into the node's containerd",
         img.reference
     );
+    // The stale image goes first, its collection awaited, so the import
+    // cannot race containerd's collector over shared layers.
+    if labels.is_some() {
+        cluster.remove_node_image(&img.reference)?;
+    }
+    let mut attempt = 1;
+    let imported = loop {
+        match save_into_node0(cluster, podman, img, log_dir)? {
+            Err(e) if e.is_unpack_race() && attempt < 3 => {
+                eprintln!(
+                    "images: {}: unpack raced containerd's GC ({e}); importing again",
+                    img.reference
+                );
+                std::thread::sleep(Duration::from_secs(2));
+                attempt += 1;
+            }
+            r => {
+                break r.with_context(|| {
+                    format!(
+                        "importing {} into {}",
+                        img.reference,
+                        cluster.containerd_socket().display()
+                    )
+                })?
+            }
+        }
+    };
+    tracing::debug!(%imported, "ctr import");
+    if !cluster.node_images()?.iter().any(|r| r == &img.reference) {
+        bail!(
+            "ctr import of {} did not create it (it printed: {})",
+            img.reference,
+            imported.trim()
+        );
+    }
+    cluster.label_node_image(&img.reference, HASH_LABEL, &img.hash)?;
+    Ok(Some(t.elapsed()))
+}
+
+/// One `podman save | ctr import -` into node 0. The outer error is
+/// podman's; the inner one ctr's, which the caller may retry.
+fn save_into_node0(
+    cluster: &localkube::LocalCluster,
+    podman: &Podman,
+    img: &ImageDef,
+    log_dir: &Path,
+) -> Result<std::result::Result<String, localkube::Error>> {
     // `podman save | ctr import -`: the training image's archive is 5.5 GiB
     // that would otherwise sit on the disk the node and cargo share.
     let log = log_dir.join(format!("save-{:?}.log", img.which).to_lowercase());
@@ -401,23 +448,7 @@ fn load_node0(
             log.display()
         );
     }
-    let imported = imported.with_context(|| {
-        format!(
-            "importing {} into {}",
-            img.reference,
-            cluster.containerd_socket().display()
-        )
-    })?;
-    tracing::debug!(%imported, "ctr import");
-    if !cluster.node_images()?.iter().any(|r| r == &img.reference) {
-        bail!(
-            "ctr import of {} did not create it (it printed: {})",
-            img.reference,
-            imported.trim()
-        );
-    }
-    cluster.label_node_image(&img.reference, HASH_LABEL, &img.hash)?;
-    Ok(Some(t.elapsed()))
+    Ok(imported)
 }
 
 /// Drops what a rebuild leaves behind, best effort: podman's untagged

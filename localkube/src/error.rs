@@ -147,3 +147,28 @@ impl Error {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    fn ctr_failed(output: &str) -> Error {
+        Error::HostCommand {
+            command: "ctr images import -".into(),
+            status: "exit status: 1".into(),
+            output: output.into(),
+        }
+    }
+
+    #[test]
+    fn only_a_lost_parent_snapshot_is_an_unpack_race() {
+        // What the CI run of stop 40 printed.
+        assert!(ctr_failed(
+            "ctr: failed to prepare extraction snapshot \"extract-977911214-c-6Y sha256:95b3\": \
+             parent snapshot sha256:97c2 does not exist: not found"
+        )
+        .is_unpack_race());
+        assert!(!ctr_failed("ctr: write /var/lib: no space left on device").is_unpack_race());
+        assert!(!Error::Invalid("parent snapshot x does not exist".into()).is_unpack_race());
+    }
+}

@@ -67,11 +67,11 @@ async fn dgl_api_job_runs_to_succeeded_in_order() {
     let rules = role.rules.unwrap();
     assert_eq!(rules[0].resources.as_deref().unwrap(), ["configmaps"]);
     assert_eq!(rules[0].resource_names.as_deref().unwrap(), ["full-config"]);
+    // Pods by label (one watch for every worker), not by name.
     let rule = &rules[1];
-    assert_eq!(
-        rule.resource_names.as_deref().unwrap(),
-        ["full-worker-0", "full-worker-1"]
-    );
+    assert_eq!(rule.resources.as_deref().unwrap(), ["pods"]);
+    assert_eq!(rule.verbs, ["get", "list", "watch"]);
+    assert_eq!(rule.resource_names, None);
     assert!(!rules
         .iter()
         .flat_map(|r| r.resources.iter().flatten())

@@ -176,6 +176,9 @@ pub struct Outcome {
     /// The pods that reached the goal, sorted.
     pub pods: Vec<String>,
     pub elapsed: Duration,
+    /// One job's workers were waited for with one label-selected watch
+    /// (false: one watch per pod, or a selector target).
+    pub shared_watch: bool,
 }
 
 /// The namespace to watch: `explicit` (the flag, or env `NAMESPACE`), else
@@ -313,6 +316,7 @@ pub async fn run_with(
                 mode,
                 pods,
                 elapsed,
+                shared_watch: shared,
             });
         }
         let item = tokio::select! {

@@ -547,6 +547,7 @@ async fn service_account_with_resource_names_role_is_enough() {
     }
     let outcome = join(run).await.expect("the narrow Role is enough");
     assert_eq!(outcome.pods, allowed.to_vec());
+    assert!(!outcome.shared_watch, "named pods: one watch each");
 
     // A pod outside resourceNames is refused (after the RBAC grace).
     let outside = names(&["j-secret"]);
@@ -562,6 +563,49 @@ async fn service_account_with_resource_names_role_is_enough() {
     assert!(err.to_string().contains("pod j-secret"), "{err}");
     assert!(err.to_string().contains("HTTP 403"), "{err}");
     assert_eq!(err.exit_code(), watcher_loop::EXIT_API);
+    teardown(env).await;
+}
+
+/// The launcher Role the operator builds (`launcher_rbac`: pods readable in
+/// the namespace, not by name) lets watcher-loop wait on every worker with
+/// one label-selected watch (issue #36 item 8).
+#[tokio::test]
+async fn the_operators_launcher_role_waits_with_one_watch() {
+    let env = setup("wl-one-watch").await;
+    let workers = ["j-worker-0", "j-worker-1", "j-worker-2"];
+    for name in workers {
+        create_pod(&env.pods, name).await;
+    }
+    let sa_client = service_account_client(
+        &env,
+        "j-launcher",
+        json!([
+            { "apiGroups": [""], "resources": ["configmaps"],
+              "verbs": ["get", "list", "watch"], "resourceNames": [CONFIG] },
+            { "apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"] },
+            { "apiGroups": [""], "resources": ["pods"], "verbs": ["patch"],
+              "resourceNames": ["j-launcher"] },
+        ]),
+    )
+    .await;
+    let sa_pods: Api<Pod> = Api::namespaced(sa_client.clone(), &env.ns);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while let Err(e) = sa_pods.list(&ListParams::default()).await {
+        assert!(Instant::now() < deadline, "RBAC never allowed the SA: {e}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let targets = names(&workers);
+    let ns = env.ns.clone();
+    let run = tokio::spawn(async move {
+        watcher_loop::run(sa_client, &ns, &targets, Mode::Ready, LONG).await
+    });
+    assert_still_waiting(&run, "pods Pending").await;
+    for name in workers {
+        set_status(&env.pods, name, running_ready()).await;
+    }
+    let outcome = join(run).await.expect("the launcher Role is enough");
+    assert_eq!(outcome.pods, workers.to_vec());
+    assert!(outcome.shared_watch, "one watch for the job's workers");
     teardown(env).await;
 }
 

@@ -134,35 +134,42 @@ pub fn job_token(key: &TokenKey, job: &DGLJob) -> Option<String> {
 }
 
 /// ServiceAccount, Role and RoleBinding of the launcher: its watcher-loop
-/// init container reads (get/list/watch) the job's ConfigMap and worker
-/// pods, named by resourceNames, and dglrun patches its own pod (the
-/// training's progress annotation). Nothing else: no exec, no other writes,
-/// no cluster-wide rights.
+/// init container reads (get/list/watch) the job's ConfigMap, named by
+/// resourceNames, and the namespace's pods, and dglrun patches its own pod
+/// (the training's progress annotation). Nothing else: no exec, no other
+/// writes, no cluster-wide rights. Pods are readable without resourceNames
+/// (as mpi-operator's launcher Role has them) so that watcher-loop waits on
+/// all workers with one label-selected watch: named pods would cost one
+/// watch, and one connection, per worker (issue #36 item 8).
 pub fn launcher_rbac(job: &DGLJob) -> (ServiceAccount, Role, RoleBinding) {
     let job_name = job.name_any();
     let name = rbac_name(&job_name, ReplicaType::Launcher);
-    let workers: Vec<String> = (0..job.spec.num_workers())
-        .map(|i| worker_name(&job_name, i))
-        .collect();
     let sa = with_hash(ServiceAccount {
         metadata: meta(job, name.clone(), job_labels(job)),
         automount_service_account_token: Some(false),
         ..Default::default()
     });
-    let rule = |resource: &str, verbs: &[&str], names: Vec<String>| PolicyRule {
+    let rule = |resource: &str, verbs: &[&str], names: Option<Vec<String>>| PolicyRule {
         api_groups: Some(vec!["".into()]),
         resources: Some(vec![resource.into()]),
         verbs: verbs.iter().map(|v| v.to_string()).collect(),
-        resource_names: Some(names),
+        resource_names: names,
         ..Default::default()
     };
     let read = ["get", "list", "watch"];
-    let mut rules = vec![rule("pods", &["patch"], vec![launcher_name(&job_name)])];
-    // No workers, no read rules: an empty resourceNames would grant every
-    // pod, and a launcher training alone reads its ConfigMap as a volume.
-    if !workers.is_empty() {
-        rules.insert(0, rule("pods", &read, workers));
-        rules.insert(0, rule("configmaps", &read, vec![config_name(&job_name)]));
+    let mut rules = vec![rule(
+        "pods",
+        &["patch"],
+        Some(vec![launcher_name(&job_name)]),
+    )];
+    // No workers, no read rules: a launcher training alone waits for
+    // nothing and reads its ConfigMap as a volume.
+    if job.spec.num_workers() > 0 {
+        rules.insert(0, rule("pods", &read, None));
+        rules.insert(
+            0,
+            rule("configmaps", &read, Some(vec![config_name(&job_name)])),
+        );
     }
     let role = with_hash(Role {
         metadata: meta(job, name.clone(), job_labels(job)),

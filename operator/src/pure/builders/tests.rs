@@ -208,10 +208,8 @@ fn launcher_waits_for_workers_with_least_privilege() {
     );
     assert_eq!(rules[1].resources.as_deref().unwrap(), ["pods"]);
     assert_eq!(rules[1].verbs, vec!["get", "list", "watch"]);
-    assert_eq!(
-        rules[1].resource_names.as_deref().unwrap(),
-        ["dgl-graphsage-worker-0", "dgl-graphsage-worker-1"]
-    );
+    // Not named: watcher-loop waits on every worker with one watch.
+    assert_eq!(rules[1].resource_names, None);
     // Its own pod only, for the progress annotation.
     assert_eq!(rules[2].verbs, vec!["patch"]);
     assert_eq!(
@@ -238,7 +236,7 @@ fn a_standalone_launcher_trains_alone_and_may_only_patch_itself() {
         "graphsage",
         "the template's args kept"
     );
-    // An empty resourceNames would mean every pod: no read rule at all.
+    // Nothing to wait for: no read rule at all.
     let (_, role, _) = launcher_rbac(&j);
     let rules = role.rules.unwrap();
     assert_eq!(rules.len(), 1);

@@ -612,22 +612,14 @@ impl JobPhase {
         JobPhase::Suspended,
     ];
 
-    /// The phase (or condition type) spelled `name`, as [`JobPhase::as_str`] writes it.
+    /// The phase spelled `name`, as [`JobPhase::as_str`] writes it.
     pub fn from_name(name: &str) -> Option<JobPhase> {
         JobPhase::ALL.into_iter().find(|p| p.as_str() == name)
     }
 
+    /// The phase as `status.phase` spells it: its condition type's spelling.
     pub fn as_str(self) -> &'static str {
-        match self {
-            JobPhase::Created => "Created",
-            JobPhase::Partitioning => "Partitioning",
-            JobPhase::Partitioned => "Partitioned",
-            JobPhase::Running => "Running",
-            JobPhase::Restarting => "Restarting",
-            JobPhase::Succeeded => "Succeeded",
-            JobPhase::Failed => "Failed",
-            JobPhase::Suspended => "Suspended",
-        }
+        crate::JobConditionType::from(self).as_str()
     }
 
     /// Succeeded and Failed are final.
@@ -641,21 +633,6 @@ impl std::fmt::Display for JobPhase {
         f.write_str(self.as_str())
     }
 }
-
-/// Condition types, one per phase; the same strings as [`JobPhase`].
-pub type ConditionType = JobPhase;
-
-/// Condition type, no phase: True once a pod of the current run was lost
-/// with its node (the node's Ready condition False or Unknown); False again
-/// when the next run is Running. Its message names the node and the pods.
-pub const CONDITION_NODE_LOST: &str = "NodeLost";
-/// [`CONDITION_NODE_LOST`]'s reason while True.
-pub const REASON_NODE_NOT_READY: &str = "NodeNotReady";
-/// [`CONDITION_NODE_LOST`]'s reason once the next run is Running.
-pub const REASON_NODE_LOST_RECOVERED: &str = "RunRecovered";
-/// The Warning Event's reason for a node lost, and the reason of the
-/// Restarting (or Failed) condition the loss leads to.
-pub const EVENT_NODE_LOST: &str = "NodeLost";
 
 impl DGLJobSpec {
     /// The spec of a role, if present.

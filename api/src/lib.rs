@@ -2,6 +2,7 @@
 //! labels and environment variables every binary agrees on, and the formats
 //! of the files the operator hands to the pods.
 
+mod condition;
 pub mod duration;
 pub mod failure_policy;
 pub mod files;
@@ -14,6 +15,10 @@ pub mod progress;
 pub mod rules;
 pub mod wire;
 
+pub use condition::{
+    ConditionEvent, JobConditionType, CONDITION_NODE_LOST, EVENT_NODE_LOST,
+    REASON_NODE_LOST_RECOVERED, REASON_NODE_NOT_READY,
+};
 pub use failure_policy::{PodFailurePolicy, PodFailurePolicyAction};
 pub use job::*;
 

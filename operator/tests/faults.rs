@@ -6,7 +6,7 @@
 mod common;
 
 use common::Env;
-use dgl_operator::controller::failing::APPLY_FAILED;
+use dgl_operator::pure::apply_failed::APPLY_FAILED;
 use k8s_openapi::api::core::v1::ResourceQuota;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};

@@ -1,10 +1,10 @@
 //! Pipeline step "Events": metrics, a log line and an Event per transition
-//! (`plan::transitions`: a condition that became True), after the status
-//! write. Events are sent in the background: the reconcile does not wait
+//! (`pure::conditions::transitions`: a condition that became True, told as
+//! its type asks), after the status write. Events are sent in the background: the reconcile does not wait
 //! for them, and the client limiter gives them only tokens nobody else is
 //! waiting for (`crate::client`).
 
-use dgl_api::{DGLJob, JobPhase};
+use dgl_api::{DGLJob, JobConditionType};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -14,7 +14,7 @@ use tracing::{info, warn};
 
 use super::Context;
 use crate::metrics::Metrics;
-use crate::pure::plan::{self, Transition};
+use crate::pure::conditions::Transition;
 
 /// The name Events give as their reporting controller.
 const REPORTING_CONTROLLER: &str = "dgl-operator";
@@ -27,57 +27,18 @@ pub(super) fn transition_event(ctx: &Context, job: &DGLJob, t: Transition) {
     let ns = job.namespace().unwrap_or_default();
     let name = job.name_any();
     count(&ctx.metrics, &ns, t.type_);
-    info!(job = %name, namespace = %ns, condition = %t.type_, reason = %t.reason, "{}", t.message);
-    let warning = matches!(t.type_, JobPhase::Failed | JobPhase::Restarting);
-    publish(ctx, job, warning, &t.reason, t.type_.as_str(), &t.message);
-}
-
-/// A Warning Event when condition `PodsNotStarting` became True in this
-/// plan: once per episode, not on every reconcile that still finds the pod
-/// stuck (nor when the kubelet turns ErrImagePull into ImagePullBackOff).
-pub(super) fn not_starting_event(ctx: &Context, job: &DGLJob, new: &dgl_api::DGLJobStatus) {
-    let Some(c) = plan::newly_not_starting(job.status.as_ref(), new) else {
-        return;
-    };
-    warn!(job = %job.name_any(), reason = %c.reason, "{}", c.message);
-    publish(
-        ctx,
-        job,
-        true,
-        &c.reason,
-        plan::PODS_NOT_STARTING,
-        &c.message,
-    );
-}
-
-/// A Warning Event when condition NodeLost became True in this plan (once
-/// per loss), saying what the condition says: the node and the pods.
-pub(super) fn node_lost_event(ctx: &Context, job: &DGLJob, new: &dgl_api::DGLJobStatus) {
-    let Some(c) = plan::newly_node_lost(job.status.as_ref(), new) else {
-        return;
-    };
-    warn!(job = %job.name_any(), "{}", c.message);
-    publish(
-        ctx,
-        job,
-        true,
-        dgl_api::EVENT_NODE_LOST,
-        dgl_api::CONDITION_NODE_LOST,
-        &c.message,
-    );
+    if t.warning {
+        warn!(job = %name, namespace = %ns, condition = %t.type_, reason = %t.reason, "{}", t.message);
+    } else {
+        info!(job = %name, namespace = %ns, condition = %t.type_, reason = %t.reason, "{}", t.message);
+    }
+    publish(ctx, job, t.warning, &t.reason, t.type_.as_str(), &t.message);
 }
 
 /// Creates one Event on `job` in a task of its own; a failure is logged,
 /// never returned. One still waiting when the operator stops is lost, as
 /// client-go's would be.
-pub(super) fn publish(
-    ctx: &Context,
-    job: &DGLJob,
-    warning: bool,
-    reason: &str,
-    action: &str,
-    note: &str,
-) {
+fn publish(ctx: &Context, job: &DGLJob, warning: bool, reason: &str, action: &str, note: &str) {
     let ns = job.namespace().unwrap_or_default();
     let name = job.name_any();
     let now = Timestamp::now();
@@ -106,13 +67,13 @@ pub(super) fn publish(
 }
 
 /// The job counters by namespace.
-fn count(metrics: &Metrics, ns: &str, phase: JobPhase) {
+fn count(metrics: &Metrics, ns: &str, t: JobConditionType) {
     let label = Metrics::ns(ns);
-    let counter = match phase {
-        JobPhase::Created => &metrics.jobs_created,
-        JobPhase::Succeeded => &metrics.jobs_successful,
-        JobPhase::Failed => &metrics.jobs_failed,
-        JobPhase::Restarting => &metrics.jobs_restarted,
+    let counter = match t {
+        JobConditionType::Created => &metrics.jobs_created,
+        JobConditionType::Succeeded => &metrics.jobs_successful,
+        JobConditionType::Failed => &metrics.jobs_failed,
+        JobConditionType::Restarting => &metrics.jobs_restarted,
         _ => return,
     };
     counter.get_or_create(&label).inc();

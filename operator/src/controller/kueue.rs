@@ -12,6 +12,7 @@ use dgl_api::names::FIELD_MANAGER;
 use dgl_api::{DGLJob, DGLJobStatus, JobPhase};
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use kube::core::DeserializeGuard;
@@ -23,6 +24,7 @@ use tracing::{debug, info};
 
 use super::{kube_err, Context, Error};
 use crate::cache::JobToReconcile;
+use crate::pure::conditions;
 use crate::pure::kueue::{self as pk, Flavor, Outcome, Priority, State, Workload};
 use crate::pure::observe::ObservedPod;
 
@@ -220,7 +222,8 @@ impl Gate {
     /// Adds the `Queued` condition and `status.queue` to the planned status.
     pub fn annotate(&self, status: &mut DGLJobStatus, now: Timestamp) {
         let (queue, cond) = pk::queue_status(&self.job, &self.state);
-        pk::set_condition(&mut status.conditions, cond, now);
+        let generation = self.job.metadata.generation;
+        conditions::apply(&mut status.conditions, cond, &Time(now), generation);
         status.queue = Some(queue);
     }
 

@@ -452,8 +452,6 @@ async fn act(ctx: &Context, job: &DGLJob, key: &JobKey, plan: &plan::Plan) -> Re
     for t in plan::transitions(job.status.as_ref(), &plan.status) {
         events::transition_event(ctx, job, t);
     }
-    events::not_starting_event(ctx, job, &plan.status);
-    events::node_lost_event(ctx, job, &plan.status);
     let steps = future::join_all(plan.steps.iter().map(|s| steps::run_step(ctx, job, key, s)));
     steps
         .await

@@ -11,9 +11,15 @@
 //!   securityContext of the containers the operator adds;
 //! - [`plan`]: the state machine, from the job and its pods to the status
 //!   and the pod steps;
+//! - [`conditions`]: the one path of a job condition (every type is one of
+//!   [`dgl_api::JobConditionType`]) from a detector's finding to the status
+//!   and its Event; [`apply_failed`]: the detector of reconciles that keep
+//!   failing; [`kueue`]: Kueue's contract, the `Queued` condition's detector;
 //! - [`settings`]: the operator's settings these read ([`settings::BuildConfig`]).
 
+pub mod apply_failed;
 pub mod builders;
+pub mod conditions;
 pub mod kueue;
 pub mod observe;
 pub mod plan;

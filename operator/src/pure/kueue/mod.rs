@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use dgl_api::{DGLJob, QueueStatus, ReplicaType};
+use dgl_api::{DGLJob, JobConditionType, QueueStatus, ReplicaType};
 use k8s_openapi::api::core::v1::{PodTemplateSpec, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::pure::builders::{job_labels, owner_ref};
+use crate::pure::conditions::ConditionState;
 use crate::pure::observe::{ObservedPod, PodState};
 
 /// The label that puts a job under Kueue, naming its LocalQueue.
@@ -33,7 +34,7 @@ pub const GROUP: &str = "kueue.x-k8s.io";
 /// The Workload version the operator writes and reads.
 pub const VERSION: &str = "v1beta2";
 /// The job's condition saying whether it waits for Kueue.
-pub const CONDITION_QUEUED: &str = "Queued";
+pub const CONDITION_QUEUED: &str = JobConditionType::Queued.as_str();
 
 /// The LocalQueue a job is queued in, if it carries the queue label.
 pub fn queue_name(job: &DGLJob) -> Option<&str> {
@@ -297,8 +298,10 @@ fn inject(t: &mut PodTemplateSpec, f: &Flavor) {
     }
 }
 
-/// `status.queue` and the `Queued` condition of the job, for state `st`.
-pub fn queue_status(job: &DGLJob, st: &State) -> (QueueStatus, Condition) {
+/// `status.queue` and the `Queued` condition of the job, for state `st`:
+/// the condition's detector (True while waiting, False once admitted,
+/// written either way).
+pub fn queue_status(job: &DGLJob, st: &State) -> (QueueStatus, ConditionState) {
     let lq = queue_name(job).unwrap_or_default().to_string();
     let wl = workload_name(&job.name_any());
     let (admitted, cq) = match st {
@@ -335,19 +338,13 @@ pub fn queue_status(job: &DGLJob, st: &State) -> (QueueStatus, Condition) {
         admitted,
         summary,
     };
-    let cond = Condition {
-        type_: CONDITION_QUEUED.into(),
-        status: if queued { "True" } else { "False" }.into(),
-        reason,
-        message,
-        last_transition_time: Time(Timestamp::UNIX_EPOCH),
-        observed_generation: job.metadata.generation,
-    };
-    (status, cond)
+    let t = JobConditionType::Queued;
+    (status, ConditionState::shown(t, queued, &reason, &message))
 }
 
-/// Sets `cond` among `conds`, keeping the last transition time when its
-/// status did not change (`now` otherwise).
+/// Sets `cond` among the Workload's `conds`, keeping the last transition
+/// time when its status did not change (`now` otherwise). The job's own
+/// conditions go through [`crate::pure::conditions`].
 pub fn set_condition(conds: &mut Vec<Condition>, mut cond: Condition, now: Timestamp) {
     match conds.iter_mut().find(|c| c.type_ == cond.type_) {
         Some(c) => {

@@ -213,7 +213,7 @@ impl<'a> Planner<'a> {
                 format!("{message}; restarting, not counted against backoffLimit")
             };
             self.sb.clear(JobPhase::Running, &reason, &msg);
-            self.sb.set(JobPhase::Restarting, true, &reason, &msg);
+            self.sb.set(JobPhase::Restarting, &reason, &msg);
             self.sb.status.restart_count = Some(next);
             if !counted {
                 self.sb.status.ignored_restarts = Some(self.ignored().saturating_add(1));

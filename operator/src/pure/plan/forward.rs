@@ -52,7 +52,7 @@ impl<'a> Planner<'a> {
         if self.workers_partitioned(launcher) {
             let message = format!("DGLJob {} is running.", self.name);
             self.sb.clear(JobPhase::Restarting, "JobRunning", &message);
-            self.sb.set(JobPhase::Running, true, "JobRunning", &message);
+            self.sb.set(JobPhase::Running, "JobRunning", &message);
         }
     }
 
@@ -73,7 +73,7 @@ impl<'a> Planner<'a> {
                 self.name
             );
             self.sb
-                .set(JobPhase::Partitioning, true, "JobPartitioning", &message);
+                .set(JobPhase::Partitioning, "JobPartitioning", &message);
         }
         false
     }
@@ -83,7 +83,7 @@ impl<'a> Planner<'a> {
         self.sb
             .clear(JobPhase::Partitioning, "JobPartitioned", message);
         self.sb
-            .set(JobPhase::Partitioned, true, "JobPartitioned", message);
+            .set(JobPhase::Partitioned, "JobPartitioned", message);
     }
 
     /// Creates the partitioner if missing; true once it serves the shards
@@ -113,7 +113,7 @@ impl<'a> Planner<'a> {
                 self.name
             );
             self.sb
-                .set(JobPhase::Partitioning, true, "JobPartitioning", &message);
+                .set(JobPhase::Partitioning, "JobPartitioning", &message);
         }
         partitioned
     }

@@ -45,8 +45,7 @@ impl<'a> Planner<'a> {
         for t in IN_PROGRESS {
             self.sb.clear(t, "JobSuspended", &message);
         }
-        self.sb
-            .set(JobPhase::Suspended, true, "JobSuspended", &message);
+        self.sb.set(JobPhase::Suspended, "JobSuspended", &message);
         self.sb.status.start_time = None;
         self.reset_launch = self.launched;
         self.done(Replicas::Cleared, true)
@@ -56,8 +55,7 @@ impl<'a> Planner<'a> {
     pub(super) fn resume(&mut self) {
         if self.sb.is_true(JobPhase::Suspended) {
             let message = format!("DGLJob {} is resumed.", self.name);
-            self.sb
-                .set(JobPhase::Suspended, false, "JobResumed", &message);
+            self.sb.clear(JobPhase::Suspended, "JobResumed", &message);
         }
     }
 

@@ -18,8 +18,9 @@
 //! finished, refused, suspended, deadline exceeded and succeeded in
 //! `lifecycle.rs`, a failed run in `failure.rs`, a run that lost pods with
 //! their node in `node_loss.rs` ([`Seen::down`]), moving forward in
-//! `forward.rs`; the conditions and counts they write in `status.rs`, the
-//! Events they lead to in `transitions.rs`.
+//! `forward.rs`; the conditions and counts they write in `status.rs`
+//! (each condition through [`crate::pure::conditions`], which also says
+//! which Events they lead to).
 
 use std::time::Duration;
 
@@ -259,7 +260,6 @@ impl<'a> Planner<'a> {
         if !sb.is_true(JobPhase::Created) {
             sb.set(
                 JobPhase::Created,
-                true,
                 "JobCreated",
                 &format!("DGLJob {name} is created."),
             );
@@ -354,12 +354,11 @@ mod lifecycle;
 mod node_loss;
 mod starting;
 mod status;
-mod transitions;
 
-pub use node_loss::{newly_node_lost, DownNode, PodsOnDownNodes};
-pub use starting::{newly_not_starting, PODS_NOT_STARTING};
+pub use crate::pure::conditions::{transitions, Transition};
+pub use node_loss::{DownNode, PodsOnDownNodes};
+pub use starting::PODS_NOT_STARTING;
 use status::{clean_pods, counts_after, StatusBuilder};
-pub use transitions::{transitions, Transition};
 
 #[cfg(test)]
 mod tests;

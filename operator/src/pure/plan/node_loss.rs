@@ -14,17 +14,17 @@
 use std::collections::BTreeMap;
 
 use dgl_api::{
-    DGLJobStatus, JobPhase, CONDITION_NODE_LOST, EVENT_NODE_LOST, REASON_NODE_LOST_RECOVERED,
-    REASON_NODE_NOT_READY,
+    DGLJobStatus, JobConditionType, CONDITION_NODE_LOST, EVENT_NODE_LOST,
+    REASON_NODE_LOST_RECOVERED, REASON_NODE_NOT_READY,
 };
 use k8s_openapi::api::core::v1::NodeCondition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::failure::Failure;
 use super::{Plan, Planner, Step};
+use crate::pure::conditions::{self, ConditionState};
 use crate::pure::observe::{ObservedPod, PodState};
-use crate::pure::plan::status::StatusBuilder;
 
 /// A node whose Ready condition is False or Unknown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,25 +108,11 @@ impl<'a> Planner<'a> {
     /// for any failure of it; the others are deleted as in any restart.
     pub(super) fn node_lost(mut self, current: &[&ObservedPod], lost: &[Lost<'_>]) -> Plan {
         let message = lost_message(self.epoch, lost);
-        let again = self
-            .sb
-            .condition(CONDITION_NODE_LOST)
-            .is_some_and(|c| c.status == "True");
+        // Another loss before the last one was overcome is a new
+        // transition too, so that it gets its own Warning Event.
+        let t = JobConditionType::NodeLost;
         self.sb
-            .set_type(CONDITION_NODE_LOST, true, REASON_NODE_NOT_READY, &message);
-        if again {
-            // Another loss before the last one was overcome: a new
-            // transition, so that it gets its own Warning Event.
-            if let Some(c) = self
-                .sb
-                .status
-                .conditions
-                .iter_mut()
-                .find(|c| c.type_ == CONDITION_NODE_LOST)
-            {
-                c.last_transition_time = Time(self.now);
-            }
-        }
+            .apply(ConditionState::again(t, REASON_NODE_NOT_READY, &message));
         for (p, _) in lost {
             self.steps.push(Step::ForceDeletePod(p.name.clone()));
         }
@@ -189,37 +175,33 @@ pub(super) fn force_on_down_nodes(steps: &mut [Step], down: &PodsOnDownNodes) {
 /// the node and the pods of the last loss, so `kubectl describe` after the
 /// fact still shows them.
 pub(super) fn settle(status: &mut DGLJobStatus, now: Timestamp, generation: Option<i64>) {
-    let mut sb = StatusBuilder {
-        status: std::mem::take(status),
-        now: Time(now),
-        generation,
-    };
-    let last = sb
-        .condition(CONDITION_NODE_LOST)
-        .filter(|c| c.status == "True")
-        .map(|c| c.message.clone());
-    let recovered = sb.is_true(JobPhase::Running) || sb.is_true(JobPhase::Succeeded);
-    if let (Some(last), true) = (last, recovered) {
-        let run = sb.status.restart_count.unwrap_or(0);
-        let message = format!("Run {run} is running. Last loss: {last}");
-        sb.clear_type(CONDITION_NODE_LOST, REASON_NODE_LOST_RECOVERED, &message);
+    if let Some(s) = recovered(status) {
+        conditions::apply(&mut status.conditions, s, &Time(now), generation);
     }
-    *status = sb.status;
 }
 
-/// The NodeLost condition when it became True between `old` and `new` (a
-/// Warning Event, once per loss).
-pub fn newly_node_lost<'s>(
-    old: Option<&DGLJobStatus>,
-    new: &'s DGLJobStatus,
-) -> Option<&'s Condition> {
-    let now = new
+/// The detector of the recovery: NodeLost cleared when it is True and the
+/// job is Running or Succeeded.
+fn recovered(status: &DGLJobStatus) -> Option<ConditionState> {
+    let is_true = |t: JobConditionType| {
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == t.as_str() && c.status == "True")
+    };
+    let last = status
         .conditions
         .iter()
-        .find(|c| c.type_ == CONDITION_NODE_LOST)
-        .filter(|c| c.status == "True")?;
-    let before = old.and_then(|o| o.conditions.iter().find(|c| c.type_ == CONDITION_NODE_LOST));
-    before
-        .is_none_or(|b| b.status != "True" || b.last_transition_time != now.last_transition_time)
-        .then_some(now)
+        .find(|c| c.type_ == CONDITION_NODE_LOST && c.status == "True")?;
+    if !(is_true(JobConditionType::Running) || is_true(JobConditionType::Succeeded)) {
+        return None;
+    }
+    let run = status.restart_count.unwrap_or(0);
+    let message = format!("Run {run} is running. Last loss: {}", last.message);
+    let t = JobConditionType::NodeLost;
+    Some(ConditionState::clear(
+        t,
+        REASON_NODE_LOST_RECOVERED,
+        &message,
+    ))
 }

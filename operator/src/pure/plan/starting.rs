@@ -3,48 +3,52 @@
 //! [`PODS_NOT_STARTING`], and the job failed after
 //! runPolicy.podStartTimeoutSeconds of it.
 
-use dgl_api::{DGLJobStatus, JobPhase};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use dgl_api::{JobConditionType, JobPhase};
 
 use super::status::secs_between;
 use super::{Plan, Planner, Replicas};
-use crate::pure::observe::ObservedPod;
+use crate::pure::conditions::ConditionState;
+use crate::pure::observe::{ObservedPod, StartFailure};
 
 /// The condition type: True while a pod of the current run cannot start.
-pub const PODS_NOT_STARTING: &str = "PodsNotStarting";
+pub const PODS_NOT_STARTING: &str = JobConditionType::PodsNotStarting.as_str();
 
 /// How many stuck pods a message names besides the first.
 const NAMED_MAX: usize = 3;
+
+/// The detector: [`PODS_NOT_STARTING`] True naming the first pod that
+/// cannot start (by name), its cause and the others; cleared once none is
+/// left. With the first pod's description while True.
+fn detect(job: &str, current: &[&ObservedPod]) -> (ConditionState, Option<String>) {
+    let mut stuck: Vec<(&ObservedPod, &StartFailure)> = current
+        .iter()
+        .filter_map(|p| p.not_starting.as_ref().map(|c| (*p, c)))
+        .collect();
+    stuck.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+    let t = JobConditionType::PodsNotStarting;
+    let Some((first, cause)) = stuck.first() else {
+        let message = format!("Every pod of DGLJob {job} has started or is starting.");
+        return (ConditionState::clear(t, "PodsStarted", &message), None);
+    };
+    let described = cause.describe(&first.name);
+    let others: Vec<&ObservedPod> = stuck[1..].iter().map(|(p, _)| *p).collect();
+    let message = with_others(&described, &others);
+    let state = ConditionState::set(t, &cause.reason, &message);
+    (state, Some(described))
+}
 
 impl<'a> Planner<'a> {
     /// Sets [`PODS_NOT_STARTING`] from the pods that cannot start (False
     /// once none is left); `Some(message)` once the first of them has been
     /// stuck for runPolicy.podStartTimeoutSeconds, else a wake-up for then.
     pub(super) fn watch_starts(&mut self, current: &[&ObservedPod]) -> Option<String> {
-        let mut stuck: Vec<&ObservedPod> = current
-            .iter()
-            .filter(|p| p.not_starting.is_some())
-            .copied()
-            .collect();
-        stuck.sort_by(|a, b| a.name.cmp(&b.name));
-        let Some(first) = stuck.first() else {
-            let message = format!(
-                "Every pod of DGLJob {} has started or is starting.",
-                self.name
-            );
-            self.sb
-                .clear_type(PODS_NOT_STARTING, "PodsStarted", &message);
-            return None;
-        };
-        let cause = first.not_starting.as_ref()?;
-        let described = cause.describe(&first.name);
-        let message = with_others(&described, &stuck[1..]);
-        self.sb
-            .set_type(PODS_NOT_STARTING, true, &cause.reason, &message);
+        let (state, described) = detect(&self.name, current);
+        self.sb.apply(state);
+        let described = described?;
         let timeout = self.job.spec.run_policy().pod_start_timeout()?;
         let since = self
             .sb
-            .condition(PODS_NOT_STARTING)?
+            .condition(JobConditionType::PodsNotStarting)?
             .last_transition_time
             .clone();
         let left = timeout.saturating_sub(secs_between(&since, self.now));
@@ -85,22 +89,4 @@ fn with_others(described: &str, others: &[&ObservedPod]) -> String {
         others.len(),
         names.join(", ")
     )
-}
-
-/// The [`PODS_NOT_STARTING`] condition when it became True between `old`
-/// and `new` (a Warning Event, once per episode: a new reason or message
-/// alone is none).
-pub fn newly_not_starting<'s>(
-    old: Option<&DGLJobStatus>,
-    new: &'s DGLJobStatus,
-) -> Option<&'s Condition> {
-    let now = find(new, PODS_NOT_STARTING).filter(|c| c.status == "True")?;
-    let before = old.and_then(|o| find(o, PODS_NOT_STARTING));
-    before
-        .is_none_or(|b| b.status != "True" || b.last_transition_time != now.last_transition_time)
-        .then_some(now)
-}
-
-fn find<'s>(s: &'s DGLJobStatus, type_: &str) -> Option<&'s Condition> {
-    s.conditions.iter().find(|c| c.type_ == type_)
 }

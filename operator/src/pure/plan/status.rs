@@ -2,14 +2,17 @@
 
 use std::collections::BTreeMap;
 
-use dgl_api::{CleanPodPolicy, DGLJobStatus, JobPhase, ReplicaStatus, ReplicaType};
+use dgl_api::{
+    CleanPodPolicy, DGLJobStatus, JobConditionType, JobPhase, ReplicaStatus, ReplicaType,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use super::Step;
+use crate::pure::conditions::{self, ConditionState};
 use crate::pure::observe::{ObservedPod, PodState};
 
-/// The conditions of a job on its way; cleared when it stops.
+/// The phases of a job on its way; cleared when it is suspended.
 pub(super) const IN_PROGRESS: [JobPhase; 3] = [
     JobPhase::Partitioning,
     JobPhase::Running,
@@ -23,73 +26,41 @@ pub(super) struct StatusBuilder {
 }
 
 impl StatusBuilder {
-    pub(super) fn is_true(&self, t: JobPhase) -> bool {
-        self.status
-            .conditions
-            .iter()
-            .any(|c| c.type_ == t.as_str() && c.status == "True")
+    pub(super) fn is_true(&self, t: impl Into<JobConditionType>) -> bool {
+        self.condition(t.into()).is_some_and(|c| c.status == "True")
     }
 
-    /// Sets a condition, keeping lastTransitionTime when the status does not
-    /// change (and the reason/message stay unless given new ones).
-    pub(super) fn set(&mut self, t: JobPhase, value: bool, reason: &str, message: &str) {
-        self.set_type(t.as_str(), value, reason, message);
+    /// Writes a detector's finding ([`conditions::apply`]).
+    pub(super) fn apply(&mut self, s: ConditionState) {
+        conditions::apply(&mut self.status.conditions, s, &self.now, self.generation);
     }
 
-    /// [`StatusBuilder::set`] for a condition type that is no phase
-    /// (`PodsNotStarting`).
-    pub(super) fn set_type(&mut self, type_: &str, value: bool, reason: &str, message: &str) {
-        let status = if value { "True" } else { "False" };
-        match self.status.conditions.iter_mut().find(|c| c.type_ == type_) {
-            Some(c) => {
-                if c.status != status {
-                    c.status = status.into();
-                    c.last_transition_time = self.now.clone();
-                }
-                c.reason = reason.into();
-                c.message = message.into();
-                c.observed_generation = self.generation;
-            }
-            None => {
-                if !value {
-                    return; // a False condition that never was True says nothing
-                }
-                self.status.conditions.push(Condition {
-                    type_: type_.into(),
-                    status: status.into(),
-                    reason: reason.into(),
-                    message: message.into(),
-                    last_transition_time: self.now.clone(),
-                    observed_generation: self.generation,
-                });
-            }
-        }
+    /// Sets a condition True, keeping lastTransitionTime while it stays True.
+    pub(super) fn set(&mut self, t: impl Into<JobConditionType>, reason: &str, message: &str) {
+        self.apply(ConditionState::set(t, reason, message));
     }
 
-    /// The condition of type `type_`, if the status has one.
-    pub(super) fn condition(&self, type_: &str) -> Option<&Condition> {
-        self.status.conditions.iter().find(|c| c.type_ == type_)
+    /// Turns a condition False if it is True (left as it is otherwise).
+    pub(super) fn clear(&mut self, t: impl Into<JobConditionType>, reason: &str, message: &str) {
+        self.apply(ConditionState::clear(t, reason, message));
     }
 
-    /// Turns a condition False if it is True (same reason kept otherwise).
-    pub(super) fn clear(&mut self, t: JobPhase, reason: &str, message: &str) {
-        self.clear_type(t.as_str(), reason, message);
+    /// The condition of type `t`, if the status has one.
+    pub(super) fn condition(&self, t: JobConditionType) -> Option<&Condition> {
+        let t = t.as_str();
+        self.status.conditions.iter().find(|c| c.type_ == t)
     }
 
-    /// [`StatusBuilder::clear`] for a condition type that is no phase.
-    pub(super) fn clear_type(&mut self, type_: &str, reason: &str, message: &str) {
-        if self.condition(type_).is_some_and(|c| c.status == "True") {
-            self.set_type(type_, false, reason, message);
-        }
-    }
-
-    /// Clears the in-progress conditions when the job reaches `terminal`.
+    /// Clears the conditions of a job on its way
+    /// ([`JobConditionType::cleared_when_job_ends`]) when the job reaches
+    /// `terminal`.
     pub(super) fn finish(&mut self, terminal: JobPhase, reason: &str, message: &str) {
-        for t in IN_PROGRESS {
-            self.clear(t, reason, message);
+        for t in JobConditionType::ALL {
+            if t.cleared_when_job_ends() {
+                self.clear(t, reason, message);
+            }
         }
-        self.clear_type(super::PODS_NOT_STARTING, reason, message);
-        self.set(terminal, true, reason, message);
+        self.set(terminal, reason, message);
         if self.status.completion_time.is_none() {
             self.status.completion_time = Some(self.now.clone());
         }

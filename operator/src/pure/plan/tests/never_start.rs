@@ -3,6 +3,13 @@
 
 use super::*;
 
+/// The Event of condition PodsNotStarting between `old` and `new`, if it is told
+/// (the shared path: [`transitions`]).
+fn newly_not_starting(old: Option<&DGLJobStatus>, new: &DGLJobStatus) -> Option<Transition> {
+    let t = dgl_api::JobConditionType::PodsNotStarting;
+    transitions(old, new).into_iter().find(|e| e.type_ == t)
+}
+
 fn stuck(role: ReplicaType, index: i32, container: Option<&str>, reason: &str) -> ObservedPod {
     let mut p = pod(role, index, 0, PodState::Pending);
     p.ip = None;

@@ -8,6 +8,13 @@ use dgl_api::{CONDITION_NODE_LOST, EVENT_NODE_LOST, REASON_NODE_NOT_READY};
 
 const NODE_A: &str = "ghost-a";
 
+/// The Event of condition NodeLost between `old` and `new`, if it is told
+/// (the shared path: [`transitions`]).
+fn newly_node_lost(old: Option<&DGLJobStatus>, new: &DGLJobStatus) -> Option<Transition> {
+    let t = dgl_api::JobConditionType::NodeLost;
+    transitions(old, new).into_iter().find(|e| e.type_ == t)
+}
+
 fn down(node: &str, ready: &str) -> DownNode {
     DownNode {
         name: node.into(),

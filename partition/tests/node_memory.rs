@@ -143,7 +143,12 @@ fn a_node_count_that_does_not_fit_is_refused_not_oom_killed_and_one_that_fits_ru
     let meta = graph(&d.path().join("big"), nodes);
     let run = cg.run(&meta, &d.path().join("out-big"));
     let t = text(&run);
-    assert_eq!(run.status.code(), Some(1), "refused, not killed: {t}");
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "refused, not killed ({}): {t}",
+        run.status
+    );
     for part in [
         "metadata.json",
         "num_nodes_per_type[0]",

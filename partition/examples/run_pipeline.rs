@@ -4,7 +4,8 @@
 //! cargo run --release -p dgl-partition --example run_pipeline -- \
 //!     <metadata.json> <out_dir> <python> [parts=4] [threads=2] [train_mask]
 //!
-//! (`<python>` is ignored: graph.dgl is written natively.)
+//! (`<python>` is ignored: graph.dgl is written natively; a balance feature
+//! of `-` balances no training nodes, for graphs without features.)
 
 use dgl_partition::config::{AllParts, Config};
 use dgl_partition::input::Source;
@@ -30,7 +31,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         out_dir: args[2].clone().into(),
         graph_name: "g".into(),
         partitioner: Choice::Metis,
-        balance_train: Some(args.get(6).cloned().unwrap_or("train_mask".into())),
+        balance_train: match args.get(6).map(String::as_str) {
+            Some("-") => None,
+            other => Some(other.unwrap_or("train_mask").into()),
+        },
         balance_edges: true,
         threads: num(5, 2),
         seed: 0,

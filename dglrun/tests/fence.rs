@@ -4,7 +4,9 @@
 //! client holding the job's token but of run 1 cannot send `Shutdown` to a
 //! run 2 partitioner, nor to the run 1 partitioner kept across the restart
 //! once run 2 has reached it; run 2's clients still fetch from that kept
-//! partitioner; a run carried in the handshake cannot be altered in flight.
+//! partitioner; a run carried in the handshake cannot be altered in flight;
+//! the kept pod's own readiness probe (the `dglrun` binary, its pod's older
+//! run) still finds it ready.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -19,7 +21,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+mod common;
+
 const WAIT: Duration = Duration::from_secs(5);
+const DGLRUN: &str = env!("CARGO_BIN_EXE_dglrun");
 
 /// The job's token as a process of `run` holds it.
 fn token(run: u32) -> Token {
@@ -252,6 +257,64 @@ async fn a_run_altered_in_flight_fails_the_handshake() {
     // Nothing was raised by the forged run 3: run 2 still works.
     assert!(matches!(ping(addr, &token(2)).await, Ok(Response::Pong(_))));
     assert!(!task.is_finished());
+}
+
+/// A process this test started, killed (by its own handle) when dropped.
+struct Started(std::process::Child);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `dglrun probe --ready` as the kubelet runs it in a pod of run 1.
+fn probe(port: u16, token_file: &Path) -> std::process::Output {
+    std::process::Command::new(DGLRUN)
+        .args(["probe", "--ready", "--timeout", "2"])
+        .args(["--agent-port", &port.to_string()])
+        .arg("--token-file")
+        .arg(token_file)
+        .env(dgl_api::names::ENV_RUN, "1")
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_probe_of_a_pod_of_an_older_run_still_finds_its_agent_ready() {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "the-jobs-token\n").unwrap();
+    let port = common::free_port();
+    let child = std::process::Command::new(DGLRUN)
+        .args(["worker", "--listen", "127.0.0.1", "--index", "0"])
+        .args(["--agent-port", &port.to_string(), "--python", "python3"])
+        .arg("--token-file")
+        .arg(&token_file)
+        .arg("--workspace")
+        .arg(dir.path().join("ws"))
+        .env(dgl_api::names::ENV_RUN, "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let _agent = Started(child);
+    let end = std::time::Instant::now() + Duration::from_secs(15);
+    while !probe(port, &token_file).status.success() {
+        assert!(std::time::Instant::now() < end, "the agent never got ready");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Run 2 reaches the run 1 agent: from then on run 1 is stale there...
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let newer = ping(addr, &token(2).to_kept_partitioner()).await;
+    assert!(matches!(newer, Ok(Response::Pong(_))), "{newer:?}");
+    assert_stale(&ping(addr, &token(1)).await.unwrap_err(), 1, 2);
+    // ...but not its own pod's probe, which pings as the run it proved.
+    let o = probe(port, &token_file);
+    let out = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("ready: Worker agent"), "{out}");
 }
 
 fn policy() -> RetryPolicy {

@@ -137,17 +137,6 @@ impl Token {
         }
     }
 
-    /// This process's run.
-    pub fn run(&self) -> Run {
-        self.run
-    }
-
-    /// The newest run this process knows: its own, or a newer one a peer
-    /// proved.
-    pub fn newest_run(&self) -> Run {
-        Run(self.newest.load(Ordering::SeqCst).max(self.run.0))
-    }
-
     /// The same token (and fence) for calls to the partitioner, which may be
     /// of an older run: the operator keeps a partitioner that serves across
     /// a restart, its env (and so its run) fixed at its creation.

@@ -53,6 +53,9 @@ pub const ENV_PARTITION_MODE: &str = "DGL_OPERATOR_PARTITION_MODE";
 pub const ENV_USE_GRAPHBOLT: &str = "DGL_OPERATOR_USE_GRAPHBOLT";
 /// Env: directory holding the job's ConfigMap files.
 pub const ENV_CONFIG_DIR: &str = "DGL_OPERATOR_CONFIG_DIR";
+/// Env: the pod's run (as its [`LABEL_RUN`]), which dglrun binds into the
+/// control channel's handshake (`crate::wire::Run`).
+pub const ENV_RUN: &str = "DGL_OPERATOR_RUN";
 /// Env: file holding the job's secret token for the control channel.
 pub const ENV_TOKEN_FILE: &str = "DGL_OPERATOR_TOKEN_FILE";
 /// Env: `watcher-loop`'s file of pods to watch.

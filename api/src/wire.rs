@@ -6,17 +6,29 @@
 //! TCP to the agent port ([`crate::names::AGENT_PORT`] by default).
 //!
 //! 1. server → client: [`MAGIC`] (8 bytes: `DGLRUN`, 0, protocol version)
-//!    then a random nonce of [`NONCE_LEN`] bytes.
-//! 2. client → server: `HMAC-SHA256(token, server_nonce)` ([`MAC_LEN`] bytes)
-//!    then the client's own random nonce ([`NONCE_LEN`] bytes).
+//!    then a random nonce of [`NONCE_LEN`] bytes and the server's [`Run`]
+//!    ([`RUN_LEN`] bytes, big-endian).
+//! 2. client → server: `HMAC-SHA256(token, server_nonce || server_run ||
+//!    client_run)` ([`MAC_LEN`] bytes), the client's own random nonce
+//!    ([`NONCE_LEN`] bytes) and its run ([`RUN_LEN`] bytes).
 //! 3. server → client: one status byte. [`AUTH_REFUSED`]: the answer was
-//!    wrong and the server closes the connection. [`AUTH_OK`]: followed by
-//!    `HMAC-SHA256(token, SERVER_PROOF_CONTEXT || client_nonce)`, which the
-//!    client checks so that it never takes shards or orders from a peer that
-//!    does not hold the job's token. The context string keeps the server's
-//!    proof from ever being a valid client answer (no reflection).
+//!    wrong and the server closes the connection. [`AUTH_STALE`]: the
+//!    answer was right but the client's run is older than the newest run
+//!    the server knows (its own, or the newest a client proved): followed
+//!    by that run and `HMAC-SHA256(token, STALE_PROOF_CONTEXT ||
+//!    client_nonce || client_run || newest_run)`, then the server closes
+//!    the connection (a process of an old run never acts on a newer one).
+//!    [`AUTH_OK`]: followed by `HMAC-SHA256(token, SERVER_PROOF_CONTEXT ||
+//!    client_nonce || server_run || client_run)`, which the client checks
+//!    so that it never takes shards or orders from a peer that does not
+//!    hold the job's token. The context strings keep the server's proofs
+//!    from ever being a valid client answer (no reflection). A client
+//!    refuses a server of a newer run (the client is the stale one) and,
+//!    except towards the partitioner (kept across restarts, so it may be of
+//!    an older run), one of an older run.
 //! 4. Both sides derive one key per direction with HKDF-SHA256: input key
-//!    material the token, salt `server_nonce || client_nonce`, info
+//!    material the token, salt `server_nonce || client_nonce || server_run
+//!    || client_run`, info
 //!    [`CLIENT_TO_SERVER_LABEL`] or [`SERVER_TO_CLIENT_LABEL`] (32 bytes
 //!    each). Every unit sent after the handshake (a frame, a chunk's sum)
 //!    is followed by a tag of [`TAG_LEN`] bytes: the first bytes of
@@ -66,8 +78,9 @@ use serde::{Deserialize, Serialize};
 use crate::ReplicaType;
 
 /// First bytes the server sends: `DGLRUN`, a zero, and the protocol version
-/// (2: every frame and chunk sum carries a tag).
-pub const MAGIC: [u8; 8] = *b"DGLRUN\x00\x02";
+/// (2: every frame and chunk sum carries a tag; 3: both sides' runs are
+/// bound into the handshake).
+pub const MAGIC: [u8; 8] = *b"DGLRUN\x00\x03";
 /// Length of each side's random nonce.
 pub const NONCE_LEN: usize = 32;
 /// Length of an HMAC-SHA256 tag.
@@ -76,12 +89,60 @@ pub const MAC_LEN: usize = 32;
 pub const AUTH_OK: u8 = 0x00;
 /// Status byte: the client's answer was wrong; the connection is closed.
 pub const AUTH_REFUSED: u8 = 0x01;
+/// Status byte: the client's answer was right but its run is stale; the
+/// newest run and a proof follow, then the connection is closed.
+pub const AUTH_STALE: u8 = 0x02;
 /// Prefix of the message the server signs to prove it holds the token.
-pub const SERVER_PROOF_CONTEXT: &[u8] = b"dglrun server proof v1";
+pub const SERVER_PROOF_CONTEXT: &[u8] = b"dglrun server proof v3";
+/// Prefix of the message the server signs when it refuses a stale client.
+pub const STALE_PROOF_CONTEXT: &[u8] = b"dglrun stale proof v3";
 /// HKDF info of the key that authenticates what the client sends.
-pub const CLIENT_TO_SERVER_LABEL: &[u8] = b"dglrun v2 client to server";
+pub const CLIENT_TO_SERVER_LABEL: &[u8] = b"dglrun v3 client to server";
 /// HKDF info of the key that authenticates what the server sends.
-pub const SERVER_TO_CLIENT_LABEL: &[u8] = b"dglrun v2 server to client";
+pub const SERVER_TO_CLIENT_LABEL: &[u8] = b"dglrun v3 server to client";
+/// Length of a run on the wire (a big-endian u32).
+pub const RUN_LEN: usize = 4;
+
+/// Which run of the job a process belongs to: 0, then +1 per restart (the
+/// pods' [`crate::names::LABEL_RUN`], their env [`crate::names::ENV_RUN`]).
+/// Both ends of a connection send theirs in the handshake, so that a
+/// process of an old run (a pod left on a lost node) cannot act on a newer
+/// run's pods.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Run(pub u32);
+
+impl Run {
+    pub fn to_be_bytes(self) -> [u8; RUN_LEN] {
+        self.0.to_be_bytes()
+    }
+
+    pub fn from_be_bytes(b: [u8; RUN_LEN]) -> Run {
+        Run(u32::from_be_bytes(b))
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A run that is not a whole number from 0 to [`u32::MAX`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{value:?} is not a run number (expected a whole number from 0 to {max})", max = u32::MAX)]
+pub struct RunError {
+    pub value: String,
+}
+
+impl std::str::FromStr for Run {
+    type Err = RunError;
+
+    fn from_str(s: &str) -> Result<Run, RunError> {
+        s.trim().parse().map(Run).map_err(|_| RunError {
+            value: s.to_string(),
+        })
+    }
+}
 /// Length of the tag after each frame and chunk sum (HMAC-SHA256, truncated).
 pub const TAG_LEN: usize = 16;
 /// Length of a frame's length prefix.
@@ -486,6 +547,18 @@ pub struct TrainResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_parse_from_env_values_and_round_trip_on_the_wire() {
+        assert_eq!("0".parse::<Run>(), Ok(Run(0)));
+        assert_eq!(" 7\n".parse::<Run>(), Ok(Run(7)));
+        assert_eq!(Run::from_be_bytes(Run(258).to_be_bytes()), Run(258));
+        assert!(Run(1) < Run(2));
+        for bad in ["-1", "x", "", "4294967296"] {
+            let e = bad.parse::<Run>().unwrap_err();
+            assert!(e.to_string().contains("is not a run number"), "{e}");
+        }
+    }
 
     #[test]
     fn frames_round_trip_and_enforce_the_limit() {

@@ -13,6 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use dgl_api::duration;
 use dgl_api::logging::LogFormat;
 use dgl_api::names;
+use dgl_api::wire::Run;
 use dgl_api::{PartitionMode, ReplicaType};
 use dgl_partition::settings::PartitionArgs;
 
@@ -277,6 +278,11 @@ pub struct RuntimeArgs {
     /// File holding the job's secret token for the control channel.
     #[arg(long, env = names::ENV_TOKEN_FILE, value_name = "FILE", default_value_t = default_token_file())]
     pub token_file: String,
+    /// This pod's run of the job (0, then +1 per restart; the operator sets
+    /// it). Bound into the control channel's handshake: a peer of an older
+    /// run is refused, so a process of an old run cannot act on a new one.
+    #[arg(long, env = names::ENV_RUN, value_name = "N", default_value = "0")]
+    pub run: Run,
     /// Port of the authenticated agent channel (partitioner and workers listen on it).
     #[arg(long, env = "DGLRUN_AGENT_PORT", value_name = "PORT", default_value_t = names::AGENT_PORT)]
     pub agent_port: u16,
@@ -523,9 +529,9 @@ pub(crate) fn required<'a, T>(v: &'a Option<T>, flag: &str, role: &str) -> anyho
 }
 
 impl Options {
-    /// The job's token, from --token-file.
+    /// The job's token, from --token-file, held by a process of --run.
     pub fn token(&self) -> anyhow::Result<Token> {
-        Ok(Token::from_file(Path::new(&self.runtime.token_file))?)
+        Ok(Token::from_file(Path::new(&self.runtime.token_file))?.with_run(self.runtime.run))
     }
 
     /// Where the agent listens: --listen (default: every address) at --agent-port.

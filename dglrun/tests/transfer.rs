@@ -9,7 +9,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dgl_api::wire::{self, FileEntry, Request, Response, AUTH_OK, MAC_LEN, MAGIC, NONCE_LEN};
+use dgl_api::wire::{
+    self, FileEntry, Request, Response, AUTH_OK, MAC_LEN, MAGIC, NONCE_LEN, RUN_LEN,
+};
 use dgl_api::ReplicaType;
 use dglrun::dataset::{sha256_file, Layout};
 use dglrun::net::channel::{
@@ -161,9 +163,9 @@ async fn a_server_without_the_token_is_detected() {
     tokio::spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
         let mut hello = MAGIC.to_vec();
-        hello.extend_from_slice(&[7u8; NONCE_LEN]);
+        hello.extend_from_slice(&[7u8; NONCE_LEN + RUN_LEN]);
         s.write_all(&hello).await.unwrap();
-        let mut answer = [0u8; MAC_LEN + NONCE_LEN];
+        let mut answer = [0u8; MAC_LEN + NONCE_LEN + RUN_LEN];
         s.read_exact(&mut answer).await.unwrap();
         let mut ok = vec![AUTH_OK];
         ok.extend_from_slice(&[0u8; MAC_LEN]);
@@ -651,10 +653,10 @@ async fn a_listed_file_that_changed_is_refused_with_its_name() {
 // (issue #15, item 8): whoever sits on the path without the token can
 // neither alter, replay nor forge what the two ends exchange.
 
-/// Bytes the server sends in the handshake: magic, nonce, status, proof.
-const SERVER_HELLO: usize = MAGIC.len() + NONCE_LEN + 1 + MAC_LEN;
-/// Bytes the client sends in the handshake: proof, nonce.
-const CLIENT_HELLO: usize = MAC_LEN + NONCE_LEN;
+/// Bytes the server sends in the handshake: magic, nonce, run, status, proof.
+const SERVER_HELLO: usize = MAGIC.len() + NONCE_LEN + RUN_LEN + 1 + MAC_LEN;
+/// Bytes the client sends in the handshake: proof, nonce, run.
+const CLIENT_HELLO: usize = MAC_LEN + NONCE_LEN + RUN_LEN;
 
 /// Copies `n` bytes from `r` to `w` (what a proxy passes on untouched).
 async fn pass(
@@ -772,7 +774,7 @@ async fn forging_proxy(upstream: SocketAddr, k: usize, len: usize) -> SocketAddr
                 tokio::spawn(async move { tokio::io::copy(&mut cr, &mut sw).await });
                 if forge {
                     // The greeting, then (after the client's answer) the rest.
-                    pass(&mut sr, &mut cw, MAGIC.len() + NONCE_LEN).await;
+                    pass(&mut sr, &mut cw, MAGIC.len() + NONCE_LEN + RUN_LEN).await;
                     pass(&mut sr, &mut cw, 1 + MAC_LEN).await;
                     let header = raw_frame(&mut sr).await;
                     cw.write_all(&header).await.unwrap();

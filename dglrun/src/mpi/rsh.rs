@@ -38,6 +38,10 @@ pub struct RshArgs {
     #[arg(long, env = names::ENV_TOKEN_FILE, value_name = "FILE",
           default_value_t = format!("{}/{}", names::SECRET_DIR, names::SECRET_TOKEN_KEY))]
     pub token_file: String,
+    /// The launcher's run of the job, bound into the handshake: the worker
+    /// refuses an older run's (mpirun passes it on from the launcher).
+    #[arg(long, env = names::ENV_RUN, value_name = "N", default_value = "0")]
+    pub run: dgl_api::wire::Run,
     /// Port of the workers' agents (when HOST is an IP the hostfile does not list).
     #[arg(long, env = "DGLRUN_AGENT_PORT", value_name = "PORT", default_value_t = names::AGENT_PORT)]
     pub agent_port: u16,
@@ -153,7 +157,7 @@ pub async fn run(args: &RshArgs) -> anyhow::Result<i32> {
     }
     let spec = command_argv(&args.command, env).map_err(|e| anyhow!(e))?;
     let agent = resolve(&args.host, &peers(args)?, args.agent_port).map_err(|e| anyhow!(e))?;
-    let token = Token::from_file(Path::new(&args.token_file))?;
+    let token = Token::from_file(Path::new(&args.token_file))?.with_run(args.run);
     let timeout = dgl_api::duration::secs(args.connect_timeout);
     let mut ch = Channel::connect(agent, &token, timeout)
         .await

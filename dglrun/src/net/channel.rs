@@ -1,21 +1,27 @@
 //! The authenticated control channel (protocol: `dgl_api::wire`).
 //!
 //! Both ends prove they hold the job's token with HMAC-SHA256 over the other
-//! side's random nonce, derive one key per direction from the token and both
-//! nonces (HKDF), then exchange length-prefixed JSON frames, each with a tag
-//! over its number and bytes. File bytes are sent raw after a `File` frame,
+//! side's random nonce and both sides' runs, derive one key per direction
+//! from the token, both nonces and both runs (HKDF), then exchange
+//! length-prefixed JSON frames, each with a tag over its number and bytes.
+//! A server refuses a client of a run older than the newest it knows; a
+//! client refuses a server of a newer run, and of an older one unless it
+//! calls the partitioner (kept across restarts). File bytes are sent raw after a `File` frame,
 //! each chunk followed by its sha256 with a tag, so that the bytes are
 //! authenticated through their sum without a second pass over them.
 
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use dgl_api::duration;
 use dgl_api::wire::{
-    self, WireError, AUTH_OK, AUTH_REFUSED, CLIENT_TO_SERVER_LABEL, FRAME_HEADER_LEN, MAC_LEN,
-    MAGIC, NONCE_LEN, SERVER_PROOF_CONTEXT, SERVER_TO_CLIENT_LABEL, TAG_LEN,
+    self, Run, WireError, AUTH_OK, AUTH_REFUSED, AUTH_STALE, CLIENT_TO_SERVER_LABEL,
+    FRAME_HEADER_LEN, MAC_LEN, MAGIC, NONCE_LEN, RUN_LEN, SERVER_PROOF_CONTEXT,
+    SERVER_TO_CLIENT_LABEL, STALE_PROOF_CONTEXT, TAG_LEN,
 };
 use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
@@ -71,13 +77,27 @@ impl Timeouts {
     }
 }
 
-/// The job's shared secret. Its `Debug` never shows the bytes.
+/// The job's shared secret as this process holds it: the bytes, this
+/// process's run, and the newest run it has seen prove itself (shared by
+/// every clone: one process, one fence). Its `Debug` never shows the bytes.
 #[derive(Clone)]
-pub struct Token(Vec<u8>);
+pub struct Token {
+    secret: Vec<u8>,
+    run: Run,
+    newest: Arc<AtomicU32>,
+    /// As a client: a server of an older run is accepted (the partitioner,
+    /// kept across restarts with the run it was created in).
+    older_server_ok: bool,
+}
 
 impl fmt::Debug for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Token(<{} bytes, redacted>)", self.0.len())
+        write!(
+            f,
+            "Token(<{} bytes, redacted>, run {})",
+            self.secret.len(),
+            self.run
+        )
     }
 }
 
@@ -96,13 +116,52 @@ impl Token {
     }
 
     /// A token from bytes; `None` when nothing but whitespace is left.
+    /// A token from bytes, of run 0 (see [`Self::with_run`]); `None` when
+    /// nothing but whitespace is left.
     pub fn from_bytes(raw: &[u8]) -> Option<Token> {
         let trimmed = raw.trim_ascii();
-        (!trimmed.is_empty()).then(|| Token(trimmed.to_vec()))
+        (!trimmed.is_empty()).then(|| Token {
+            secret: trimmed.to_vec(),
+            run: Run::default(),
+            newest: Arc::new(AtomicU32::new(0)),
+            older_server_ok: false,
+        })
+    }
+
+    /// This token held by a process of `run` (a fresh fence).
+    pub fn with_run(self, run: Run) -> Token {
+        Token {
+            run,
+            newest: Arc::new(AtomicU32::new(run.0)),
+            ..self
+        }
+    }
+
+    /// The same token (and fence) for calls to the partitioner, which may be
+    /// of an older run: the operator keeps a partitioner that serves across
+    /// a restart, its env (and so its run) fixed at its creation.
+    pub fn to_kept_partitioner(&self) -> Token {
+        Token {
+            older_server_ok: true,
+            ..self.clone()
+        }
+    }
+
+    /// A client of `peer` proved itself: admitted unless older than the
+    /// newest run known here, which it then raises; else that newest run.
+    fn admit(&self, peer: Run) -> Result<(), Run> {
+        let seen = self.newest.fetch_max(peer.0, Ordering::SeqCst);
+        let newest = Run(seen.max(self.run.0));
+        if peer < newest {
+            Err(newest)
+        } else {
+            Ok(())
+        }
     }
 
     fn mac(&self, parts: &[&[u8]]) -> HmacSha256 {
-        let mut mac = HmacSha256::new_from_slice(&self.0).expect("HMAC accepts keys of any length");
+        let mut mac =
+            HmacSha256::new_from_slice(&self.secret).expect("HMAC accepts keys of any length");
         for p in parts {
             mac.update(p);
         }
@@ -130,6 +189,15 @@ pub enum AuthError {
     WrongServerProof,
     #[error("unexpected authentication status byte {0:#04x}")]
     BadStatus(u8),
+    /// Server side: the client's run is older than the newest known here.
+    #[error("peer is of run {peer}, this job is at run {newest}: refused as stale")]
+    StalePeer { peer: Run, newest: Run },
+    /// Client side: the server has seen a newer run than ours.
+    #[error("the peer has seen run {newest} of this job, this process is of run {ours}: refused as stale")]
+    Stale { ours: Run, newest: Run },
+    /// Client side: a server of an older run where only our own run may serve.
+    #[error("peer is of run {peer}, this job is at run {ours}: refused as stale (only the partitioner may be of an older run)")]
+    StaleServer { peer: Run, ours: Run },
 }
 
 /// Failures of the channel.
@@ -233,11 +301,18 @@ pub struct Session {
 }
 
 impl Session {
-    /// HKDF-SHA256 of the token, salted with both nonces, one key per
+    /// HKDF-SHA256 of the token, salted with both nonces and both runs
+    /// (`runs`: the server's, then the client's, as sent), one key per
     /// direction (labels in [`dgl_api::wire`]).
-    fn derive(token: &Token, server_nonce: &[u8], client_nonce: &[u8], is_server: bool) -> Session {
-        let salt = [server_nonce, client_nonce].concat();
-        let hk = Hkdf::<Sha256>::new(Some(&salt), &token.0);
+    fn derive(
+        token: &Token,
+        server_nonce: &[u8],
+        client_nonce: &[u8],
+        runs: &[u8; 2 * RUN_LEN],
+        is_server: bool,
+    ) -> Session {
+        let salt = [server_nonce, client_nonce, runs].concat();
+        let hk = Hkdf::<Sha256>::new(Some(&salt), &token.secret);
         let key = |label: &[u8]| {
             let mut k = [0u8; 32];
             hk.expand(label, &mut k)
@@ -273,60 +348,108 @@ impl Session {
     }
 }
 
-/// Server side of the handshake; the session's keys on success.
+/// Both runs as the handshake binds them: the server's, then the client's.
+fn runs(server: Run, client: Run) -> [u8; 2 * RUN_LEN] {
+    let mut r = [0u8; 2 * RUN_LEN];
+    r[..RUN_LEN].copy_from_slice(&server.to_be_bytes());
+    r[RUN_LEN..].copy_from_slice(&client.to_be_bytes());
+    r
+}
+
+/// Server side of the handshake; the session's keys on success. A client
+/// of a run older than the newest this process knows is refused (and told
+/// that run, with a proof); a newer one raises it.
 pub async fn server_handshake<S>(s: &mut S, token: &Token) -> Result<Session, ChannelError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let nonce = random_nonce();
-    let mut hello = Vec::with_capacity(MAGIC.len() + NONCE_LEN);
+    let own = token.run;
+    let mut hello = Vec::with_capacity(MAGIC.len() + NONCE_LEN + RUN_LEN);
     hello.extend_from_slice(&MAGIC);
     hello.extend_from_slice(&nonce);
+    hello.extend_from_slice(&own.to_be_bytes());
     s.write_all(&hello).await?;
-    let mut answer = [0u8; MAC_LEN + NONCE_LEN];
+    let mut answer = [0u8; MAC_LEN + NONCE_LEN + RUN_LEN];
     s.read_exact(&mut answer).await.map_err(eof_is_closed)?;
-    let (proof, client_nonce) = answer.split_at(MAC_LEN);
+    let (proof, rest) = answer.split_at(MAC_LEN);
+    let (client_nonce, client_run) = rest.split_at(NONCE_LEN);
+    let client_run = Run::from_be_bytes(client_run.try_into().expect("RUN_LEN bytes"));
+    let runs = runs(own, client_run);
     // verify_slice compares in constant time.
-    if token.mac(&[&nonce]).verify_slice(proof).is_err() {
+    if token.mac(&[&nonce, &runs]).verify_slice(proof).is_err() {
         // Tell the client why, then close: it can print a clear message
         // instead of "connection reset".
         let _ = s.write_all(&[AUTH_REFUSED]).await;
         let _ = s.shutdown().await;
         return Err(AuthError::WrongClientProof.into());
     }
+    if let Err(newest) = token.admit(client_run) {
+        let stale_proof = token
+            .mac(&[
+                STALE_PROOF_CONTEXT,
+                client_nonce,
+                &client_run.to_be_bytes(),
+                &newest.to_be_bytes(),
+            ])
+            .finalize()
+            .into_bytes();
+        let mut stale = vec![AUTH_STALE];
+        stale.extend_from_slice(&newest.to_be_bytes());
+        stale.extend_from_slice(&stale_proof);
+        let _ = s.write_all(&stale).await;
+        let _ = s.shutdown().await;
+        return Err(AuthError::StalePeer {
+            peer: client_run,
+            newest,
+        }
+        .into());
+    }
     let server_proof = token
-        .mac(&[SERVER_PROOF_CONTEXT, client_nonce])
+        .mac(&[SERVER_PROOF_CONTEXT, client_nonce, &runs])
         .finalize()
         .into_bytes();
     let mut ok = Vec::with_capacity(1 + MAC_LEN);
     ok.push(AUTH_OK);
     ok.extend_from_slice(&server_proof);
     s.write_all(&ok).await?;
-    Ok(Session::derive(token, &nonce, client_nonce, true))
+    Ok(Session::derive(token, &nonce, client_nonce, &runs, true))
 }
 
-/// Client side of the handshake; the session's keys on success.
+/// Client side of the handshake; the session's keys on success. A server
+/// of a newer run is refused (this process is the stale one), and one of an
+/// older run unless the token is [`Token::to_kept_partitioner`]'s.
 pub async fn client_handshake<S>(s: &mut S, token: &Token) -> Result<Session, ChannelError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut hello = [0u8; MAGIC.len() + NONCE_LEN];
-    s.read_exact(&mut hello).await.map_err(eof_is_closed)?;
+    let mut hello = [0u8; MAGIC.len() + NONCE_LEN + RUN_LEN];
+    s.read_exact(&mut hello[..MAGIC.len()])
+        .await
+        .map_err(eof_is_closed)?;
     if hello[..MAGIC.len()] != MAGIC {
         return Err(AuthError::BadMagic.into());
     }
-    let server_nonce = &hello[MAGIC.len()..];
+    s.read_exact(&mut hello[MAGIC.len()..])
+        .await
+        .map_err(eof_is_closed)?;
+    let (server_nonce, server_run) = hello[MAGIC.len()..].split_at(NONCE_LEN);
+    let server_run = Run::from_be_bytes(server_run.try_into().expect("RUN_LEN bytes"));
+    let ours = token.run;
+    let runs = runs(server_run, ours);
     let client_nonce = random_nonce();
-    let proof = token.mac(&[server_nonce]).finalize().into_bytes();
-    let mut answer = Vec::with_capacity(MAC_LEN + NONCE_LEN);
+    let proof = token.mac(&[server_nonce, &runs]).finalize().into_bytes();
+    let mut answer = Vec::with_capacity(MAC_LEN + NONCE_LEN + RUN_LEN);
     answer.extend_from_slice(&proof);
     answer.extend_from_slice(&client_nonce);
+    answer.extend_from_slice(&ours.to_be_bytes());
     s.write_all(&answer).await?;
     let mut status = [0u8; 1];
     s.read_exact(&mut status).await.map_err(eof_is_closed)?;
     match status[0] {
         AUTH_OK => {}
         AUTH_REFUSED => return Err(AuthError::Refused.into()),
+        AUTH_STALE => return Err(read_stale(s, token, &client_nonce).await),
         other => return Err(AuthError::BadStatus(other).into()),
     }
     let mut server_proof = [0u8; MAC_LEN];
@@ -334,10 +457,61 @@ where
         .await
         .map_err(eof_is_closed)?;
     token
-        .mac(&[SERVER_PROOF_CONTEXT, &client_nonce])
+        .mac(&[SERVER_PROOF_CONTEXT, &client_nonce, &runs])
         .verify_slice(&server_proof)
         .map_err(|_| AuthError::WrongServerProof)?;
-    Ok(Session::derive(token, server_nonce, &client_nonce, false))
+    // The server's run is authentic now (its proof covers it).
+    if server_run > ours {
+        return Err(AuthError::Stale {
+            ours,
+            newest: server_run,
+        }
+        .into());
+    }
+    if server_run < ours && !token.older_server_ok {
+        return Err(AuthError::StaleServer {
+            peer: server_run,
+            ours,
+        }
+        .into());
+    }
+    Ok(Session::derive(
+        token,
+        server_nonce,
+        &client_nonce,
+        &runs,
+        false,
+    ))
+}
+
+/// The rest of an [`AUTH_STALE`] answer: the newest run the server knows
+/// and its proof; [`AuthError::Stale`] when the proof holds.
+async fn read_stale<S>(s: &mut S, token: &Token, client_nonce: &[u8]) -> ChannelError
+where
+    S: AsyncRead + Unpin,
+{
+    let mut rest = [0u8; RUN_LEN + MAC_LEN];
+    if let Err(e) = s.read_exact(&mut rest).await {
+        return eof_is_closed(e);
+    }
+    let (newest, proof) = rest.split_at(RUN_LEN);
+    let ours = token.run;
+    let proven = token
+        .mac(&[
+            STALE_PROOF_CONTEXT,
+            client_nonce,
+            &ours.to_be_bytes(),
+            newest,
+        ])
+        .verify_slice(proof);
+    match proven {
+        Ok(()) => AuthError::Stale {
+            ours,
+            newest: Run::from_be_bytes(newest.try_into().expect("RUN_LEN bytes")),
+        }
+        .into(),
+        Err(_) => AuthError::WrongServerProof.into(),
+    }
 }
 
 fn eof_is_closed(e: std::io::Error) -> ChannelError {
@@ -603,7 +777,7 @@ mod tests {
     #[test]
     fn token_debug_is_redacted_and_whitespace_trimmed() {
         let t = Token::from_bytes(b"  s3cret\n").unwrap();
-        assert_eq!(t.0, b"s3cret");
+        assert_eq!(t.secret, b"s3cret");
         assert!(!format!("{t:?}").contains("s3cret"));
         assert!(Token::from_bytes(b" \n").is_none());
     }
@@ -641,8 +815,8 @@ mod tests {
         let t = Token::from_bytes(token).unwrap();
         let (sn, cn) = ([1u8; NONCE_LEN], [2u8; NONCE_LEN]);
         (
-            Session::derive(&t, &sn, &cn, false),
-            Session::derive(&t, &sn, &cn, true),
+            Session::derive(&t, &sn, &cn, &runs(Run(0), Run(0)), false),
+            Session::derive(&t, &sn, &cn, &runs(Run(0), Run(0)), true),
         )
     }
 
@@ -712,8 +886,23 @@ mod tests {
         // another token's: all refused at frame 0.
         assert_eq!(unit(read_all(sessions(b"k").0, &f.concat()).await.1), 0);
         let t = Token::from_bytes(b"k").unwrap();
-        let other = Session::derive(&t, &[1u8; NONCE_LEN], &[3u8; NONCE_LEN], true);
+        let other = Session::derive(
+            &t,
+            &[1u8; NONCE_LEN],
+            &[3u8; NONCE_LEN],
+            &runs(Run(0), Run(0)),
+            true,
+        );
         assert_eq!(unit(read_all(other, &f.concat()).await.1), 0);
+        // The same nonces and token, another run: other keys.
+        let other_run = Session::derive(
+            &t,
+            &[1u8; NONCE_LEN],
+            &[2u8; NONCE_LEN],
+            &runs(Run(0), Run(1)),
+            true,
+        );
+        assert_eq!(unit(read_all(other_run, &f.concat()).await.1), 0);
         assert_eq!(unit(read_all(sessions(b"k2").1, &f.concat()).await.1), 0);
 
         let e = ChannelError::Unauthentic { unit: 7 };

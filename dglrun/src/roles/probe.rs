@@ -9,7 +9,7 @@ use dgl_api::duration;
 use dgl_api::wire::{Request, Response};
 
 use crate::cli::{Options, ProbeArgs};
-use crate::net::channel::Channel;
+use crate::net::channel::{AuthError, Channel, ChannelError};
 
 /// Exits 0 (`Ok`) when ready; the error says why not.
 pub async fn run(opts: &Options, p: &ProbeArgs) -> anyhow::Result<()> {
@@ -32,7 +32,16 @@ pub async fn run(opts: &Options, p: &ProbeArgs) -> anyhow::Result<()> {
     let timeout = duration::secs(p.timeout);
     let token = opts.token()?;
     let probe = async {
-        let mut ch = Channel::connect(addr, &token, timeout).await?;
+        let mut ch = match Channel::connect(addr, &token, timeout).await {
+            // A partitioner kept across a restart has seen the newer run
+            // and refuses its own pod's run (fixed at its creation): the
+            // probe, in that pod, pings as the run the agent proved.
+            Err(ChannelError::Auth(AuthError::Stale { newest, .. })) => {
+                let newer = token.clone().with_run(newest).to_kept_partitioner();
+                Channel::connect(addr, &newer, timeout).await?
+            }
+            other => other?,
+        };
         ch.call::<_, Response>(&Request::Ping).await
     };
     match tokio::time::timeout(timeout, probe).await {

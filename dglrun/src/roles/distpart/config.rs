@@ -30,6 +30,7 @@ pub(crate) fn dist_partition(
     program.extend(rank);
     let env = [
         (names::ENV_TOKEN_FILE, opts.runtime.token_file.clone()),
+        (names::ENV_RUN, opts.runtime.run.to_string()),
         ("DGLRUN_AGENT_PORT", opts.runtime.agent_port.to_string()),
         ("DGLRUN_RSH_HOSTFILE", hostfile.display().to_string()),
     ];

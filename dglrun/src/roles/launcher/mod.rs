@@ -268,17 +268,18 @@ pub async fn run(cfg: LaunchConfig) -> Result<(), LaunchError> {
 /// Waits until the partitioner answers and serves the job's partitions.
 async fn wait_for_partitioner(cfg: &LaunchConfig, p: SocketAddr) -> Result<(), LaunchError> {
     let n = cfg.workers.len() as u32;
+    let token = cfg.token.to_kept_partitioner();
     wait_for(
         &format!("the partitioner ({p})"),
         p,
         ReplicaType::Partitioner,
-        &cfg.token,
+        &token,
         cfg.wait_timeout,
         cfg.peer_timeout,
     )
     .await?;
     let (within, what) = (cfg.peer_timeout, "the manifest");
-    match call(p, &cfg.token, &Request::GetManifest, within, what).await {
+    match call(p, &token, &Request::GetManifest, within, what).await {
         Ok(Response::Manifest(m)) if m.num_parts == n && m.graph_name == cfg.spec.graph_name => {
             let bytes: u64 = m.files.iter().map(|f| f.size).sum();
             tracing::info!(
@@ -490,7 +491,8 @@ async fn release_partitioner(cfg: &LaunchConfig, p: SocketAddr) {
     let req = Request::Shutdown {
         reason: "training succeeded".into(),
     };
-    match call(p, &cfg.token, &req, Duration::from_secs(10), "an Ack").await {
+    let token = cfg.token.to_kept_partitioner();
+    match call(p, &token, &req, Duration::from_secs(10), "an Ack").await {
         Ok(_) => tracing::info!("the partitioner was told to exit"),
         _ => {
             tracing::warn!("could not tell the partitioner to exit; it is left to the operator")

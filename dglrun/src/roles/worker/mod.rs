@@ -399,9 +399,12 @@ async fn prepare(
         }
         ShardSource::Partitioner { addr } => {
             let addr = parse_addr(addr, dgl_api::names::AGENT_PORT)?;
-            let mut fetcher =
-                Fetcher::new(addr, shared.cfg.token.clone(), shared.cfg.retry.clone())
-                    .counting_into(received);
+            let mut fetcher = Fetcher::new(
+                addr,
+                shared.cfg.token.to_kept_partitioner(),
+                shared.cfg.retry.clone(),
+            )
+            .counting_into(received);
             let manifest = fetcher.manifest().await.map_err(|e| e.to_string())?;
             if manifest.graph_name != req.graph_name || manifest.num_parts != req.num_parts {
                 return Err(format!(

@@ -177,7 +177,7 @@ fn base_pod(
     }
     add_config_and_token(&mut spec, job, role);
     if let Some(c) = spec.containers.first_mut() {
-        set_env(c, pod_env(job, role, index));
+        set_env(c, pod_env(job, role, index, epoch));
         if c.command.as_ref().is_none_or(|cmd| cmd.is_empty()) {
             c.command = Some(vec!["dglrun".into()]);
         }
@@ -244,7 +244,10 @@ fn add_config_and_token(spec: &mut PodSpec, job: &DGLJob, role: ReplicaType) {
 }
 
 /// The environment dglrun reads in every pod (names in `dgl_api::names`).
-fn pod_env(job: &DGLJob, role: ReplicaType, index: i32) -> Vec<EnvVar> {
+/// dglrun's env; [`ENV_RUN`] is the pod's run, which dglrun binds into its
+/// handshake so that this pod refuses an older run's and is refused by a
+/// newer run's.
+fn pod_env(job: &DGLJob, role: ReplicaType, index: i32, epoch: i32) -> Vec<EnvVar> {
     let mut env = vec![
         env_value(ENV_ROLE, role.as_str()),
         env_value(ENV_JOB_NAME, job.name_any()),
@@ -255,6 +258,7 @@ fn pod_env(job: &DGLJob, role: ReplicaType, index: i32) -> Vec<EnvVar> {
         env_value(ENV_PARTITION_MODE, job.spec.partition_mode.as_str()),
         env_value(ENV_CONFIG_DIR, CONFIG_DIR),
         env_value(ENV_TOKEN_FILE, format!("{SECRET_DIR}/{SECRET_TOKEN_KEY}")),
+        env_value(ENV_RUN, epoch.to_string()),
     ];
     if role == ReplicaType::Worker {
         env.push(env_value(ENV_WORKER_INDEX, index.to_string()));

@@ -126,6 +126,25 @@ fn worker_respects_own_shm_and_workspace_mounts() {
 }
 
 #[test]
+fn every_pod_tells_dglrun_its_run_as_its_label_says() {
+    let (j, cfg) = (seed(), BuildConfig::default());
+    for run in [0, 3] {
+        let pods = [
+            partitioner_pod(&j, run, &cfg),
+            worker_pod(&j, 1, run, &cfg),
+            launcher_pod(&j, run, &cfg),
+        ];
+        for pod in pods {
+            let e = env(main_container(&pod), ENV_RUN).unwrap();
+            assert_eq!(e.value.as_deref(), Some(run.to_string().as_str()));
+            assert_eq!(e.value.as_ref(), Some(&pod.labels()[LABEL_RUN]));
+            let parsed: dgl_api::wire::Run = e.value.as_deref().unwrap().parse().unwrap();
+            assert_eq!(parsed, dgl_api::wire::Run(run as u32));
+        }
+    }
+}
+
+#[test]
 fn partitioner_runs_the_launchers_command_on_the_worker_template() {
     let pod = partitioner_pod(&seed(), 0, &BuildConfig::default());
     assert_eq!(

@@ -7,7 +7,7 @@
 //!   (`SystemdCgroup = false`: no systemd here, and the kubelet must match),
 //!   and a pause image built locally from `assets/pause.go`;
 //! * the CNI bridge plugin (Debian's containernetworking-plugins): bridge
-//!   [`CNI_BRIDGE`], pod subnet [`POD_CIDR`], host-local IPAM whose state is
+//!   [`CNI_BRIDGE`], pod subnet [`POD_CIDR`](crate::POD_CIDR), host-local IPAM whose state is
 //!   under our state dir, portmap; config in our own directory;
 //! * kubelet v1.33 (cgroup v1, cgroupfs, cgroup root `/localkube-<name>`,
 //!   swap allowed, image GC off) with a node client certificate
@@ -17,7 +17,7 @@
 //!   certificate, so pods reach the apiserver through the `kubernetes`
 //!   Service.
 //!
-//! The node IP ([`NODE_IP`]) lives on an interface of its own
+//! The node IP ([`NODE_IP`](crate::NODE_IP)) lives on an interface of its own
 //! ([`NODE_INTERFACE`]); the apiserver binds and advertises it, which lets
 //! the endpoint reconciler publish a valid (non-loopback) `kubernetes`
 //! endpoint and pods reach it through their default route.
@@ -43,11 +43,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::binaries::{self, Binaries};
-use crate::cluster::{blocking, LocalCluster, Ports};
 use crate::error::{Error, Result};
+use crate::handle::{blocking, LocalCluster};
 use crate::image::{self, ImageConfig, ImageFile};
 use crate::pki::{self, PkiFiles};
 use crate::process::{self, ProcSpec};
+use crate::settings::{
+    NodeConfig, NodePorts, APISERVER, CNI_BRIDGE, CONTAINERD, CRI_NAMESPACE, KUBELET, KUBE_PROXY,
+    NODE_COMPONENTS, NODE_INTERFACE, NODE_PACKAGES, PAUSE_REPOSITORY,
+};
 use crate::util::{self, progress};
 use crate::{host, kubeconfig};
 
@@ -69,28 +73,6 @@ pub use plan::MAX_NODES;
 pub use teardown::NodeTeardown;
 use teardown::*;
 
-/// The node's IP: not loopback (the `kubernetes` Endpoints must be valid and
-/// reachable from pods), and in a range nothing else here uses.
-pub const NODE_IP: &str = "10.213.255.1";
-/// Pod subnet of the single node (host-local IPAM range).
-pub const POD_CIDR: &str = "10.244.0.0/24";
-/// The link that holds [`NODE_IP`] (a bridge without ports: this kernel has no `dummy`).
-pub const NODE_INTERFACE: &str = "lknode0";
-/// The CNI bridge the pods' veths attach to.
-pub const CNI_BRIDGE: &str = "lkcni0";
-/// containerd namespace the CRI plugin (and so the kubelet) uses.
-pub const CRI_NAMESPACE: &str = "k8s.io";
-/// Repository of the locally built sandbox image; the tag is a content hash.
-pub const PAUSE_REPOSITORY: &str = "localhost/localkube/pause";
-/// Debian packages the node needs; installed with apt-get when missing.
-pub const NODE_PACKAGES: [&str; 6] = [
-    "containerd",
-    "runc",
-    "containernetworking-plugins",
-    "iptables",
-    "conntrack",
-    "iproute2",
-];
 /// Where Debian's containernetworking-plugins installs the plugins.
 const CNI_BIN_DIR: &str = "/usr/lib/cni";
 const CONTAINERD_BIN: &str = "/usr/bin/containerd";
@@ -98,12 +80,6 @@ const CTR_BIN: &str = "/usr/bin/ctr";
 const RUNC_BIN: &str = "/usr/sbin/runc";
 /// Names the cluster that owns the host-global node resources.
 const HOST_MARKER: &str = "/run/localkube-node.json";
-
-pub(crate) const CONTAINERD: &str = "containerd";
-pub(crate) const KUBELET: &str = "kubelet";
-pub(crate) const KUBE_PROXY: &str = "kube-proxy";
-/// Start order; stop order is the reverse.
-pub(crate) const NODE_COMPONENTS: [&str; 3] = [CONTAINERD, KUBELET, KUBE_PROXY];
 
 /// Sysctls the kubelet (`protectKernelDefaults: false`), the bridge plugin
 /// (`ip_forward`) or kube-proxy may change; restored on teardown.
@@ -137,73 +113,6 @@ const KUBE_PROXY_NFACCT: [&str; 2] = [
 /// from them otherwise). Not /run/netns: the CRI's network namespaces live
 /// under our state dir, and other tools use /run/netns concurrently.
 const HOST_DIRS: [&str; 3] = ["/var/log/containers", "/var/lib/cni", "/run/containerd"];
-
-/// The node part of a cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeConfig {
-    /// The Node object's name (`--hostname-override`).
-    pub node_name: String,
-    /// The node IP (see [`NODE_IP`]).
-    pub node_ip: String,
-    /// The pod subnet (see [`POD_CIDR`]).
-    pub pod_cidr: String,
-    /// Install missing Debian packages ([`NODE_PACKAGES`]) with apt-get.
-    #[serde(default = "yes")]
-    pub install_packages: bool,
-    /// How many nodes: this one (node 0, in the host's network namespace)
-    /// and `nodes - 1` more, each in a network namespace of its own (see
-    /// `node/plan.rs`). 1 to [`MAX_NODES`].
-    #[serde(default = "one")]
-    pub nodes: usize,
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn one() -> usize {
-    1
-}
-
-impl NodeConfig {
-    /// Defaults for cluster `name`: node `localkube-<name>`, [`NODE_IP`], [`POD_CIDR`].
-    pub fn for_cluster(name: &str) -> NodeConfig {
-        NodeConfig {
-            node_name: format!("localkube-{name}"),
-            node_ip: NODE_IP.into(),
-            pod_cidr: POD_CIDR.into(),
-            install_packages: true,
-            nodes: 1,
-        }
-    }
-}
-
-/// Node ports; like [`Ports`], fixed per cluster name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodePorts {
-    /// kubelet API, on the node IP (the apiserver calls it for logs/exec).
-    pub kubelet: u16,
-    /// kubelet `/healthz`, on 127.0.0.1.
-    pub kubelet_healthz: u16,
-    /// kube-proxy `/healthz`, on 127.0.0.1.
-    pub proxy_healthz: u16,
-    /// kube-proxy `/metrics`, on 127.0.0.1.
-    pub proxy_metrics: u16,
-}
-
-impl NodePorts {
-    /// The Kubernetes defaults (10250, 10248, 10256, 10249) shifted by the
-    /// same per-name offset as the control-plane ports.
-    pub fn for_ports(p: &Ports) -> NodePorts {
-        let offset = p.apiserver.saturating_sub(6443);
-        NodePorts {
-            kubelet: 10250 + offset,
-            kubelet_healthz: 10248 + offset,
-            proxy_healthz: 10256 + offset,
-            proxy_metrics: 10249 + offset,
-        }
-    }
-}
 
 /// Files and directories of the node: per cluster below `<state>/node/`,
 /// except the image store.
@@ -724,14 +633,11 @@ impl LocalCluster {
     /// The lease endpoint reconciler publishes the node IP for the
     /// `kubernetes` Service; pods depend on it.
     async fn wait_kubernetes_endpoint(&self, client: &Client, node_ip: &str) -> Result<()> {
-        let apiserver = process::read_pid(&self.run_dir(), crate::cluster::APISERVER)
+        let apiserver = process::read_pid(&self.run_dir(), APISERVER)
             .ok_or_else(|| Error::Invalid("kube-apiserver pid file vanished".into()))?;
-        self.wait_for(
-            crate::cluster::APISERVER,
-            &apiserver,
-            Duration::from_secs(30),
-            || kubernetes_endpoint_is(client, node_ip),
-        )
+        self.wait_for(APISERVER, &apiserver, Duration::from_secs(30), || {
+            kubernetes_endpoint_is(client, node_ip)
+        })
         .await
     }
 
@@ -842,6 +748,7 @@ async fn http_ok(port: u16, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::{Ports, NODE_IP, POD_CIDR};
 
     fn paths() -> NodePaths {
         NodePaths {

@@ -16,8 +16,8 @@ use super::{
     KUBE_PROXY,
 };
 use crate::binaries::Binaries;
-use crate::cluster::{blocking, LocalCluster};
 use crate::error::{Error, Result};
+use crate::handle::{blocking, LocalCluster};
 use crate::pki::{self, PkiFiles};
 use crate::process::{self, PidRecord, ProcSpec};
 use crate::util::{self, progress};
@@ -685,7 +685,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::cluster::Ports;
+    use crate::settings::Ports;
 
     #[test]
     fn extra_node_configs_are_its_own() {

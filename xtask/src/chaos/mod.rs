@@ -119,32 +119,6 @@ pub struct Args {
     pub keep_cluster: bool,
 }
 
-pub fn run(args: Args) -> Result<()> {
-    let rt = crate::stack::runtime()?;
-    let stack = crate::stack::prepare(&rt, &args.name, args.nodes as usize, args.profile)?;
-    let faults = if args.only.is_empty() {
-        Fault::ALL.to_vec()
-    } else {
-        args.only.clone()
-    };
-    let r = rt.block_on(run_all(
-        &stack.client,
-        &stack.cluster,
-        &faults,
-        args.runs,
-        args.churn_jobs,
-    ));
-    let down = if args.keep_cluster {
-        Ok(())
-    } else {
-        rt.block_on(stack.cluster.down(false)).map(drop)
-    };
-    let table = r?;
-    down?;
-    println!("\n{table}");
-    Ok(())
-}
-
 /// One row per scenario: runs, as expected, time to terminal p50/max, left behind.
 #[derive(Default)]
 struct Tally {

@@ -9,11 +9,9 @@
 //! returns. Anything less than a healthy cluster is torn down (only the
 //! processes recorded in our pid files) and started fresh with an empty etcd.
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use kube::api::Api;
 use kube::Client;
 use serde::{Deserialize, Serialize};
 
@@ -22,10 +20,9 @@ use crate::error::{Error, Result};
 use crate::handle::{blocking, LocalCluster};
 use crate::kubeconfig;
 use crate::pki::{self, PkiFiles};
-use crate::process::{self, PidRecord, ProcSpec};
+use crate::process::{self, PidRecord};
 use crate::settings::{
     NodeConfig, Ports, APISERVER, COMPONENTS, CONTROLLER_MANAGER, ETCD, NODE_COMPONENTS, SCHEDULER,
-    SERVICE_ACCOUNT_ISSUER, SERVICE_CIDR,
 };
 use crate::util::{self, progress, FileLock};
 

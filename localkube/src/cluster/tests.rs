@@ -1,4 +1,6 @@
 use super::*;
+use std::path::Path;
+
 use crate::settings::ClusterConfig;
 
 #[test]

@@ -16,8 +16,9 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use super::{NodeConfig, NodePaths};
+use super::layout::NodePaths;
 use crate::error::{Error, Result};
+use crate::settings::NodeConfig;
 use crate::settings::SERVICE_CIDR;
 
 /// Most nodes a cluster may have (a 2-core machine runs 3 comfortably).

@@ -1,6 +1,6 @@
 //! A local control plane: etcd + kube-apiserver + kube-controller-manager
 //! (+ kube-scheduler on request), all on 127.0.0.1, state under
-//! `<cache>/cluster/<name>/`. With [`ClusterConfig::node`] it also runs a
+//! `<cache>/cluster/<name>/`. With [`ClusterConfig::node`](crate::ClusterConfig::node) it also runs a
 //! real node (containerd, kubelet, kube-proxy; see `node.rs`), and the
 //! apiserver then serves on the node IP instead of 127.0.0.1.
 //!
@@ -9,20 +9,21 @@
 //! returns. Anything less than a healthy cluster is torn down (only the
 //! processes recorded in our pid files) and started fresh with an empty etcd.
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use kube::api::Api;
 use kube::Client;
 use serde::{Deserialize, Serialize};
 
 use crate::binaries::{self, Binaries, BuildOptions};
 use crate::error::{Error, Result};
+use crate::handle::{blocking, LocalCluster};
 use crate::kubeconfig;
-use crate::node::{self, NodeConfig};
 use crate::pki::{self, PkiFiles};
-use crate::process::{self, PidRecord, ProcSpec};
+use crate::process::{self, PidRecord};
+use crate::settings::{
+    NodeConfig, Ports, APISERVER, COMPONENTS, CONTROLLER_MANAGER, ETCD, NODE_COMPONENTS, SCHEDULER,
+};
 use crate::util::{self, progress, FileLock};
 
 mod health;
@@ -30,114 +31,6 @@ mod spec;
 use health::*;
 pub(crate) use health::{etcd_healthy, health_client, readyz};
 use spec::*;
-
-/// Cluster used by `cargo xtask cluster` when no `--name` is given.
-pub const DEFAULT_CLUSTER: &str = "dev";
-/// Cluster used by [`crate::ensure_cluster`], separate from a developer's "dev".
-pub const TEST_CLUSTER: &str = "test";
-/// Service ClusterIP range; `10.96.0.1` is the `kubernetes` Service.
-pub const SERVICE_CIDR: &str = "10.96.0.0/16";
-/// Issuer of service-account tokens (the in-cluster DNS name of the apiserver).
-pub const SERVICE_ACCOUNT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
-
-pub(crate) const ETCD: &str = "etcd";
-pub(crate) const APISERVER: &str = "kube-apiserver";
-const CONTROLLER_MANAGER: &str = "kube-controller-manager";
-const SCHEDULER: &str = "kube-scheduler";
-/// Start order; stop order is the reverse.
-const COMPONENTS: [&str; 4] = [ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER];
-
-/// Loopback ports of one cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Ports {
-    pub apiserver: u16,
-    pub etcd_client: u16,
-    pub etcd_peer: u16,
-    pub controller_manager: u16,
-    pub scheduler: u16,
-}
-
-impl Ports {
-    /// Fixed ports per name, so a kubeconfig stays valid across restarts and
-    /// two clusters never collide: "dev" gets the Kubernetes defaults (6443,
-    /// 2379/2380, 10257, 10259), "test" the same + 10000, any other name the
-    /// defaults + 1000..9000 derived from a stable hash of the name.
-    pub fn for_name(name: &str) -> Ports {
-        let offset: u16 = match name {
-            DEFAULT_CLUSTER => 0,
-            TEST_CLUSTER => 10_000,
-            other => 1000 * (1 + (util::fnv1a(other.as_bytes()) % 9) as u16),
-        };
-        Ports {
-            apiserver: 6443 + offset,
-            etcd_client: 2379 + offset,
-            etcd_peer: 2380 + offset,
-            controller_manager: 10257 + offset,
-            scheduler: 10259 + offset,
-        }
-    }
-
-    fn of(&self, component: &str) -> Vec<u16> {
-        match component {
-            ETCD => vec![self.etcd_client, self.etcd_peer],
-            APISERVER => vec![self.apiserver],
-            CONTROLLER_MANAGER => vec![self.controller_manager],
-            SCHEDULER => vec![self.scheduler],
-            _ => vec![],
-        }
-    }
-}
-
-/// What to start.
-#[derive(Debug, Clone)]
-pub struct ClusterConfig {
-    pub name: String,
-    /// Also run kube-scheduler (needed once pods should be bound to nodes).
-    pub scheduler: bool,
-    pub ports: Ports,
-    /// Extra SANs for the apiserver certificate (IPs or DNS names).
-    pub extra_sans: Vec<String>,
-    pub cache_dir: PathBuf,
-    /// Build missing binaries (slow when cold) instead of failing.
-    pub build_if_missing: bool,
-    /// Also run a real node (containerd + kubelet + kube-proxy) on this
-    /// host; implies the scheduler. Needs root. `None`: control plane only.
-    pub node: Option<NodeConfig>,
-}
-
-impl ClusterConfig {
-    /// Defaults for `name`: its fixed ports, the standard cache dir, no scheduler.
-    pub fn new(name: &str) -> Result<ClusterConfig> {
-        util::validate_name(name)?;
-        Ok(ClusterConfig {
-            name: name.to_owned(),
-            scheduler: false,
-            ports: Ports::for_name(name),
-            extra_sans: Vec::new(),
-            cache_dir: util::cache_dir()?,
-            build_if_missing: true,
-            node: None,
-        })
-    }
-
-    /// Adds the default node for this cluster's name (see [`NodeConfig::for_cluster`]).
-    pub fn with_node(mut self) -> ClusterConfig {
-        self.node = Some(NodeConfig::for_cluster(&self.name));
-        self.scheduler = true;
-        self
-    }
-
-    /// [`Self::with_node`] with `nodes` nodes in all: node 0 on the host
-    /// as in a single-node cluster, the others each in a network namespace of
-    /// its own (1 to [`crate::MAX_NODES`]; checked by `up`).
-    pub fn with_nodes(self, nodes: usize) -> ClusterConfig {
-        let mut c = self.with_node();
-        if let Some(n) = c.node.as_mut() {
-            n.nodes = nodes;
-        }
-        c
-    }
-}
 
 /// How to reach a running cluster.
 #[derive(Debug, Clone)]
@@ -208,56 +101,7 @@ struct State {
     started_at_unix: u64,
 }
 
-/// Handle on a named local cluster (running or not).
-#[derive(Debug, Clone)]
-pub struct LocalCluster {
-    cfg: ClusterConfig,
-    state_dir: PathBuf,
-}
-
 impl LocalCluster {
-    pub fn new(cfg: ClusterConfig) -> Result<LocalCluster> {
-        util::validate_name(&cfg.name)?;
-        let state_dir = cfg.cache_dir.join("cluster").join(&cfg.name);
-        Ok(LocalCluster { cfg, state_dir })
-    }
-
-    pub fn config(&self) -> &ClusterConfig {
-        &self.cfg
-    }
-    pub fn state_dir(&self) -> &Path {
-        &self.state_dir
-    }
-    pub fn kubeconfig_path(&self) -> PathBuf {
-        self.state_dir.join("kubeconfig")
-    }
-    /// Directory with one `<component>.log` per process.
-    pub fn log_dir(&self) -> PathBuf {
-        self.state_dir.join("logs")
-    }
-    pub(crate) fn run_dir(&self) -> PathBuf {
-        self.state_dir.join("run")
-    }
-    fn etcd_dir(&self) -> PathBuf {
-        self.state_dir.join("etcd")
-    }
-    fn state_file(&self) -> PathBuf {
-        self.state_dir.join("cluster.json")
-    }
-    fn pki(&self) -> PkiFiles {
-        PkiFiles {
-            dir: self.state_dir.join("pki"),
-        }
-    }
-    pub(crate) fn server(&self) -> String {
-        self.server_for(self.cfg.node.as_ref())
-    }
-    /// A node cluster's apiserver serves on the node IP only (see `node.rs`).
-    fn server_for(&self, node: Option<&NodeConfig>) -> String {
-        let host = node.map(|n| n.node_ip.as_str()).unwrap_or("127.0.0.1");
-        format!("https://{host}:{}", self.cfg.ports.apiserver)
-    }
-
     /// The lock lives next to (not inside) the state dir so `down --purge` can
     /// delete the state dir without pulling the lock file from under a waiter.
     async fn lock(&self) -> Result<FileLock> {
@@ -385,21 +229,6 @@ impl LocalCluster {
                 None
             }
         }
-    }
-
-    /// Is the recorded process alive (and, if given, running that binary)?
-    pub(crate) fn component_running(&self, name: &str, binary: Option<&Path>) -> bool {
-        let Some(rec) = process::read_pid(&self.run_dir(), name) else {
-            return false;
-        };
-        let same_binary = binary
-            .map(|b| {
-                std::fs::canonicalize(b)
-                    .map(|b| b == rec.binary)
-                    .unwrap_or(false)
-            })
-            .unwrap_or(true);
-        same_binary && process::is_running(&rec)
     }
 
     fn check_ports(&self, component: &'static str) -> Result<()> {
@@ -569,62 +398,6 @@ impl LocalCluster {
             .await
     }
 
-    /// Polls `check` until it succeeds, failing early (with the log tail) if
-    /// the process exits, and with a timeout naming the log otherwise.
-    pub(crate) async fn wait_for<F, Fut>(
-        &self,
-        name: &'static str,
-        rec: &PidRecord,
-        timeout: Duration,
-        check: F,
-    ) -> Result<()>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        self.wait_for_in(&self.log_dir(), name, rec, timeout, check)
-            .await
-    }
-
-    /// [`Self::wait_for`] for a process that logs to `log_dir` (a node
-    /// beyond the first logs to a folder of its own).
-    pub(crate) async fn wait_for_in<F, Fut>(
-        &self,
-        log_dir: &Path,
-        name: &'static str,
-        rec: &PidRecord,
-        timeout: Duration,
-        mut check: F,
-    ) -> Result<()>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = bool>,
-    {
-        let deadline = Instant::now() + timeout;
-        let log = process::log_file(log_dir, name);
-        loop {
-            if check().await {
-                return Ok(());
-            }
-            if !process::is_running(rec) {
-                return Err(Error::ComponentExited {
-                    component: name,
-                    status: format!("pid {} is gone", rec.pid),
-                    tail: util::tail(&log, 25),
-                    log,
-                });
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: format!("{name} of cluster {:?} to become ready", self.cfg.name),
-                    seconds: timeout.as_secs(),
-                    hint: Some(format!("see {}", log.display())),
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-
     /// Stops every recorded process (reverse start order), after tearing
     /// down the node (if one was started) while the apiserver still runs.
     async fn stop_all(&self) -> Result<Vec<(&'static str, i32)>> {
@@ -696,7 +469,7 @@ impl LocalCluster {
         let with_node = self.has_node_state();
         let components = COMPONENTS
             .iter()
-            .chain(node::NODE_COMPONENTS.iter().filter(|_| with_node))
+            .chain(NODE_COMPONENTS.iter().filter(|_| with_node))
             .map(|name| {
                 let rec = process::read_pid(&self.run_dir(), name);
                 ComponentStatus {
@@ -735,17 +508,6 @@ impl LocalCluster {
             node: self.read_state().and_then(|s| s.node).filter(|_| with_node),
         })
     }
-}
-
-/// Runs blocking work (flock, process spawning, go builds) off the async executor.
-pub(crate) async fn blocking<T, F>(f: F) -> Result<T>
-where
-    F: FnOnce() -> Result<T> + Send + 'static,
-    T: Send + 'static,
-{
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| Error::Invalid(format!("background task failed: {e}")))?
 }
 
 #[cfg(test)]

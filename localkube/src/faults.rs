@@ -5,10 +5,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::cluster::{LocalCluster, APISERVER, ETCD};
 use crate::error::{Error, Result};
-use crate::node::{NodePorts, KUBELET};
+use crate::handle::{blocking, LocalCluster};
 use crate::process::{self, PidRecord, ProcSpec};
+use crate::settings::{NodePorts, KUBELET};
+use crate::settings::{APISERVER, ETCD};
 
 /// A component a chaos test may restart or pause.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +71,7 @@ impl LocalCluster {
         };
         let started = Instant::now();
         let stopped = rec.clone();
-        crate::cluster::blocking(move || process::stop(&stopped, Duration::from_secs(10))).await?;
+        blocking(move || process::stop(&stopped, Duration::from_secs(10))).await?;
         let rec = process::spawn(&self.run_dir(), &self.log_dir(), &spec)?;
         self.wait_serving(c, &rec).await?;
         Ok(started.elapsed())

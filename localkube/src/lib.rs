@@ -23,6 +23,7 @@ mod binaries;
 mod cluster;
 mod error;
 mod faults;
+mod handle;
 pub mod host;
 pub mod image;
 mod kubeconfig;
@@ -30,6 +31,7 @@ mod node;
 mod pki;
 mod process;
 pub mod s3;
+mod settings;
 mod testing;
 mod tools;
 mod util;
@@ -38,18 +40,18 @@ pub use binaries::{
     ensure_binaries, ensure_kwok, installed_binaries, Binaries, BuildOptions, ETCD_VERSION,
     KUBERNETES_VERSION, KUBE_COMMANDS, KWOK_VERSION,
 };
-pub use cluster::{
-    ClusterConfig, ClusterInfo, ClusterStatus, ComponentStatus, LocalCluster, Ports,
-    DEFAULT_CLUSTER, SERVICE_ACCOUNT_ISSUER, SERVICE_CIDR, TEST_CLUSTER,
-};
+pub use cluster::{ClusterInfo, ClusterStatus, ComponentStatus};
 pub use error::{Error, Result};
 pub use faults::Component;
+pub use handle::LocalCluster;
 pub use kubeconfig::{client_from_file, config_from_file};
-pub use node::{
-    NodeConfig, NodePaths, NodePorts, NodeSummary, NodeTeardown, CNI_BRIDGE, CRI_NAMESPACE,
-    MAX_NODES, NODE_INTERFACE, NODE_IP, NODE_PACKAGES, PAUSE_REPOSITORY, POD_CIDR,
-};
+pub use node::{NodePaths, NodeSummary, NodeTeardown, MAX_NODES};
 pub use pki::{apiserver_sans, GeneratedPki, ADMIN_GROUP, ADMIN_USER, KUBERNETES_SERVICE_IP};
+pub use settings::{
+    ClusterConfig, NodeConfig, NodePorts, Ports, CNI_BRIDGE, CRI_NAMESPACE, DEFAULT_CLUSTER,
+    NODE_INTERFACE, NODE_IP, NODE_PACKAGES, PAUSE_REPOSITORY, POD_CIDR, SERVICE_ACCOUNT_ISSUER,
+    SERVICE_CIDR, TEST_CLUSTER,
+};
 pub use testing::{
     apply_crd, apply_crds, create_test_namespace, delete_namespace, ensure_cluster,
     ensure_cluster_with, test_client, unique_name, TestClusterOptions, FIELD_MANAGER,

@@ -7,7 +7,7 @@
 //!   (`SystemdCgroup = false`: no systemd here, and the kubelet must match),
 //!   and a pause image built locally from `assets/pause.go`;
 //! * the CNI bridge plugin (Debian's containernetworking-plugins): bridge
-//!   [`CNI_BRIDGE`], pod subnet [`POD_CIDR`], host-local IPAM whose state is
+//!   [`CNI_BRIDGE`], pod subnet [`POD_CIDR`](crate::POD_CIDR), host-local IPAM whose state is
 //!   under our state dir, portmap; config in our own directory;
 //! * kubelet v1.33 (cgroup v1, cgroupfs, cgroup root `/localkube-<name>`,
 //!   swap allowed, image GC off) with a node client certificate
@@ -17,7 +17,7 @@
 //!   certificate, so pods reach the apiserver through the `kubernetes`
 //!   Service.
 //!
-//! The node IP ([`NODE_IP`]) lives on an interface of its own
+//! The node IP ([`NODE_IP`](crate::NODE_IP)) lives on an interface of its own
 //! ([`NODE_INTERFACE`]); the apiserver binds and advertises it, which lets
 //! the endpoint reconciler publish a valid (non-loopback) `kubernetes`
 //! endpoint and pods reach it through their default route.
@@ -29,25 +29,25 @@
 //! state dir. Only one node cluster can run per host (the links, the
 //! iptables rules and the cgroup root are host-global); `/run/localkube-node.json`
 //! names the owner.
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Endpoints, Node, Pod};
-use kube::api::{Api, DeleteParams, ListParams};
+use k8s_openapi::api::core::v1::Endpoints;
+use kube::api::Api;
 use kube::Client;
-use serde::{Deserialize, Serialize};
-use serde_json::json;
 
-use crate::binaries::{self, Binaries};
-use crate::cluster::{blocking, LocalCluster, Ports};
+use crate::binaries::Binaries;
 use crate::error::{Error, Result};
-use crate::image::{self, ImageConfig, ImageFile};
+use crate::handle::{blocking, LocalCluster};
 use crate::pki::{self, PkiFiles};
 use crate::process::{self, ProcSpec};
+use crate::settings::{
+    NodeConfig, NodePorts, APISERVER, CNI_BRIDGE, CONTAINERD, KUBELET, KUBE_PROXY, NODE_INTERFACE,
+    NODE_PACKAGES,
+};
 use crate::util::{self, progress};
 use crate::{host, kubeconfig};
 
@@ -56,279 +56,19 @@ mod ctr;
 mod cut;
 mod extra;
 mod images;
+mod layout;
 mod netns;
 mod plan;
 mod teardown;
 use configs::*;
-use ctr::{
-    ctr_at, image_labels_at, images_at, label_image_at, remove_all_containers_at, remove_image_at,
-};
 pub use extra::NodeSummary;
 use images::*;
+pub use layout::NodePaths;
+use layout::*;
 pub use plan::MAX_NODES;
 pub use teardown::NodeTeardown;
-use teardown::*;
-
-/// The node's IP: not loopback (the `kubernetes` Endpoints must be valid and
-/// reachable from pods), and in a range nothing else here uses.
-pub const NODE_IP: &str = "10.213.255.1";
-/// Pod subnet of the single node (host-local IPAM range).
-pub const POD_CIDR: &str = "10.244.0.0/24";
-/// The link that holds [`NODE_IP`] (a bridge without ports: this kernel has no `dummy`).
-pub const NODE_INTERFACE: &str = "lknode0";
-/// The CNI bridge the pods' veths attach to.
-pub const CNI_BRIDGE: &str = "lkcni0";
-/// containerd namespace the CRI plugin (and so the kubelet) uses.
-pub const CRI_NAMESPACE: &str = "k8s.io";
-/// Repository of the locally built sandbox image; the tag is a content hash.
-pub const PAUSE_REPOSITORY: &str = "localhost/localkube/pause";
-/// Debian packages the node needs; installed with apt-get when missing.
-pub const NODE_PACKAGES: [&str; 6] = [
-    "containerd",
-    "runc",
-    "containernetworking-plugins",
-    "iptables",
-    "conntrack",
-    "iproute2",
-];
-/// Where Debian's containernetworking-plugins installs the plugins.
-const CNI_BIN_DIR: &str = "/usr/lib/cni";
-const CONTAINERD_BIN: &str = "/usr/bin/containerd";
-const CTR_BIN: &str = "/usr/bin/ctr";
-const RUNC_BIN: &str = "/usr/sbin/runc";
-/// Names the cluster that owns the host-global node resources.
-const HOST_MARKER: &str = "/run/localkube-node.json";
-
-pub(crate) const CONTAINERD: &str = "containerd";
-pub(crate) const KUBELET: &str = "kubelet";
-pub(crate) const KUBE_PROXY: &str = "kube-proxy";
-/// Start order; stop order is the reverse.
-pub(crate) const NODE_COMPONENTS: [&str; 3] = [CONTAINERD, KUBELET, KUBE_PROXY];
-
-/// Sysctls the kubelet (`protectKernelDefaults: false`), the bridge plugin
-/// (`ip_forward`) or kube-proxy may change; restored on teardown.
-const TRACKED_SYSCTLS: [&str; 12] = [
-    "net.ipv4.ip_forward",
-    "net.ipv4.conf.all.route_localnet",
-    "net.bridge.bridge-nf-call-iptables",
-    "net.bridge.bridge-nf-call-ip6tables",
-    "vm.overcommit_memory",
-    "vm.panic_on_oom",
-    "kernel.panic",
-    "kernel.panic_on_oops",
-    "kernel.keys.root_maxkeys",
-    "kernel.keys.root_maxbytes",
-    "net.netfilter.nf_conntrack_max",
-    "net.netfilter.nf_conntrack_tcp_timeout_established",
-];
-
-/// Netfilter accounting objects kube-proxy (iptables mode) creates for its
-/// metrics (`pkg/proxy/metrics`: IPTablesCTStateInvalidDroppedNFAcctCounter,
-/// LocalhostNodePortAcceptedNFAcctCounter).
-const KUBE_PROXY_NFACCT: [&str; 2] = [
-    "ct_state_invalid_dropped_pkts",
-    "localhost_nps_accepted_pkts",
-];
-
-/// Host directories the components write to even though our own state lives
-/// elsewhere: the kubelet's `/var/log/containers` symlinks, libcni's result
-/// cache, the runc shims' socket dir. Removed on teardown if they did not
-/// exist before `up` and are empty by then (only our entries are removed
-/// from them otherwise). Not /run/netns: the CRI's network namespaces live
-/// under our state dir, and other tools use /run/netns concurrently.
-const HOST_DIRS: [&str; 3] = ["/var/log/containers", "/var/lib/cni", "/run/containerd"];
-
-/// The node part of a cluster.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeConfig {
-    /// The Node object's name (`--hostname-override`).
-    pub node_name: String,
-    /// The node IP (see [`NODE_IP`]).
-    pub node_ip: String,
-    /// The pod subnet (see [`POD_CIDR`]).
-    pub pod_cidr: String,
-    /// Install missing Debian packages ([`NODE_PACKAGES`]) with apt-get.
-    #[serde(default = "yes")]
-    pub install_packages: bool,
-    /// How many nodes: this one (node 0, in the host's network namespace)
-    /// and `nodes - 1` more, each in a network namespace of its own (see
-    /// `node/plan.rs`). 1 to [`MAX_NODES`].
-    #[serde(default = "one")]
-    pub nodes: usize,
-}
-
-fn yes() -> bool {
-    true
-}
-
-fn one() -> usize {
-    1
-}
-
-impl NodeConfig {
-    /// Defaults for cluster `name`: node `localkube-<name>`, [`NODE_IP`], [`POD_CIDR`].
-    pub fn for_cluster(name: &str) -> NodeConfig {
-        NodeConfig {
-            node_name: format!("localkube-{name}"),
-            node_ip: NODE_IP.into(),
-            pod_cidr: POD_CIDR.into(),
-            install_packages: true,
-            nodes: 1,
-        }
-    }
-}
-
-/// Node ports; like [`Ports`], fixed per cluster name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodePorts {
-    /// kubelet API, on the node IP (the apiserver calls it for logs/exec).
-    pub kubelet: u16,
-    /// kubelet `/healthz`, on 127.0.0.1.
-    pub kubelet_healthz: u16,
-    /// kube-proxy `/healthz`, on 127.0.0.1.
-    pub proxy_healthz: u16,
-    /// kube-proxy `/metrics`, on 127.0.0.1.
-    pub proxy_metrics: u16,
-}
-
-impl NodePorts {
-    /// The Kubernetes defaults (10250, 10248, 10256, 10249) shifted by the
-    /// same per-name offset as the control-plane ports.
-    pub fn for_ports(p: &Ports) -> NodePorts {
-        let offset = p.apiserver.saturating_sub(6443);
-        NodePorts {
-            kubelet: 10250 + offset,
-            kubelet_healthz: 10248 + offset,
-            proxy_healthz: 10256 + offset,
-            proxy_metrics: 10249 + offset,
-        }
-    }
-}
-
-/// Files and directories of the node: per cluster below `<state>/node/`,
-/// except the image store.
-#[derive(Debug, Clone)]
-pub struct NodePaths {
-    pub dir: PathBuf,
-    /// containerd's root (content store, snapshots, metadata), shared by every
-    /// node cluster of this cache: only one runs per host, and the images
-    /// (the training image is 5 GB) are then imported once, not per cluster.
-    pub images: PathBuf,
-}
-
-impl NodePaths {
-    fn record(&self) -> PathBuf {
-        self.dir.join("host.json")
-    }
-    pub fn containerd_dir(&self) -> PathBuf {
-        self.dir.join("containerd")
-    }
-    /// containerd's root: content store, snapshots, metadata (kept across
-    /// `down` and `--purge`, so images survive; shared by all node clusters).
-    pub fn containerd_root(&self) -> PathBuf {
-        self.images.clone()
-    }
-    fn containerd_state(&self) -> PathBuf {
-        self.containerd_dir().join("state")
-    }
-    pub fn containerd_socket(&self) -> PathBuf {
-        self.containerd_dir().join("containerd.sock")
-    }
-    fn containerd_config(&self) -> PathBuf {
-        self.containerd_dir().join("config.toml")
-    }
-    fn runc_root(&self) -> PathBuf {
-        self.containerd_dir().join("runc")
-    }
-    fn cni_conf_dir(&self) -> PathBuf {
-        self.dir.join("cni").join("net.d")
-    }
-    fn cni_ipam_dir(&self) -> PathBuf {
-        self.dir.join("cni").join("ipam")
-    }
-    pub fn kubelet_root(&self) -> PathBuf {
-        self.dir.join("kubelet")
-    }
-    fn kubelet_config(&self) -> PathBuf {
-        self.dir.join("kubelet.yaml")
-    }
-    fn kubelet_kubeconfig(&self) -> PathBuf {
-        self.dir.join("kubelet.kubeconfig")
-    }
-    fn proxy_config(&self) -> PathBuf {
-        self.dir.join("kube-proxy.yaml")
-    }
-    fn proxy_kubeconfig(&self) -> PathBuf {
-        self.dir.join("kube-proxy.kubeconfig")
-    }
-    pub fn pod_logs(&self) -> PathBuf {
-        self.dir.join("pod-logs")
-    }
-    /// Everything that is per run (deleted on `down`); the containerd root is not in it.
-    fn per_run_dirs(&self) -> Vec<PathBuf> {
-        vec![
-            self.containerd_state(),
-            self.runc_root(),
-            self.dir.join("cni"),
-            self.kubelet_root(),
-            self.pod_logs(),
-        ]
-    }
-}
-
-/// What `up` changed on the host, written before each change is made.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct HostRecord {
-    cluster: String,
-    state_dir: PathBuf,
-    node: Option<NodeConfig>,
-    /// Links we created (and therefore delete).
-    links: Vec<String>,
-    /// `/localkube-<name>` in every cgroup v1 hierarchy.
-    cgroup_root: String,
-    /// CNI network name (appears in the CNI plugins' iptables comments and cache files).
-    cni_network: String,
-    /// Sysctl values before `up`.
-    sysctls: BTreeMap<String, String>,
-    /// User-defined iptables chains before `up`, per "<binary> <table>".
-    chains_before: BTreeMap<String, BTreeSet<String>>,
-    /// Host directories of [`HOST_DIRS`] that did not exist before `up`.
-    absent_dirs: Vec<PathBuf>,
-    /// Debian packages `up` installed (reported, never removed: other tools may rely on them).
-    packages_installed: Vec<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct HostMarker {
-    cluster: String,
-    state_dir: PathBuf,
-}
 
 impl LocalCluster {
-    /// The node's file layout (also for a cluster without a node).
-    pub fn node_paths(&self) -> NodePaths {
-        // The state dir is `<cache>/cluster/<name>`.
-        let cache = self
-            .state_dir()
-            .parent()
-            .and_then(Path::parent)
-            .unwrap_or_else(|| self.state_dir());
-        NodePaths {
-            dir: self.state_dir().join("node"),
-            images: cache.join("node-images").join("containerd"),
-        }
-    }
-
-    /// The node's containerd socket (exists while a node cluster runs).
-    pub fn containerd_socket(&self) -> PathBuf {
-        self.node_paths().containerd_socket()
-    }
-
-    /// `ctr --address <socket> --namespace k8s.io` of node 0, ready for more args.
-    pub fn ctr(&self) -> Command {
-        ctr_at(&self.containerd_socket())
-    }
-
     /// True if the node's containerd is running.
     pub fn node_running(&self) -> bool {
         self.component_running(CONTAINERD, None)
@@ -724,14 +464,11 @@ impl LocalCluster {
     /// The lease endpoint reconciler publishes the node IP for the
     /// `kubernetes` Service; pods depend on it.
     async fn wait_kubernetes_endpoint(&self, client: &Client, node_ip: &str) -> Result<()> {
-        let apiserver = process::read_pid(&self.run_dir(), crate::cluster::APISERVER)
+        let apiserver = process::read_pid(&self.run_dir(), APISERVER)
             .ok_or_else(|| Error::Invalid("kube-apiserver pid file vanished".into()))?;
-        self.wait_for(
-            crate::cluster::APISERVER,
-            &apiserver,
-            Duration::from_secs(30),
-            || kubernetes_endpoint_is(client, node_ip),
-        )
+        self.wait_for(APISERVER, &apiserver, Duration::from_secs(30), || {
+            kubernetes_endpoint_is(client, node_ip)
+        })
         .await
     }
 
@@ -769,22 +506,6 @@ impl LocalCluster {
     }
 }
 
-fn read_record(paths: &NodePaths) -> Option<HostRecord> {
-    let bytes = fs::read(paths.record()).ok()?;
-    match serde_json::from_slice(&bytes) {
-        Ok(r) => Some(r),
-        Err(e) => {
-            tracing::warn!(file = %paths.record().display(), error = %e, "ignoring malformed host record");
-            None
-        }
-    }
-}
-
-fn write_record(paths: &NodePaths, rec: &HostRecord) -> Result<()> {
-    let json = serde_json::to_vec_pretty(rec).map_err(|e| Error::Invalid(e.to_string()))?;
-    util::write_atomic(&paths.record(), &json, 0o644)
-}
-
 fn check_port(ip: &str, port: u16, component: &'static str, cluster: &str) -> Result<()> {
     if TcpListener::bind((ip, port)).is_err() {
         return Err(Error::PortBusy {
@@ -805,17 +526,6 @@ fn check_socket_len(socket: &Path) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-async fn node_ready(client: &Client, name: &str) -> bool {
-    let nodes: Api<Node> = Api::all(client.clone());
-    match nodes.get_opt(name).await {
-        Ok(Some(n)) => n
-            .status
-            .and_then(|s| s.conditions)
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
-        _ => false,
-    }
 }
 
 async fn kubernetes_endpoint_is(client: &Client, ip: &str) -> bool {
@@ -842,6 +552,9 @@ async fn http_ok(port: u16, path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
+
+    use crate::settings::{Ports, NODE_IP, POD_CIDR};
 
     fn paths() -> NodePaths {
         NodePaths {

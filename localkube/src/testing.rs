@@ -19,8 +19,10 @@ use kube::runtime::wait::{await_condition, conditions};
 use kube::Client;
 use serde::Deserialize;
 
-use crate::cluster::{ClusterConfig, ClusterInfo, LocalCluster, TEST_CLUSTER};
+use crate::cluster::ClusterInfo;
 use crate::error::{Error, Result};
+use crate::handle::LocalCluster;
+use crate::settings::{ClusterConfig, TEST_CLUSTER};
 
 /// Use this kubeconfig instead of starting a local cluster (e.g. a CI
 /// cluster, or the developer's "dev" cluster).

@@ -1,18 +1,15 @@
-//! `cargo xtask <task>`: developer tasks. Each subcommand lives in its own module.
+//! `cargo xtask <task>`: developer tasks. Each subcommand is a module of `cmd`.
 use clap::{Parser, Subcommand};
 
 mod bench;
 mod chaos;
-mod cluster;
-mod demo;
+mod cmd;
 mod e2e;
 mod ensure;
-mod fuzz;
 mod graphstorm_env;
 mod images;
 mod pyenv;
 mod stack;
-mod test;
 mod test_binaries;
 mod util;
 
@@ -28,21 +25,21 @@ enum Task {
     /// Create or reuse the cached Python venv with DGL; prints the interpreter path.
     Pyenv(pyenv::Args),
     /// Local Kubernetes control plane: build binaries, up/down/status/kubeconfig.
-    Cluster(cluster::Args),
+    Cluster(cmd::cluster::Args),
     /// Build the container images with podman (no registry) and load them into the node cluster.
     Images(images::Args),
     /// Run every check and test (what CI runs); installs what is missing first.
-    Test(test::Args),
+    Test(cmd::test::Args),
     /// Start the local control plane and the operator, and apply the example DGLJob.
-    Demo(demo::Args),
+    Demo(cmd::demo::Args),
     /// End-to-end: real DGLJobs on a real node, the operator installed with Helm.
     E2e(e2e::Args),
     /// Benchmarks: `bench scale` runs N DGLJobs on kwok fake nodes and measures the operator.
-    Bench(bench::Args),
+    Bench(cmd::bench::Args),
     /// Ship >= 1 GiB of partition files to workers in network namespaces with dglrun; MB/s vs plain TCP.
-    BenchShards(bench::shards::Args),
+    BenchShards(cmd::bench_shards::Args),
     /// Long run of the hostile-input proptests: N inputs per partition-input reader.
-    Fuzz(fuzz::Args),
+    Fuzz(cmd::fuzz::Args),
     /// Fault injection on the real node: operator killed, worker deleted, churn; outcome table.
     Chaos(chaos::Args),
     /// Kueue v0.17 built from the Go module proxy (cached), then the operator's tests with Kueue's real manager.
@@ -52,16 +49,16 @@ enum Task {
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.task {
-        Task::Pyenv(args) => pyenv::run(args),
-        Task::Cluster(args) => cluster::run(args),
+        Task::Pyenv(args) => cmd::pyenv::run(args),
+        Task::Cluster(args) => cmd::cluster::run(args),
         Task::Images(args) => images::run(args),
-        Task::Test(args) => test::run(args),
-        Task::Demo(args) => demo::run(args),
-        Task::E2e(args) => e2e::run(args),
-        Task::Bench(args) => bench::run(args),
-        Task::BenchShards(args) => bench::shards::run(args),
-        Task::Chaos(args) => chaos::run(args),
-        Task::Fuzz(args) => fuzz::run(args),
-        Task::Kueue(args) => stack::kueue::run(args),
+        Task::Test(args) => cmd::test::run(args),
+        Task::Demo(args) => cmd::demo::run(args),
+        Task::E2e(args) => cmd::e2e::run(args),
+        Task::Bench(args) => cmd::bench::run(args),
+        Task::BenchShards(args) => cmd::bench_shards::run(args),
+        Task::Chaos(args) => cmd::chaos::run(args),
+        Task::Fuzz(args) => cmd::fuzz::run(args),
+        Task::Kueue(args) => cmd::kueue::run(args),
     }
 }

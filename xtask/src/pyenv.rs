@@ -24,8 +24,6 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 use localkube::image::sha256_hex;
 
-use crate::util::repo_root;
-
 /// Folder name of the venv below `<cache>/venv/`; names the pinned versions so
 /// that a future pin gets a new folder instead of clobbering this one.
 const VENV_NAME: &str = "dgl-2.1.0-torch-2.2.1";
@@ -42,27 +40,10 @@ pub struct Args {
     /// Print only the interpreter path on stdout (all progress goes to stderr),
     /// for use as `PY=$(cargo xtask pyenv --print-python)`.
     #[arg(long)]
-    print_python: bool,
+    pub(crate) print_python: bool,
     /// Rebuild the venv even if its stamp matches the requirements.
     #[arg(long)]
-    force: bool,
-}
-
-pub fn run(args: Args) -> Result<()> {
-    let root = repo_root();
-    if args.force {
-        let venv = venv_dir()?;
-        let _lock = lock_cache(&venv)?;
-        remove_stamp(&venv)?;
-    }
-    let python = ensure_venv(&root)?;
-    if args.print_python {
-        println!("{}", python.display());
-    } else {
-        println!("python: {}", python.display());
-        println!("venv:   {}", venv_dir()?.display());
-    }
-    Ok(())
+    pub(crate) force: bool,
 }
 
 /// Create the DGL venv if it is missing or stale, and return its interpreter.
@@ -125,7 +106,7 @@ fn cache_dir() -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".cache").join("dgl-operator"))
 }
 
-fn venv_dir() -> Result<PathBuf> {
+pub(crate) fn venv_dir() -> Result<PathBuf> {
     Ok(cache_dir()?.join("venv").join(VENV_NAME))
 }
 
@@ -254,7 +235,7 @@ pub(crate) fn run_to_stderr(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn remove_stamp(venv: &Path) -> Result<()> {
+pub(crate) fn remove_stamp(venv: &Path) -> Result<()> {
     let stamp = venv.join(STAMP_FILE);
     match fs::remove_file(&stamp) {
         Ok(()) => Ok(()),
@@ -315,6 +296,7 @@ pub(crate) fn lock_cache(venv: &Path) -> Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::repo_root;
 
     #[test]
     fn sha256_matches_known_vector() {

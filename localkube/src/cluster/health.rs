@@ -1,6 +1,14 @@
 //! Health probes of the control plane: polling, the probe client, and the
 //! `/readyz`, `/healthz`, etcd and default-ServiceAccount checks.
-use super::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::Api;
+use kube::Client;
+
+use crate::error::{Error, Result};
+use crate::kubeconfig;
 
 pub(super) async fn poll<F, Fut>(timeout: Duration, mut check: F) -> bool
 where

@@ -1,5 +1,11 @@
 //! The command line of each control-plane component.
-use super::*;
+use std::path::{Path, PathBuf};
+
+use crate::binaries::Binaries;
+use crate::handle::LocalCluster;
+use crate::pki::PkiFiles;
+use crate::process::ProcSpec;
+use crate::settings::{APISERVER, CONTROLLER_MANAGER, ETCD, SERVICE_ACCOUNT_ISSUER, SERVICE_CIDR};
 
 impl LocalCluster {
     /// The command line of each component.

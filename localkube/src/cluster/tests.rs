@@ -1,4 +1,7 @@
 use super::*;
+use std::path::Path;
+
+use crate::settings::ClusterConfig;
 
 #[test]
 fn ports_do_not_collide_between_names() {
@@ -84,7 +87,7 @@ fn component_args_are_loopback_only() {
     cfg.cache_dir = PathBuf::from("/nonexistent-cache");
     let n = LocalCluster::new(cfg).unwrap();
     let api = n.spec(APISERVER, &fake, &pki).args;
-    let ip = crate::node::NODE_IP;
+    let ip = crate::settings::NODE_IP;
     for want in [
         format!("--bind-address={ip}"),
         format!("--advertise-address={ip}"),

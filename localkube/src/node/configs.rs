@@ -1,7 +1,14 @@
 //! The node components' config files, rendered from the node's paths and
 //! settings: the CNI conflist, containerd's TOML, the kubelet's and
 //! kube-proxy's documents. Pure functions, unit-tested in `node.rs`.
-use super::*;
+use std::path::Path;
+
+use serde_json::json;
+
+use super::layout::*;
+use crate::error::{Error, Result};
+use crate::pki::PkiFiles;
+use crate::settings::{NodeConfig, NodePorts, CNI_BRIDGE};
 
 pub(super) fn cni_conflist(network: &str, pod_cidr: &str, ipam_dir: &Path) -> String {
     let doc = json!({

@@ -5,9 +5,11 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use super::{CRI_NAMESPACE, CTR_BIN};
+use super::layout::CTR_BIN;
 use crate::error::Result;
+use crate::handle::LocalCluster;
 use crate::host;
+use crate::settings::CRI_NAMESPACE;
 
 /// `ctr --address <socket> --namespace k8s.io`, ready for more args.
 pub(super) fn ctr_at(socket: &Path) -> Command {
@@ -92,4 +94,11 @@ pub(super) fn remove_all_containers_at(socket: &Path) -> Result<usize> {
         }
     }
     Ok(ids.len())
+}
+
+impl LocalCluster {
+    /// `ctr --address <socket> --namespace k8s.io` of node 0, ready for more args.
+    pub fn ctr(&self) -> Command {
+        ctr_at(&self.containerd_socket())
+    }
 }

@@ -8,8 +8,8 @@
 //! routes through it, which a restore would have to rebuild.
 
 use super::plan::ExtraNode;
-use crate::cluster::LocalCluster;
 use crate::error::{Error, Result};
+use crate::handle::LocalCluster;
 use crate::host;
 
 /// The comment every rule of a cut carries, followed by the veth's name.

@@ -8,18 +8,31 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use super::ctr::ctr_at;
+use super::ctr::image_labels_at;
+use super::ctr::images_at;
+use super::ctr::label_image_at;
+use super::ctr::remove_all_containers_at;
+use super::ctr::remove_image_at;
+use super::layout::read_record;
+use super::layout::write_record;
+use super::layout::CONTAINERD_BIN;
+use super::netns;
 use super::plan::{self, ExtraNode};
-use super::{
-    ctr_at, image_labels_at, images_at, kill_shims, label_image_at, netns, read_record,
-    remove_all_containers_at, remove_cgroup_and_mounts, remove_host_files, remove_image_at,
-    write_record, NodeConfig, NodePorts, NodeTeardown, CONTAINERD, CONTAINERD_BIN, KUBELET,
-    KUBE_PROXY,
-};
+use super::teardown::kill_shims;
+use super::teardown::remove_cgroup_and_mounts;
+use super::teardown::remove_host_files;
+use super::teardown::{stop_recorded, NodeTeardown};
 use crate::binaries::Binaries;
-use crate::cluster::{blocking, LocalCluster};
 use crate::error::{Error, Result};
+use crate::handle::{blocking, LocalCluster};
 use crate::pki::{self, PkiFiles};
 use crate::process::{self, PidRecord, ProcSpec};
+use crate::settings::NodeConfig;
+use crate::settings::NodePorts;
+use crate::settings::CONTAINERD;
+use crate::settings::KUBELET;
+use crate::settings::KUBE_PROXY;
 use crate::util::{self, progress};
 use crate::{host, kubeconfig};
 
@@ -293,12 +306,13 @@ impl LocalCluster {
         write_kubeconfigs(e, pki, server, &self.config().name)?;
         util::write_atomic(
             &p.cni_conf_dir().join("10-localkube.conflist"),
-            super::cni_conflist(&e.cni_network, &e.node.pod_cidr, &p.cni_ipam_dir()).as_bytes(),
+            super::configs::cni_conflist(&e.cni_network, &e.node.pod_cidr, &p.cni_ipam_dir())
+                .as_bytes(),
             0o644,
         )?;
         util::write_atomic(
             &p.containerd_config(),
-            super::containerd_config(p, pause)?.as_bytes(),
+            super::configs::containerd_config(p, pause)?.as_bytes(),
             0o644,
         )?;
         let env = vec![("PATH".to_owned(), host::path_env())];
@@ -345,7 +359,7 @@ impl LocalCluster {
         blocking(move || {
             if !images_at(&socket)?.contains(&pause) {
                 let tag = pause.rsplit(':').next().unwrap_or("x").to_owned();
-                let archive = super::ensure_go_image_archive(
+                let archive = super::images::ensure_go_image_archive(
                     &cache,
                     &pause,
                     include_str!("../../assets/pause.go"),
@@ -376,14 +390,14 @@ impl LocalCluster {
         let spec = ProcSpec {
             name: KUBELET,
             binary: bins.kubelet.clone(),
-            args: super::kubelet_args(&e.paths, &e.node, pause),
+            args: super::configs::kubelet_args(&e.paths, &e.node, pause),
             env,
         };
         let rec = self.spawn_extra(e, &spec)?;
         let client = kubeconfig::client_from_file(&self.kubeconfig_path()).await?;
         let node_name = e.node.node_name.clone();
         self.wait_for_in(&e.log_dir, KUBELET, &rec, Duration::from_secs(120), || {
-            super::node_ready(&client, &node_name)
+            super::layout::node_ready(&client, &node_name)
         })
         .await
     }
@@ -484,13 +498,13 @@ impl LocalCluster {
                 match host::delete_link(&e.veth) {
                     Ok(true) => report.links_removed.push(e.veth.clone()),
                     Ok(false) => {}
-                    Err(err) => super::warn(report, "deleting a node's veth", err),
+                    Err(err) => super::teardown::warn(report, "deleting a node's veth", err),
                 }
             }
             remove_host_files(None, &e.paths, &e.cni_network, report);
             for d in [&e.paths.dir, &e.run_dir] {
                 if let Err(err) = util::remove_dir_all_if_exists(d) {
-                    super::warn(report, "removing a node's state", err);
+                    super::teardown::warn(report, "removing a node's state", err);
                 }
             }
         }
@@ -500,7 +514,7 @@ impl LocalCluster {
                 Ok(n) => report
                     .chains_removed
                     .push(format!("iptables nat POSTROUTING: {n} rule(s) of {name}")),
-                Err(err) => super::warn(report, "deleting the nodes' NAT rules", err),
+                Err(err) => super::teardown::warn(report, "deleting the nodes' NAT rules", err),
             }
         }
     }
@@ -547,32 +561,18 @@ impl LocalCluster {
 /// (127.0.0.1 in the node's namespace is not the host's).
 fn kubelet_doc(e: &ExtraNode, np: &NodePorts, pki: &PkiFiles, cluster: &str) -> serde_json::Value {
     let cgroup_name = format!("{cluster}-{}", e.index);
-    let mut doc = super::kubelet_doc(&e.paths, &e.node, np, pki, &cgroup_name);
+    let mut doc = super::configs::kubelet_doc(&e.paths, &e.node, np, pki, &cgroup_name);
     doc["healthzBindAddress"] = e.node.node_ip.clone().into();
     doc
 }
 
 /// Node `e`'s kube-proxy configuration, health and metrics on the node IP.
 fn proxy_doc(e: &ExtraNode, np: &NodePorts) -> serde_json::Value {
-    let mut doc = super::proxy_doc(&e.paths, &e.node, np);
+    let mut doc = super::configs::proxy_doc(&e.paths, &e.node, np);
     let ip = &e.node.node_ip;
     doc["healthzBindAddress"] = format!("{ip}:{}", np.proxy_healthz).into();
     doc["metricsBindAddress"] = format!("{ip}:{}", np.proxy_metrics).into();
     doc
-}
-
-/// Stops the process of a pid file in `run_dir`, noting it in `report`.
-pub(super) async fn stop_recorded(run_dir: &Path, name: &'static str, report: &mut NodeTeardown) {
-    let Some(rec) = process::read_pid(run_dir, name) else {
-        return;
-    };
-    let running = process::is_running(&rec);
-    let r = rec.clone();
-    match blocking(move || process::stop(&r, Duration::from_secs(15))).await {
-        Ok(()) if running => report.stopped.push((name, rec.pid)),
-        Ok(()) => {}
-        Err(e) => report.warnings.push(e.to_string()),
-    }
 }
 
 /// The kubelet as `system:node:<its name>` (a certificate per node: the
@@ -619,7 +619,7 @@ fn copy_image(from: &Path, to: &Path, reference: &str) -> Result<()> {
         .stderr(Stdio::null())
         .spawn()
         .map_err(|source| Error::Spawn {
-            program: super::CTR_BIN.into(),
+            program: super::layout::CTR_BIN.into(),
             source,
         })?;
     let pipe = export
@@ -685,7 +685,7 @@ mod tests {
     }
 
     use super::*;
-    use crate::cluster::Ports;
+    use crate::settings::Ports;
 
     #[test]
     fn extra_node_configs_are_its_own() {
@@ -711,7 +711,7 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("unix:///c/cluster/mn/node/n1/containerd/"));
-        let args = super::super::kubelet_args(&e.paths, &e.node, "pause:x");
+        let args = super::super::configs::kubelet_args(&e.paths, &e.node, "pause:x");
         assert!(args.contains(&"--hostname-override=localkube-mn-1".to_string()));
         assert!(args.contains(&"--node-ip=10.213.255.2".to_string()));
         assert!(args
@@ -728,13 +728,13 @@ mod tests {
             .as_str()
             .unwrap()
             .starts_with("10.213.255.2:"));
-        let c = super::super::containerd_config(&e.paths, "pause:x").unwrap();
+        let c = super::super::configs::containerd_config(&e.paths, "pause:x").unwrap();
         assert!(
             c.contains(r#"root = "/c/node-images/containerd-n1""#),
             "{c}"
         );
         assert!(c.contains(r#"address = "/c/cluster/mn/node/n1/containerd/containerd.sock""#));
-        let cni: serde_json::Value = serde_json::from_str(&super::super::cni_conflist(
+        let cni: serde_json::Value = serde_json::from_str(&super::super::configs::cni_conflist(
             &e.cni_network,
             &e.node.pod_cidr,
             &e.paths.cni_ipam_dir(),

@@ -1,7 +1,19 @@
 //! Images on a node's containerd: listing, labelling, importing archives,
 //! and the one-binary Go images (the pause image among them) built and
 //! cached here.
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use super::ctr::*;
+use crate::binaries::{self};
+use crate::error::{Error, Result};
+use crate::handle::{blocking, LocalCluster};
+use crate::host;
+use crate::image::{self, ImageConfig, ImageFile};
+use crate::settings::PAUSE_REPOSITORY;
+use crate::util::{self, progress};
 
 /// The pause image's reference: the tag hashes the Go source and the Go
 /// version, so a change of either builds (and configures) a new image.

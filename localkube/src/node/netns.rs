@@ -8,8 +8,8 @@ use std::path::Path;
 use std::process::Command;
 
 use super::plan::{self, ExtraNode, Route, NS_INTERFACE};
-use super::NodeConfig;
 use crate::error::{Error, Result};
+use crate::settings::NodeConfig;
 use crate::{host, process, util};
 
 /// `program args...` in the network namespace bound at `ns`; its stdout.

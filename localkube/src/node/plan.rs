@@ -16,9 +16,10 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use super::{NodeConfig, NodePaths};
-use crate::cluster::SERVICE_CIDR;
+use super::layout::NodePaths;
 use crate::error::{Error, Result};
+use crate::settings::NodeConfig;
+use crate::settings::SERVICE_CIDR;
 
 /// Most nodes a cluster may have (a 2-core machine runs 3 comfortably).
 pub const MAX_NODES: usize = 8;
@@ -326,7 +327,7 @@ mod tests {
         assert!(extra_nodes("mn", &one, Path::new("/s"), Path::new("/i"))
             .unwrap()
             .is_empty());
-        assert_eq!(n.node_ip, crate::node::NODE_IP);
+        assert_eq!(n.node_ip, crate::settings::NODE_IP);
     }
 
     #[test]
@@ -343,7 +344,7 @@ mod tests {
         assert!(err.to_string().contains("pod CIDR"), "{err}");
         n.pod_cidr = "10.244.255.0/24".into();
         assert!(extra_nodes("mn", &n, Path::new("/s"), Path::new("/i")).is_err());
-        n.pod_cidr = crate::node::POD_CIDR.into();
+        n.pod_cidr = crate::settings::POD_CIDR.into();
         n.node_ip = "10.213.255.254".into();
         let err = extra_nodes("mn", &n, Path::new("/s"), Path::new("/i")).unwrap_err();
         assert!(err.to_string().contains("node IP"), "{err}");

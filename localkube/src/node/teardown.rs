@@ -1,6 +1,23 @@
 //! The node teardown: stopping the components, then sweeping exactly the
 //! host changes the host record lists, and the report of what was done.
-use super::*;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams};
+use kube::Client;
+
+use super::ctr::*;
+use super::layout::*;
+use crate::error::{Error, Result};
+use crate::handle::{blocking, LocalCluster};
+use crate::process::{self};
+use crate::settings::{
+    NodeConfig, CNI_BRIDGE, CONTAINERD, KUBELET, KUBE_PROXY, NODE_COMPONENTS, NODE_INTERFACE,
+};
+use crate::util::{self, progress};
+use crate::{host, kubeconfig};
 
 /// What a node teardown did, for the caller's report.
 #[derive(Debug, Clone, Default)]
@@ -108,7 +125,7 @@ impl LocalCluster {
         }
         // 2. kube-proxy, kubelet.
         for name in [KUBE_PROXY, KUBELET] {
-            extra::stop_recorded(&self.run_dir(), name, &mut report).await;
+            stop_recorded(&self.run_dir(), name, &mut report).await;
         }
         // 3. Containers the kubelet did not get to, then containerd.
         if self.component_running(CONTAINERD, None) {
@@ -118,7 +135,7 @@ impl LocalCluster {
                 Err(e) => report.warnings.push(format!("removing containers: {e}")),
             }
         }
-        extra::stop_recorded(&self.run_dir(), CONTAINERD, &mut report).await;
+        stop_recorded(&self.run_dir(), CONTAINERD, &mut report).await;
         report
     }
 
@@ -479,4 +496,18 @@ pub(super) fn remove_empty_tree(dir: &Path) -> Result<bool> {
         fs::remove_dir(dir).map_err(Error::io("removing", dir))?;
     }
     Ok(empty)
+}
+
+/// Stops the process of a pid file in `run_dir`, noting it in `report`.
+pub(super) async fn stop_recorded(run_dir: &Path, name: &'static str, report: &mut NodeTeardown) {
+    let Some(rec) = process::read_pid(run_dir, name) else {
+        return;
+    };
+    let running = process::is_running(&rec);
+    let r = rec.clone();
+    match blocking(move || process::stop(&r, Duration::from_secs(15))).await {
+        Ok(()) if running => report.stopped.push((name, rec.pid)),
+        Ok(()) => {}
+        Err(e) => report.warnings.push(e.to_string()),
+    }
 }

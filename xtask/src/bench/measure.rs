@@ -30,7 +30,7 @@ pub(super) fn proc_sample(pid: u32) -> Result<ProcSample> {
 }
 
 /// CPU seconds (user + system) a process has used, threads included.
-pub(super) fn proc_cpu(pid: u32) -> Result<f64> {
+pub(crate) fn proc_cpu(pid: u32) -> Result<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("process {pid} is gone"))?;
     // After "(comm)": field 3 (state) is index 0, utime (14) and stime (15)
@@ -52,7 +52,7 @@ pub(super) fn proc_cpu(pid: u32) -> Result<f64> {
     Ok((ticks(11)? + ticks(12)?) / hz)
 }
 
-pub(super) fn loadavg() -> String {
+pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
@@ -67,7 +67,7 @@ pub(super) fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[rank - 1]
 }
 
-pub(super) fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {

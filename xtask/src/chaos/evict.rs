@@ -19,8 +19,8 @@ use kube::api::{Api, DeleteParams, EvictParams, ListParams, Preconditions};
 use kube::{Client, ResourceExt};
 use localkube::{Component, LocalCluster};
 
+use super::fault::Outcome;
 use super::infra::{condition_message, during, example, on_node0, restarts, running, truncate};
-use super::Outcome;
 use crate::stack::jobs::{delete_and_count_left, expect_phase};
 
 /// With or without the rule `Ignore` on DisruptionTarget.

@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams};
 use kube::{Client, ResourceExt};
 use localkube::{Component, LocalCluster};
 
-use super::Outcome;
+use super::fault::Outcome;
 use crate::stack::jobs::{
     apply_job, delete_and_count_left, example_job, expect_phase, follow_to_end,
 };

@@ -38,6 +38,7 @@ use kube::{Client, ResourceExt};
 use localkube::{Component, LocalCluster};
 
 mod evict;
+mod fault;
 mod infra;
 mod node_loss;
 mod timing;
@@ -47,44 +48,8 @@ use crate::stack::jobs::{
     apply_job, children, delete_and_count_left, example_job, expect_phase, follow, follow_to_end,
 };
 use crate::stack::{pod_ready, OPERATOR_NAMESPACE, RELEASE};
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Fault {
-    OperatorKill,
-    WorkerDelete,
-    Churn,
-    ApiserverRestart,
-    EtcdPause,
-    KubeletRestart,
-    PartitionerKill,
-    ShardCorrupt,
-    NetworkCut,
-    Evict,
-    Drain,
-    KubeletHang,
-    TokenDelete,
-    /// A worker's node cut off the network mid-training (needs 2 nodes).
-    NodeLoss,
-}
-
-impl Fault {
-    pub const ALL: [Fault; 14] = [
-        Fault::OperatorKill,
-        Fault::WorkerDelete,
-        Fault::Churn,
-        Fault::ApiserverRestart,
-        Fault::EtcdPause,
-        Fault::KubeletRestart,
-        Fault::PartitionerKill,
-        Fault::ShardCorrupt,
-        Fault::NetworkCut,
-        Fault::Evict,
-        Fault::Drain,
-        Fault::KubeletHang,
-        Fault::TokenDelete,
-        Fault::NodeLoss,
-    ];
-}
+pub use fault::Fault;
+pub(crate) use fault::Outcome;
 
 #[derive(clap::Args)]
 #[command(
@@ -117,32 +82,6 @@ pub struct Args {
     /// Leave the cluster running afterwards (it is shared: the e2e tier's).
     #[arg(long)]
     pub keep_cluster: bool,
-}
-
-pub fn run(args: Args) -> Result<()> {
-    let rt = crate::stack::runtime()?;
-    let stack = crate::stack::prepare(&rt, &args.name, args.nodes as usize, args.profile)?;
-    let faults = if args.only.is_empty() {
-        Fault::ALL.to_vec()
-    } else {
-        args.only.clone()
-    };
-    let r = rt.block_on(run_all(
-        &stack.client,
-        &stack.cluster,
-        &faults,
-        args.runs,
-        args.churn_jobs,
-    ));
-    let down = if args.keep_cluster {
-        Ok(())
-    } else {
-        rt.block_on(stack.cluster.down(false)).map(drop)
-    };
-    let table = r?;
-    down?;
-    println!("\n{table}");
-    Ok(())
 }
 
 /// One row per scenario: runs, as expected, time to terminal p50/max, left behind.
@@ -249,12 +188,6 @@ fn table(rows: &BTreeMap<Fault, Tally>) -> String {
         ));
     }
     s
-}
-
-pub(crate) struct Outcome {
-    pub terminal: Option<Duration>,
-    pub left: usize,
-    pub note: String,
 }
 
 /// A pseudo-random delay in [0, max): the wall clock's nanoseconds, printed so

@@ -25,8 +25,8 @@ use kube::{Client, ResourceExt};
 use localkube::LocalCluster;
 
 use super::evict::node_ready;
+use super::fault::Outcome;
 use super::infra::{condition_message, during, example, pid_in_pod, restarts, running};
-use super::Outcome;
 use crate::stack::jobs::{delete_and_count_left, expect_phase, job_events};
 
 use dgl_api::{CONDITION_NODE_LOST as NODE_LOST, EVENT_NODE_LOST};

@@ -18,7 +18,7 @@ use std::time::Duration;
 use dgl_api::DGLJob;
 use kube::ResourceExt;
 
-use super::Fault;
+use super::fault::Fault;
 
 /// One job's time from its fault to its end.
 pub(super) struct Timing {

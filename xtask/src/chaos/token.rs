@@ -14,8 +14,8 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams};
 use kube::{Client, ResourceExt};
 
+use super::fault::Outcome;
 use super::infra::{during, example, succeeded_unrestarted};
-use super::Outcome;
 use crate::stack::jobs::phase;
 
 /// How long the operator may take to create the Secret again.

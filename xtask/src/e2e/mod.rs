@@ -98,7 +98,7 @@ use anyhow::{Context, Result};
 use futures::StreamExt;
 
 use crate::chaos::Fault;
-use crate::stack::{dump_operator, prepare, runtime, Stack, DEFAULT_CLUSTER};
+use crate::stack::{dump_operator, prepare, Stack, DEFAULT_CLUSTER};
 use crate::util::node_cluster_n;
 use crate::util::{done, step};
 
@@ -224,13 +224,6 @@ pub struct Args {
     /// (1: one after another, as a slow machine may need).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub parallel: u32,
-}
-
-pub fn run(args: Args) -> Result<()> {
-    let started = Instant::now();
-    let rt = runtime()?;
-    let stack = start(&rt, &args)?;
-    finish(&rt, stack, &args, started)
 }
 
 /// Starts the node cluster, loads the images and installs the operator;

@@ -96,7 +96,7 @@ enum PeerOperator {
 }
 
 #[derive(clap::Args, Clone)]
-pub(super) struct ScaleArgs {
+pub(crate) struct ScaleArgs {
     /// Number of jobs per phase (0: only measure the idle operator).
     #[arg(long, default_value_t = 100)]
     jobs: usize,
@@ -325,7 +325,7 @@ fn binaries(args: &ScaleArgs) -> Result<Bins> {
     })
 }
 
-pub(super) fn run(args: ScaleArgs) -> Result<()> {
+pub(crate) fn run(args: ScaleArgs) -> Result<()> {
     if Subject::all(&args).is_empty() {
         bail!("nothing to run: --peer-only without --peer-queue");
     }

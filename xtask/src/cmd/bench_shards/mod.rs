@@ -75,7 +75,7 @@ use dgl_api::wire::{Request, Response, ShardReport, ShardRequest, ShardSource};
 use dglrun::net::channel::{Channel, Token};
 use sha2::{Digest, Sha256};
 
-use super::measure::{loadavg, median, proc_cpu};
+use crate::bench::measure::{loadavg, median, proc_cpu};
 
 mod dataset;
 mod interrupts;
@@ -261,9 +261,9 @@ fn write_results(path: &Path, line: &serde_json::Value) -> Result<()> {
         .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
     writeln!(f, "{line}").with_context(|| format!("writing {}", path.display()))?;
-    let runs = super::chart::read_lines(path)?;
-    let svg = super::chart::svg_path(path, None);
-    super::chart::shards(runs.last().context("the results file has no line")?, &svg)?;
+    let runs = crate::bench::chart::read_lines(path)?;
+    let svg = crate::bench::chart::svg_path(path, None);
+    crate::bench::chart::shards(runs.last().context("the results file has no line")?, &svg)?;
     println!("chart: {}", svg.display());
     Ok(())
 }

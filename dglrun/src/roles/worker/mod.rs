@@ -471,7 +471,7 @@ async fn session(
                     Err(e) => {
                         // Keep draining so the training never blocks on us.
                         ok = false;
-                        writer_shared.stop(&format!("the launcher connection failed: {e}"));
+                        writer_shared.stop(&launcher_lost(&e));
                     }
                 }
             }
@@ -491,7 +491,7 @@ async fn session(
                     return;
                 }
                 Err(e) => {
-                    reader_shared.stop(&format!("the launcher connection failed: {e}"));
+                    reader_shared.stop(&launcher_lost(&e));
                     return;
                 }
             }
@@ -525,4 +525,44 @@ async fn session(
     *shared.phase.lock().await = Phase::Done;
     let _ = shared.exit_tx.send(code);
     Ok(())
+}
+
+/// Why the training stops after the launcher's connection failed. A killed
+/// launcher with unread bytes in its socket resets the connection instead
+/// of closing it: that too is the launcher gone, not a network fault.
+fn launcher_lost(e: &ChannelError) -> String {
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    match e {
+        ChannelError::Closed => "the launcher disconnected".into(),
+        ChannelError::Io(io)
+            if matches!(
+                io.kind(),
+                ConnectionReset | BrokenPipe | ConnectionAborted | UnexpectedEof
+            ) =>
+        {
+            format!("the launcher disconnected ({io})")
+        }
+        e => format!("the launcher connection failed: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod lost_tests {
+    use super::{launcher_lost, ChannelError};
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn a_reset_or_a_close_is_the_launcher_gone_other_errors_are_named() {
+        assert_eq!(
+            launcher_lost(&ChannelError::Closed),
+            "the launcher disconnected"
+        );
+        let reset = launcher_lost(&Error::from(ErrorKind::ConnectionReset).into());
+        assert!(reset.starts_with("the launcher disconnected ("), "{reset}");
+        let other = launcher_lost(&ChannelError::Unauthentic { unit: 3 });
+        assert!(
+            other.starts_with("the launcher connection failed: frame 3"),
+            "{other}"
+        );
+    }
 }

@@ -72,7 +72,11 @@ async fn each_job_gets_its_own_network_policy_and_a_users_is_left_alone() {
     })
     .await;
     assert!(controlled_by(&np, &uid), "{:?}", np.owner_references());
-    assert_eq!(np.spec, builders::network_policy(&job).spec);
+    let first = builders::AdmittedRuns {
+        current: 0,
+        kept_partitioner: None,
+    };
+    assert_eq!(np.spec, builders::network_policy(&job, first).spec);
     env.wait_pod("np-partitioner").await;
 
     // Deleted (by hand): created again.

@@ -13,14 +13,17 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::Env;
-use dgl_api::names::LABEL_RUN;
+use dgl_api::names::{LABEL_REPLICA_TYPE, LABEL_RUN};
 use dgl_api::{JobPhase, RunPolicy, CONDITION_NODE_LOST, EVENT_NODE_LOST, REASON_NODE_NOT_READY};
+use dgl_operator::pure::settings::BuildConfig;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -125,7 +128,11 @@ async fn node_lost_event(env: &Env, node: &str) -> Event {
 
 #[tokio::test]
 async fn a_node_turning_not_ready_restarts_the_run_at_once_naming_node_and_pods() {
-    let env = Env::new("node-loss").await;
+    let build = BuildConfig {
+        network_policy: true,
+        ..Default::default()
+    };
+    let env = Env::with_build("node-loss", build).await;
     let (a, b) = (format!("{}-ghost-a", env.ns), format!("{}-ghost-b", env.ns));
     register(&env.client, &a).await;
     register(&env.client, &b).await;
@@ -237,6 +244,28 @@ async fn a_node_turning_not_ready_restarts_the_run_at_once_naming_node_and_pods(
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+    // The job's NetworkPolicy admits run 1 and the partitioner kept from
+    // run 0 (on the live node), no other pod of run 0: a process of the old
+    // run still running on a node that lost only its link is refused, DGL's
+    // RPC included, where a policy engine enforces it.
+    let policy = policy_peers(&env, "nl-network", 2).await;
+    assert_eq!(
+        policy[0].get(LABEL_RUN).map(String::as_str),
+        Some("1"),
+        "{policy:?}"
+    );
+    assert_eq!(policy[0].get(LABEL_REPLICA_TYPE), None, "{policy:?}");
+    assert_eq!(
+        policy[1].get(LABEL_RUN).map(String::as_str),
+        Some("0"),
+        "{policy:?}"
+    );
+    assert_eq!(
+        policy[1].get(LABEL_REPLICA_TYPE).map(String::as_str),
+        Some("partitioner"),
+        "{policy:?}"
+    );
+
     // None of the old run is left on ghost-a, not even Terminating.
     let on_a: Vec<String> = pods
         .list(&ListParams::default())
@@ -273,5 +302,30 @@ async fn a_node_turning_not_ready_restarts_the_run_at_once_naming_node_and_pods(
     let nodes: Api<Node> = Api::all(env.client.clone());
     for n in [&a, &b] {
         let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
+}
+
+/// The `from` peers' labels of the NetworkPolicy `name`, once it has `n`.
+async fn policy_peers(env: &Env, name: &str, n: usize) -> Vec<BTreeMap<String, String>> {
+    let nps: Api<NetworkPolicy> = Api::namespaced(env.client.clone(), &env.ns);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let np = nps.get_opt(name).await.unwrap();
+        let peers: Vec<BTreeMap<String, String>> = np
+            .as_ref()
+            .and_then(|p| p.spec.as_ref()?.ingress.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .flat_map(|rule| rule.from.unwrap_or_default())
+            .filter_map(|peer| peer.pod_selector?.match_labels)
+            .collect();
+        if peers.len() == n {
+            return peers;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: peers {peers:?}, not {n}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }

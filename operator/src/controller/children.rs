@@ -265,6 +265,7 @@ pub(super) async fn apply_children(
     job: &DGLJob,
     ns: &str,
     config_map: Option<&(ConfigMap, ApplyWhen)>,
+    runs: builders::AdmittedRuns,
 ) -> Result<(), Error> {
     let (sa, role, binding) = builders::launcher_rbac(job);
     let mut writes: Vec<BoxFuture<'_, Result<(), Error>>> = Vec::new();
@@ -294,7 +295,7 @@ pub(super) async fn apply_children(
         .boxed(),
     );
     if ctx.settings.build.network_policy {
-        let np = builders::network_policy(job);
+        let np = builders::network_policy(job, runs);
         writes.push(async move { apply(ctx, job, ns, &np, ApplyWhen::Changed).await }.boxed());
     }
     if let Some(gang) = ctx.settings.build.gang {

@@ -384,9 +384,11 @@ async fn reconcile_job(
     // is created or deleted: decisions (a restart counted, a terminal state)
     // are recorded first, so a crash between the two cannot repeat them.
     let cm = config_map_write(job, &pods, &plan);
+    // The NetworkPolicy moves to a new run with the status, before its pods.
+    let runs = builders::AdmittedRuns::after(plan.status.restart_count, &pods, &plan.steps);
     let children = async {
         if plan.ensure_children {
-            children::apply_children(ctx, job, &key.namespace, cm.as_ref()).await
+            children::apply_children(ctx, job, &key.namespace, cm.as_ref(), runs).await
         } else {
             Ok(())
         }

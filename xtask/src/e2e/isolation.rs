@@ -9,6 +9,13 @@
 //! node other than worker 0's, so what is refused and what connects
 //! crosses nodes, and B's workers must sit on different nodes.
 //!
+//! The fence by run (#34 item 4): B is restarted once (worker 1 deleted
+//! while Running) before the probes start, and they aim at run 1's worker
+//! 0. The member probe carries B's labels and run 1; a third probe, B's
+//! labels and run 0 (a process of the old run left on a node that lost
+//! only its link), must never connect either: the operator rewrote the
+//! policy for run 1 before run 1's pods existed.
+//!
 //! The admitted probe never connects to DGL's server port: DGL 2.1.0's
 //! server counts every connection as one of its clients.
 
@@ -17,12 +24,13 @@ use std::time::Duration;
 
 use anyhow::{bail, ensure, Context, Result};
 use dgl_api::names::{
-    network_policy_name, worker_name, AGENT_PORT, DGL_SERVER_PORT, LABEL_JOB_NAME, LABEL_MANAGED_BY,
+    network_policy_name, worker_name, AGENT_PORT, DGL_SERVER_PORT, LABEL_JOB_NAME,
+    LABEL_MANAGED_BY, LABEL_RUN,
 };
-use dgl_api::{JobPhase, ReplicaType};
+use dgl_api::{DGLJob, JobPhase, ReplicaType};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
-use kube::Client;
+use kube::{Client, ResourceExt};
 use serde_json::json;
 
 mod policy_engine;
@@ -116,21 +124,30 @@ async fn isolation_in(
     name: &str,
     engines: &BTreeMap<String, PolicyEngine>,
 ) -> Result<String> {
-    let job = example_job(name)?;
+    let mut job = example_job(name)?;
+    job.spec
+        .run_policy
+        .get_or_insert_with(Default::default)
+        .backoff_limit = Some(1);
     apply_job(client, ns, &job).await?;
+    let restarted = restart_once(client, ns, name).await?;
     let (ip, node) = worker_ip(client, ns, name).await?;
     let engine = engines
         .get(&node)
         .with_context(|| format!("worker 0 is on {node}, which runs no kube-router"))?;
-    wait_guarded(engine, ns, name).await?;
+    let ip_at = restarted.elapsed();
+    wait_guarded(engine, ns, name, &ip).await?;
+    let guarded_at = restarted.elapsed();
     // The probes go where worker 0 is not, when there is such a node.
     let probe_node = engines.keys().find(|n| **n != node).cloned();
     let on = probe_node.as_deref();
 
-    let b_labels = labels_of(name);
-    let a_labels = labels_of("iso-a");
+    let a_labels = labels_of("iso-a", None);
+    let old_run = labels_of(name, Some(0));
+    let b_labels = labels_of(name, Some(1));
     let all = [DGL_SERVER_PORT, TORCH_PORT, AGENT_PORT];
     probe(client, ns, "probe-job-a", &a_labels, &ip, &all, false, on).await?;
+    probe(client, ns, "probe-old-run", &old_run, &ip, &all, false, on).await?;
     let b_ports = [TORCH_PORT, AGENT_PORT];
     probe(
         client,
@@ -164,15 +181,55 @@ async fn isolation_in(
     let workers = replicas(&job, ReplicaType::Worker);
     let placed = placement.check_workers_spread(name, workers, engines.len())?;
     let intruder = attempts(client, ns, "probe-job-a").await?;
+    let stale = attempts(client, ns, "probe-old-run").await?;
     let member = attempts(client, ns, "probe-job-b").await?;
-    let judged = judge(&intruder, &member)?;
+    let judged = judge(&intruder, &member).context("job A's probe")?;
+    let fenced = judge(&stale, &member).context("the probe of B's run 0")?;
     let probes = probe_node.map_or("worker 0's node".into(), |n| {
         format!("{n}, worker 0 on {node}")
     });
     Ok(format!(
-        "{judged}; kube-router on {} node(s), probes on {probes} ({placed})",
+        "{judged}; after B's restart, run 0's probe: {fenced}; run 1's worker 0 had its IP \
+         {:.1} s after restartCount 1 and kube-router guarded it {:.1} s after that; kube-router \
+         on {} node(s), probes on {probes} ({placed})",
+        ip_at.as_secs_f64(),
+        (guarded_at - ip_at).as_secs_f64(),
         engines.len()
     ))
+}
+
+/// Restarts `job` once: worker 1 deleted once it is Running (training
+/// launched), as ChaosJob does. Returns when `restartCount` is 1.
+async fn restart_once(client: &Client, ns: &str, job: &str) -> Result<std::time::Instant> {
+    let running = follow(
+        client,
+        ns,
+        job,
+        JOB_TIMEOUT,
+        |p| p == Some(JobPhase::Running) || p.is_some_and(JobPhase::is_terminal),
+        |_, _, _| {},
+    )
+    .await?;
+    ensure!(
+        phase(&running) == Some(JobPhase::Running),
+        "DGLJob {ns}/{job} ended {:?} before it ran",
+        phase(&running)
+    );
+    let worker = worker_name(job, 1);
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete(&worker, &DeleteParams::default())
+        .await
+        .with_context(|| format!("deleting {worker}"))?;
+    println!("    deleted {worker} while Running: B restarts as run 1");
+    let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
+    for _ in 0..240 {
+        let j = jobs.get(job).await?;
+        if j.status.as_ref().and_then(|s| s.restart_count) == Some(1) {
+            return Ok(std::time::Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    bail!("DGLJob {ns}/{job} did not restart within 60 s of {worker}'s deletion")
 }
 
 fn replicas(job: &dgl_api::DGLJob, role: ReplicaType) -> usize {
@@ -184,19 +241,28 @@ fn replicas(job: &dgl_api::DGLJob, role: ReplicaType) -> usize {
         .max(0) as usize
 }
 
-fn labels_of(job: &str) -> BTreeMap<String, String> {
-    BTreeMap::from([
+/// A job's pod labels, with `run` when given.
+fn labels_of(job: &str, run: Option<i32>) -> BTreeMap<String, String> {
+    let mut labels = BTreeMap::from([
         (LABEL_JOB_NAME.to_string(), job.to_string()),
         (LABEL_MANAGED_BY.to_string(), "dgl-operator".to_string()),
-    ])
+    ]);
+    if let Some(run) = run {
+        labels.insert(LABEL_RUN.to_string(), run.to_string());
+    }
+    labels
 }
 
-/// Worker 0's pod IP and node, once it has them.
+/// Run 1's worker 0: its pod IP and node, once it has them.
 async fn worker_ip(client: &Client, ns: &str, job: &str) -> Result<(String, String)> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let name = worker_name(job, 0);
     for _ in 0..600 {
-        let pod = pods.get_opt(&name).await?;
+        let pod = pods
+            .get_opt(&name)
+            .await?
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| p.labels().get(LABEL_RUN).map(String::as_str) == Some("1"));
         let node = pod
             .as_ref()
             .and_then(|p| p.spec.as_ref()?.node_name.clone());
@@ -206,19 +272,19 @@ async fn worker_ip(client: &Client, ns: &str, job: &str) -> Result<(String, Stri
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    bail!("{name} got no IP within 300 s")
+    bail!("{name} of run 1 got no IP within 300 s")
 }
 
-/// kube-router guards worker 0 with the job's NetworkPolicy.
-async fn wait_guarded(engine: &PolicyEngine, ns: &str, job: &str) -> Result<()> {
+/// kube-router guards worker 0 (at `ip`) with the job's NetworkPolicy.
+async fn wait_guarded(engine: &PolicyEngine, ns: &str, job: &str, ip: &str) -> Result<()> {
     let (pod, policy) = (worker_name(job, 0), network_policy_name(job));
     for _ in 0..120 {
-        if engine.guards(ns, &pod, &policy)? {
+        if engine.guards(ns, &pod, ip, &policy)? {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    bail!("kube-router did not guard {ns}/{pod} with {policy} within 60 s")
+    bail!("kube-router did not guard {ns}/{pod} at {ip} with {policy} within 60 s")
 }
 
 /// A pod running [`PROBE`] against `ip`'s `ports`, labelled `labels`, on

@@ -61,7 +61,9 @@ mod objects;
 mod placement;
 mod pods;
 
-pub use objects::{config_map, job_token, launcher_rbac, network_policy, pod_group, secret};
+pub use objects::{
+    config_map, job_token, launcher_rbac, network_policy, pod_group, secret, AdmittedRuns,
+};
 pub use placement::{worker_spread, WorkerSpread};
 pub use pods::{launcher_pod, parse_quantity_bytes, partitioner_pod, shm_size_limit, worker_pod};
 

@@ -192,25 +192,82 @@ pub fn launcher_rbac(job: &DGLJob) -> (ServiceAccount, Role, RoleBinding) {
     (sa, role, binding)
 }
 
-/// `<job>-network`: the job's pods take traffic (any port) from the job's
-/// own pods only; their egress is not restricted (DNS, the API server for
-/// the launcher's watcher-loop, the user's data). Enforced only where the
-/// cluster's network plugin implements NetworkPolicy.
-pub fn network_policy(job: &DGLJob) -> NetworkPolicy {
-    let pods = LabelSelector {
-        match_labels: Some(job_labels(job)),
+/// The runs whose pods the job's NetworkPolicy admits: the current run's,
+/// and the partitioner kept from an earlier run (it serves every run's
+/// shards). A pod of any other run (one left running on a node that lost
+/// only its link, until its kubelet returns) is refused, DGL's own RPC
+/// included, where a policy engine enforces the policy (#34 item 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdmittedRuns {
+    pub current: i32,
+    pub kept_partitioner: Option<i32>,
+}
+
+impl AdmittedRuns {
+    /// The runs admitted once `steps` have run: the status's run, and the
+    /// partitioner of an earlier run that stays (not being deleted, nor
+    /// deleted by one of the steps).
+    pub fn after(
+        restart_count: Option<i32>,
+        pods: &[ObservedPod],
+        steps: &[crate::pure::plan::Step],
+    ) -> Self {
+        let current = restart_count.unwrap_or(0);
+        let deleted = |name: &str| {
+            steps
+                .iter()
+                .any(|s| s.deleted_pods().iter().any(|d| d == name))
+        };
+        let kept_partitioner = pods
+            .iter()
+            .filter(|p| p.role == ReplicaType::Partitioner && p.epoch < current)
+            .filter(|p| p.state != crate::pure::observe::PodState::Terminating)
+            .filter(|p| !deleted(&p.name))
+            .map(|p| p.epoch)
+            .max();
+        AdmittedRuns {
+            current,
+            kept_partitioner,
+        }
+    }
+}
+
+/// `<job>-network`: the job's pods take traffic (any port) only from the
+/// job's pods of the runs admitted (see [`AdmittedRuns`]); rewritten when
+/// a restart moves the run, before the new run's pods are created. Their
+/// egress is not restricted (DNS, the API server for the launcher's
+/// watcher-loop, the user's data). Enforced only where the cluster's
+/// network plugin implements NetworkPolicy.
+pub fn network_policy(job: &DGLJob, runs: AdmittedRuns) -> NetworkPolicy {
+    let selector = |extra: &[(&str, String)]| {
+        let mut labels = job_labels(job);
+        labels.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        LabelSelector {
+            match_labels: Some(labels),
+            ..Default::default()
+        }
+    };
+    let peer = |extra: &[(&str, String)]| NetworkPolicyPeer {
+        pod_selector: Some(selector(extra)),
         ..Default::default()
     };
+    let mut from = vec![peer(&[(LABEL_RUN, runs.current.to_string())])];
+    if let Some(kept) = runs.kept_partitioner {
+        from.push(peer(&[
+            (
+                LABEL_REPLICA_TYPE,
+                ReplicaType::Partitioner.label_value().to_string(),
+            ),
+            (LABEL_RUN, kept.to_string()),
+        ]));
+    }
     with_hash(NetworkPolicy {
         metadata: meta(job, network_policy_name(&job.name_any()), job_labels(job)),
         spec: Some(NetworkPolicySpec {
-            pod_selector: Some(pods.clone()),
+            pod_selector: Some(selector(&[])),
             policy_types: Some(vec!["Ingress".into()]),
             ingress: Some(vec![NetworkPolicyIngressRule {
-                from: Some(vec![NetworkPolicyPeer {
-                    pod_selector: Some(pods),
-                    ..Default::default()
-                }]),
+                from: Some(from),
                 ports: None,
             }]),
             egress: None,

@@ -416,7 +416,11 @@ fn the_launchers_ip_does_not_change_the_config_map() {
 #[test]
 fn the_network_policy_admits_only_the_jobs_own_pods() {
     let j = seed();
-    let np = network_policy(&j);
+    let first = AdmittedRuns {
+        current: 0,
+        kept_partitioner: None,
+    };
+    let np = network_policy(&j, first);
     let mut got = serde_json::to_value(&np).unwrap();
     let hash = got["metadata"]["annotations"][HASH_ANNOTATION].take();
     assert!(hash.is_string());
@@ -424,6 +428,8 @@ fn the_network_policy_admits_only_the_jobs_own_pods() {
         "app.kubernetes.io/managed-by": "dgl-operator",
         "dgloperator.io/job-name": "dgl-graphsage",
     });
+    let mut of_run_0 = labels.clone();
+    of_run_0["dgloperator.io/run"] = "0".into();
     let expected = serde_json::json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -443,7 +449,7 @@ fn the_network_policy_admits_only_the_jobs_own_pods() {
         "spec": {
             "podSelector": {"matchLabels": labels},
             "policyTypes": ["Ingress"],
-            "ingress": [{"from": [{"podSelector": {"matchLabels": labels}}]}],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": of_run_0}}]}],
         },
     });
     assert_eq!(got, expected);
@@ -469,6 +475,88 @@ fn the_network_policy_admits_only_the_jobs_own_pods() {
             assert_eq!(pod_labels.get(k), Some(v), "{k}");
         }
     }
+}
+
+/// A pod of the job by role and run, as the operator's cache sees it.
+fn pod_of_run(name: &str, role: ReplicaType, epoch: i32, state: PodState) -> ObservedPod {
+    ObservedPod {
+        name: name.into(),
+        role,
+        index: 0,
+        epoch,
+        state,
+        ip: None,
+        progress: None,
+        facts: Default::default(),
+        not_starting: None,
+    }
+}
+
+/// `matchLabels` of each `from` peer of the policy's one ingress rule.
+fn peers(np: &k8s_openapi::api::networking::v1::NetworkPolicy) -> Vec<BTreeMap<String, String>> {
+    let rule = &np.spec.as_ref().unwrap().ingress.as_ref().unwrap()[0];
+    let from = rule.from.as_ref().unwrap();
+    from.iter()
+        .map(|p| p.pod_selector.clone().unwrap().match_labels.unwrap())
+        .collect()
+}
+
+#[test]
+fn after_a_restart_the_policy_admits_the_new_run_and_the_kept_partitioner_only() {
+    let j = seed();
+    let running = PodState::Running { ready: true };
+    let partitioner = partitioner_name("dgl-graphsage");
+    let pods = [
+        pod_of_run(&partitioner, ReplicaType::Partitioner, 0, running.clone()),
+        pod_of_run(
+            "dgl-graphsage-worker-0",
+            ReplicaType::Worker,
+            0,
+            running.clone(),
+        ),
+        pod_of_run(
+            "dgl-graphsage-worker-1",
+            ReplicaType::Worker,
+            1,
+            running.clone(),
+        ),
+    ];
+    // Run 1, the partitioner of run 0 kept: its pods and that partitioner.
+    let runs = AdmittedRuns::after(Some(1), &pods, &[]);
+    assert_eq!(runs.kept_partitioner, Some(0));
+    let got = peers(&network_policy(&j, runs));
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0][LABEL_RUN], "1");
+    assert!(!got[0].contains_key(LABEL_REPLICA_TYPE));
+    assert_eq!(got[1][LABEL_RUN], "0");
+    assert_eq!(got[1][LABEL_REPLICA_TYPE], "partitioner");
+    for peer in &got {
+        assert_eq!(peer[LABEL_JOB_NAME], "dgl-graphsage");
+    }
+    // A worker of run 0 matches no peer: refused.
+    let old_worker = worker_pod(&j, 0, 0, &BuildConfig::default());
+    let labels = old_worker.metadata.labels.unwrap();
+    assert!(got
+        .iter()
+        .all(|peer| peer.iter().any(|(k, v)| labels.get(k) != Some(v))));
+
+    // A partitioner this plan deletes, or one being deleted (lost with its
+    // node), is not kept: only the new run is admitted.
+    let delete = [crate::pure::plan::Step::DeletePod(partitioner.clone())];
+    assert_eq!(
+        AdmittedRuns::after(Some(1), &pods, &delete).kept_partitioner,
+        None
+    );
+    let mut terminating = pods.clone();
+    terminating[0].state = PodState::Terminating;
+    let runs = AdmittedRuns::after(Some(1), &terminating, &[]);
+    assert_eq!(runs.kept_partitioner, None);
+    assert_eq!(peers(&network_policy(&j, runs)).len(), 1);
+    // The first run's own partitioner is the current run's, not a kept one.
+    assert_eq!(
+        AdmittedRuns::after(None, &pods[..1], &[]).kept_partitioner,
+        None
+    );
 }
 
 #[test]

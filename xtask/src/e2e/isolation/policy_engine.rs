@@ -129,17 +129,26 @@ impl PolicyEngine {
         }
     }
 
-    /// Whether kube-router's rules guard pod `ns/pod` (its REJECT rule) and
-    /// send its traffic through NetworkPolicy `policy` (rule comments as
-    /// kube-router v2.1.0 writes them, `pkg/controllers/netpol/pod.go`).
-    /// Chain names alone say nothing: `KUBE-NWPLCY-DEFAULT` always exists.
-    pub(crate) fn guards(&self, ns: &str, pod: &str, policy: &str) -> Result<bool> {
+    /// Whether kube-router's rules guard pod `ns/pod` at `ip` (its REJECT
+    /// rule, and a rule naming the pod and its IP: after a restart the pod
+    /// of the same name has a new IP, and the old one's rules may remain
+    /// until the next sync) and send its traffic through NetworkPolicy
+    /// `policy` (rule comments as kube-router v2.1.0 writes them,
+    /// `pkg/controllers/netpol/pod.go`). Chain names alone say nothing:
+    /// `KUBE-NWPLCY-DEFAULT` always exists.
+    pub(crate) fn guards(&self, ns: &str, pod: &str, ip: &str, policy: &str) -> Result<bool> {
         let rules = output(
             in_netns(self.netns.as_deref(), Path::new("iptables-save")).args(["-t", "filter"]),
         )?;
-        Ok(rules.contains(&format!(
-            "REJECT traffic destined for POD name:{pod} namespace: {ns}\""
-        )) && rules.contains(&format!("run through nw policy {policy}\"")))
+        let named = format!("POD name:{pod} namespace: {ns}");
+        let at_ip = format!("{ip}/32");
+        Ok(
+            rules.contains(&format!("REJECT traffic destined for {named}\""))
+                && rules
+                    .lines()
+                    .any(|l| l.contains(&named) && l.contains(&at_ip))
+                && rules.contains(&format!("run through nw policy {policy}\"")),
+        )
     }
 
     /// The last lines of kube-router's log.

@@ -183,13 +183,13 @@ async fn isolation_in(
     let intruder = attempts(client, ns, "probe-job-a").await?;
     let stale = attempts(client, ns, "probe-old-run").await?;
     let member = attempts(client, ns, "probe-job-b").await?;
-    let judged = judge(&intruder, &member).context("job A's probe")?;
-    let fenced = judge(&stale, &member).context("the probe of B's run 0")?;
+    let judged = judge("job A's probe", &intruder, &member)?;
+    let fenced = judge("the probe of B's run 0", &stale, &member)?;
     let probes = probe_node.map_or("worker 0's node".into(), |n| {
         format!("{n}, worker 0 on {node}")
     });
     Ok(format!(
-        "{judged}; after B's restart, run 0's probe: {fenced}; run 1's worker 0 had its IP \
+        "B Succeeded under kube-router after a restart; {judged}; {fenced}; run 1's worker 0 had its IP \
          {:.1} s after restartCount 1 and kube-router guarded it {:.1} s after that; kube-router \
          on {} node(s), probes on {probes} ({placed})",
         ip_at.as_secs_f64(),
@@ -357,12 +357,9 @@ async fn attempts(client: &Client, ns: &str, name: &str) -> Result<Vec<Attempt>>
 
 /// The intruder never connected, and tried each port after the member
 /// connected to it; the member reached both of its ports.
-fn judge(intruder: &[Attempt], member: &[Attempt]) -> Result<String> {
+fn judge(who: &str, intruder: &[Attempt], member: &[Attempt]) -> Result<String> {
     let opened: Vec<&Attempt> = intruder.iter().filter(|a| a.result == "open").collect();
-    ensure!(
-        opened.is_empty(),
-        "a pod with job A's labels reached job B: {opened:?}"
-    );
+    ensure!(opened.is_empty(), "{who} reached job B: {opened:?}");
     let mut lines = Vec::new();
     for port in [TORCH_PORT, AGENT_PORT] {
         let Some(first) = member.iter().find(|a| a.port == port && a.result == "open") else {
@@ -374,7 +371,7 @@ fn judge(intruder: &[Attempt], member: &[Attempt]) -> Result<String> {
             .collect();
         ensure!(
             !after.is_empty(),
-            "job A's probe made no attempt on port {port} after B's probe reached it"
+            "{who} made no attempt on port {port} after B's probe reached it"
         );
         lines.push(format!(
             "{port}: B's probe in, A's refused {}x after ({})",
@@ -386,12 +383,9 @@ fn judge(intruder: &[Attempt], member: &[Attempt]) -> Result<String> {
         .iter()
         .filter(|a| a.port == DGL_SERVER_PORT)
         .count();
-    ensure!(
-        server > 0,
-        "job A's probe made no attempt on DGL's server port"
-    );
+    ensure!(server > 0, "{who} made no attempt on DGL's server port");
     Ok(format!(
-        "B Succeeded under kube-router; job A's probe: {} attempts, 0 connected ({server} on {DGL_SERVER_PORT}); {}",
+        "{who}: {} attempts, 0 connected ({server} on {DGL_SERVER_PORT}); {}",
         intruder.len(),
         lines.join("; ")
     ))
@@ -426,22 +420,22 @@ mod tests {
             a(12.0, TORCH_PORT, "timeout"),
             a(12.0, AGENT_PORT, "refused"),
         ];
-        assert!(judge(&refused, &member).is_ok());
+        assert!(judge("A", &refused, &member).is_ok());
         let mut broke_in = refused.to_vec();
         broke_in.push(a(13.0, TORCH_PORT, "open"));
-        assert!(judge(&broke_in, &member).is_err());
+        assert!(judge("A", &broke_in, &member).is_err());
         // Everything blocked: the member is refused too.
         let blocked = [
             a(10.0, TORCH_PORT, "timeout"),
             a(11.0, AGENT_PORT, "timeout"),
         ];
-        assert!(judge(&refused, &blocked).is_err());
+        assert!(judge("A", &refused, &blocked).is_err());
         // The intruder only tried before the port was up.
         let early = [
             a(1.0, DGL_SERVER_PORT, "refused"),
             a(1.0, TORCH_PORT, "refused"),
             a(1.0, AGENT_PORT, "refused"),
         ];
-        assert!(judge(&early, &member).is_err());
+        assert!(judge("A", &early, &member).is_err());
     }
 }

@@ -57,8 +57,8 @@
 //!      ParMETIS read it with `--partition-input s3://...` and the keys
 //!      from a Secret to Succeeded (`bucket.rs`).
 //!    - `isolation`: kube-router enforces the NetworkPolicies; a pod with
-//!      another job's labels is refused by a training job's ports
-//!      (`isolation.rs`).
+//!      another job's labels, or the job's own of the run before its
+//!      restart, is refused by a training job's ports (`isolation.rs`).
 //!    - `chaos-job`: every fault of `cargo xtask chaos` confined to one
 //!      job (a worker deleted, the partitioner killed, a shard corrupted,
 //!      the network cut, an eviction, the job's token Secret deleted), once

@@ -1,6 +1,16 @@
 //! The base image: `debootstrap --variant=minbase`, slimmed like
 //! debian:bookworm-slim, tarred and imported into podman (cached).
-use super::*;
+
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use localkube::image::sha256_hex;
+
+use super::names::{mirror, BASE_RECIPE, DEFAULT_MIRROR, SUITE};
+use super::podman::{logged, output, Podman};
 
 /// Files a bookworm-slim image leaves out (the official images' dpkg filter).
 pub(super) const DPKG_SLIM: &str =

@@ -35,37 +35,27 @@
 //! cgroups or network setup.
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, LogParams, PostParams};
-use kube::runtime::wait::await_condition;
 use localkube::image::sha256_hex;
 
 use crate::util::{node_cluster, repo_root};
 
 mod base;
+mod names;
 mod podman;
 mod smoke;
 use base::*;
+use names::*;
+pub use names::{reference, Which, HASH_LABEL};
 pub(crate) use podman::copy_out_of_image;
 pub use podman::render;
 use podman::*;
 use smoke::*;
 
-const SUITE: &str = "bookworm";
-const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
-/// Overrides the Debian mirror debootstrap and the images' apt use.
-const MIRROR_ENV: &str = "DGL_OPERATOR_DEBIAN_MIRROR";
-/// Bump when the base rootfs recipe below changes: the base image is rebuilt.
-const BASE_RECIPE: &str = "slim-v1";
-/// Image label holding the content hash.
-pub const HASH_LABEL: &str = "io.dgl-operator.content-hash";
-const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The files of the repository the training image (examples/graphsage/
 /// Dockerfile) copies: a change to any of them rebuilds it.
 const TRAINING_IMAGE_FILES: [&str; 6] = [
@@ -96,18 +86,6 @@ const PACKAGES: [&str; 5] = [
     "libopenmpi-dev",
     "libclang-dev",
 ];
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
-pub enum Which {
-    /// localhost/dgl-operator:<version> (Dockerfile, target operator)
-    Operator,
-    /// localhost/dgl-operator-runtime:<version> (Dockerfile, target runtime)
-    Runtime,
-    /// docker.io/dgloperator/graphsage:v<version> (examples/graphsage/Dockerfile)
-    Graphsage,
-    /// docker.io/dgloperator/graphstorm:v<version> (examples/graphstorm/Dockerfile, on graphsage)
-    Graphstorm,
-}
 
 #[derive(clap::Args)]
 #[command(
@@ -152,13 +130,6 @@ pub enum Profile {
     /// test command uses them: it has just built them, and a second, release
     /// compile would add minutes to a cold run. Same code, bigger binaries.
     Dev,
-}
-
-fn mirror() -> String {
-    std::env::var(MIRROR_ENV)
-        .ok()
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| DEFAULT_MIRROR.to_owned())
 }
 
 // ------------------------------------------------------------------ base image
@@ -234,36 +205,6 @@ fn host_binaries(
 }
 
 // ------------------------------------------------------------------ images
-
-struct ImageDef {
-    which: Which,
-    reference: String,
-    dockerfile: PathBuf,
-    target: Option<&'static str>,
-    build_args: Vec<(String, String)>,
-    contexts: Vec<(String, PathBuf)>,
-    /// `--network=host`: RUN steps that use apt.
-    network: bool,
-    hash: String,
-}
-
-impl ImageDef {
-    fn repository(&self) -> &str {
-        self.reference
-            .rsplit_once(':')
-            .map(|(r, _)| r)
-            .unwrap_or(&self.reference)
-    }
-}
-
-pub fn reference(which: Which) -> String {
-    match which {
-        Which::Operator => format!("localhost/dgl-operator:{VERSION}"),
-        Which::Runtime => format!("localhost/dgl-operator-runtime:{VERSION}"),
-        Which::Graphsage => format!("docker.io/dgloperator/graphsage:v{VERSION}"),
-        Which::Graphstorm => format!("docker.io/dgloperator/graphstorm:v{VERSION}"),
-    }
-}
 
 /// Builds `img` unless an image with its content hash exists. Returns
 /// whether it was built, and how long that took.

@@ -1,6 +1,16 @@
 //! podman with its storage in our cache, the small command runners the
 //! build uses, and the content hash every image is labelled with.
-use super::*;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use localkube::image::sha256_hex;
+
+use super::names::{reference, Which, HASH_LABEL};
 
 /// podman with its storage in our cache and no systemd/journald assumptions.
 pub(super) struct Podman {

@@ -1,6 +1,15 @@
 //! The smoke test after a build: every built image run as a pod on the node,
 //! each container's log checked.
-use super::*;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, LogParams, PostParams};
+use kube::runtime::wait::await_condition;
+
+use super::names::{ImageDef, Which, VERSION};
 
 /// What each image must do in a pod: (container name, command, expected output).
 pub(super) fn smoke_containers(which: Which) -> Vec<(&'static str, Vec<&'static str>, String)> {

@@ -12,8 +12,9 @@ use kube::Client;
 use localkube::LocalCluster;
 use serde_json::json;
 
+use super::peer;
 use super::procs::{free_port, Procs};
-use super::{peer, ScaleArgs, CLUSTER, KWOK_NODE_ANNOTATION, STAGES};
+use super::spec::{ScaleArgs, CLUSTER, KWOK_NODE_ANNOTATION, STAGES};
 
 pub(super) async fn create_nodes(client: &Client, n: u32) -> Result<()> {
     let nodes: Api<Node> = Api::all(client.clone());

@@ -9,7 +9,8 @@ use anyhow::{bail, Result};
 
 use super::metrics::Metrics;
 use super::procs::{free_port, http_get, Procs};
-use super::{identity, peer, Args2, Subject};
+use super::spec::{Args2, Subject};
+use super::{identity, peer};
 
 /// An operator under test, started and ready.
 pub(super) struct Operator {

@@ -13,6 +13,7 @@ use kube::Client;
 use localkube::LocalCluster;
 
 use super::cluster::nodes_ready;
+use super::identity;
 use super::metrics::{
     apiserver_scrape, by_verb_resource, histogram_quantile, own_metrics, per_job_diff,
     requests_total, scrape_opt, write_buckets, Metrics,
@@ -20,9 +21,9 @@ use super::metrics::{
 use super::operator::Operator;
 use super::procs::Procs;
 use super::report::Report;
+use super::spec::{Env, ScaleArgs, Subject};
 use super::times::job_times;
 use super::watch::{start_watches, Seen};
-use super::{identity, Env, ScaleArgs, Subject};
 use crate::bench::measure::{loadavg, percentile, proc_sample, ProcSample};
 
 /// Step 5: creates the jobs, `--create-parallelism` at a time, noting when

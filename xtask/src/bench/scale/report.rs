@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::metrics::OwnMetrics;
-use super::{Mode, Subject};
+use super::spec::{Mode, Subject};
 
 pub(super) struct Report {
     pub(super) label: String,

@@ -6,10 +6,11 @@ use kube::api::DynamicObject;
 use serde_json::json;
 
 use super::metrics::{histogram_quantile, Metrics};
+use super::peer;
 use super::phase::log_warnings;
+use super::spec::{Mode, Subject, STAGES};
 use super::times::role_times;
 use super::watch::Seen;
-use super::{peer, Mode, Subject, STAGES};
 use crate::bench::measure::percentile;
 
 #[test]

@@ -3,8 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+use super::spec::{Mode, Subject};
 use super::watch::{JobSeen, PodSeen, Seen};
-use super::{Mode, Subject};
 
 /// Where the jobs' time went, from what the watches saw.
 pub(super) struct JobTimes {

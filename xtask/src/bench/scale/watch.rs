@@ -15,7 +15,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 
-use super::{Subject, LAUNCHED_ANNOTATION};
+use super::spec::{Subject, LAUNCHED_ANNOTATION};
 
 /// What the bench's watches saw, with client-side arrival times.
 #[derive(Default)]

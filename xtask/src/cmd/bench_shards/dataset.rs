@@ -1,6 +1,13 @@
 //! The synthetic dataset in DGL's layout: random, incompressible files.
 
-use super::*;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+use super::common::*;
 
 /// One file of a worker's shard, relative to the dataset folder.
 #[derive(Clone, Debug)]

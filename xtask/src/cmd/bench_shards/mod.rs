@@ -60,23 +60,17 @@
 //! namespaces (`dglbs<pid>-*`) are deleted by the next bench run (or with
 //! `ip netns del`), its folder `dgl-bench-shards-<pid>` stays.
 
-use std::fs::File;
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::os::unix::process::CommandExt;
+use std::io::Write;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
-use dgl_api::wire::{Request, Response, ShardReport, ShardRequest, ShardSource};
-use dglrun::net::channel::{Channel, Token};
-use sha2::{Digest, Sha256};
+use anyhow::{bail, Context, Result};
+use dglrun::net::channel::Token;
 
-use crate::bench::measure::{loadavg, median, proc_cpu};
+use crate::bench::measure::{loadavg, proc_cpu};
 
+mod common;
 mod dataset;
 mod interrupts;
 mod plain;
@@ -87,22 +81,13 @@ mod testbed;
 #[cfg(test)]
 mod tests;
 
-use dataset::{check_sizes, generate_dataset, Rng, ShardFile};
-use plain::{plain_copy, thread_cpu, Plain};
+use common::*;
+use dataset::{check_sizes, generate_dataset, ShardFile};
+use plain::{plain_copy, Plain};
 use report::{report, sha256_throughput, Machine};
 use shipping::{first_byte, machine_busy, ping_all, prepare_shards};
 use testbed::{in_netns, Testbed};
 
-const GRAPH: &str = "bench";
-/// Both dglrun agents listen on the default agent port in their own namespace.
-const AGENT_PORT: u16 = dgl_api::names::AGENT_PORT;
-/// The plain copy's receivers.
-const PLAIN_PORT: u16 = 30100;
-const PARTITIONER_IP: Ipv4Addr = Ipv4Addr::new(10, 213, 1, 1);
-/// Read/write buffer of the plain copy (dglrun's receive buffer is also 256 KiB).
-const PLAIN_BUF: usize = 256 * 1024;
-const MB: f64 = 1e6;
-const MIB: u64 = 1 << 20;
 /// The partition step the partitioner runs: nothing, the files are in place.
 const NOOP_PARTITION_SCRIPT: &str = "\
 # dglrun partition runs this as the partition entry point. The benchmark
@@ -284,49 +269,6 @@ impl Drop for CleanupGuard {
     }
 }
 
-/// The partitioner's uplink: unshaped, or a token bucket of this rate.
-#[derive(Clone, Copy)]
-enum Link {
-    Unshaped,
-    Gbit(f64),
-}
-
-impl Link {
-    fn from_gbit(g: f64) -> Link {
-        if g == 0.0 {
-            Link::Unshaped
-        } else {
-            Link::Gbit(g)
-        }
-    }
-
-    fn label(&self) -> String {
-        match self {
-            Link::Unshaped => "unshaped".into(),
-            Link::Gbit(g) => format!("{g} Gbit/s"),
-        }
-    }
-
-    /// `tc` arguments after `qdisc add dev eth0 root`. The bucket holds 1 ms
-    /// of the rate (at least 256 KiB: veth hands over 64 KiB GSO packets, a
-    /// smaller bucket would cap the rate below what is asked); the queue
-    /// holds 20 ms, so TCP sees a deep NIC queue, not drops.
-    fn tbf_args(&self) -> Option<Vec<String>> {
-        let Link::Gbit(g) = self else { return None };
-        let bytes_per_sec = g * 1e9 / 8.0;
-        let burst = ((bytes_per_sec / 1000.0) as u64).max(256 * 1024);
-        Some(vec![
-            "tbf".into(),
-            "rate".into(),
-            format!("{}kbit", (g * 1e6).round() as u64),
-            "burst".into(),
-            burst.to_string(),
-            "latency".into(),
-            "20ms".into(),
-        ])
-    }
-}
-
 /// The files every testbed's processes use.
 #[derive(Clone, Copy)]
 struct Files<'a> {
@@ -334,52 +276,6 @@ struct Files<'a> {
     work: &'a Path,
     token_file: &'a Path,
     script: &'a Path,
-}
-
-/// One worker count's results on one link.
-struct Row {
-    workers: u32,
-    link: Link,
-    total_bytes: u64,
-    /// Partitioner start → it answers (its partition step does nothing).
-    manifest_secs: f64,
-    /// Then: connect, manifest, `Fetch` of the largest file → its first byte.
-    first_byte_secs: f64,
-    dglrun: Vec<Run>,
-    /// One list per `Plain::ALL` mode.
-    plain: Vec<Vec<Run>>,
-}
-
-/// One measured transfer.
-#[derive(Clone, Copy)]
-struct Run {
-    secs: f64,
-    /// CPU seconds of the sending side (dglrun: the partitioner process).
-    sender_cpu: f64,
-    /// CPU seconds of the receiving side (dglrun: the worker processes).
-    receiver_cpu: f64,
-    /// Busy CPU seconds of the whole machine over the transfer (every
-    /// process, kernel threads and softirqs too): shows how close to all
-    /// CPUs a path ran, which the per-process figures miss.
-    machine_cpu: f64,
-}
-
-impl Run {
-    fn mbps(&self, bytes: u64) -> f64 {
-        bytes as f64 / MB / self.secs
-    }
-
-    fn describe(&self, what: &str, bytes: u64) -> String {
-        format!(
-            "{what}: {:.2}s, {:.0} MB/s, CPU s sender {:.2} + receivers {:.2}, machine {:.2} ({:.2} CPUs busy)",
-            self.secs,
-            self.mbps(bytes),
-            self.sender_cpu,
-            self.receiver_cpu,
-            self.machine_cpu,
-            self.machine_cpu / self.secs
-        )
-    }
 }
 
 fn bench_workers(args: &Args, n: u32, link: Link, files: Files, token: &Token) -> Result<Row> {
@@ -623,27 +519,6 @@ fn plain_transfer(
     }
     remove_dir(plain_root)?;
     Ok(p)
-}
-
-fn worker_ip(i: u32) -> Ipv4Addr {
-    Ipv4Addr::new(
-        10,
-        213,
-        1,
-        10 + u8::try_from(i).expect("at most 64 workers"),
-    )
-}
-
-fn plain_dest(root: &Path, i: u32) -> PathBuf {
-    root.join(format!("worker-{i}"))
-        .join(dgl_api::names::DATASET_DIR)
-}
-
-fn nanos() -> u128 {
-    std::time::UNIX_EPOCH
-        .elapsed()
-        .map(|d| d.as_nanos())
-        .unwrap_or(0)
 }
 
 fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {

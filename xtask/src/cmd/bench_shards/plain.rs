@@ -1,6 +1,18 @@
 //! The plain TCP copy the dglrun path is compared with.
 
-use super::*;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::sync::{mpsc, Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use super::common::*;
+use super::dataset::ShardFile;
+use super::shipping::machine_busy;
+use super::testbed::{in_netns, Testbed};
 
 /// What a baseline receiver does besides writing the bytes. `Copy` is the
 /// baseline; the other two add dglrun's per-file steps one at a time (fsync,

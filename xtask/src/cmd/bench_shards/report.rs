@@ -1,6 +1,14 @@
 //! The machine the bench ran on and the markdown table.
 
-use super::*;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use crate::bench::measure::{loadavg, median};
+
+use super::common::*;
+use super::dataset::Rng;
+use super::plain::{thread_cpu, Plain};
 
 /// sha256 throughput of one core in MB per CPU second (best of three over
 /// 256 MiB). CPU time rather than wall time, so that other load on the

@@ -1,7 +1,14 @@
 //! The dglrun path: what the launcher does to ship shards, and the
 //! machine's busy CPU over a transfer.
 
-use super::*;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use dgl_api::wire::{Request, Response, ShardReport, ShardRequest, ShardSource};
+use dglrun::net::channel::{Channel, Token};
+
+use super::common::*;
 
 pub(super) fn current_thread_runtime() -> Result<tokio::runtime::Runtime> {
     // One thread: every socket is created on this (namespaced) thread.

@@ -1,6 +1,16 @@
 //! The network namespaces: a bridge, the partitioner and the workers.
 
-use super::*;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+
+use super::common::*;
+use super::registry;
 
 /// The switch, partitioner and worker namespaces and the dglrun processes in
 /// them. Drop stops the processes and deletes the namespaces (which deletes

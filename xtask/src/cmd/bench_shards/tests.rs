@@ -1,3 +1,4 @@
+use super::dataset::Rng;
 use super::*;
 
 #[test]

@@ -22,6 +22,9 @@ use crate::error::{Error, Result};
 use crate::tools::{installed_tool, GoTool};
 use crate::util;
 
+mod sts;
+pub use sts::TempCredentials;
+
 /// The environment variable that names the `weed` binary (the test
 /// command's setup sets it); otherwise the cached build is used.
 pub const WEED_BIN_ENV: &str = "DGL_OPERATOR_WEED_BIN";
@@ -60,6 +63,8 @@ pub struct S3Server {
     weed: PathBuf,
     args: Vec<String>,
     s3_addr: SocketAddr,
+    /// The STS signing key, when started with STS.
+    sts_key: Option<Vec<u8>>,
 }
 
 /// `weed server args`, its output appended to `dir/weed.log`.
@@ -113,15 +118,25 @@ impl S3Server {
         S3Server::start_on("127.0.0.1", buckets)
     }
 
+    /// [`S3Server::start`] with the server's STS on (same identities):
+    /// [`S3Server::assume_role`] gives temporary credentials.
+    pub fn start_with_sts(buckets: &[&str]) -> Result<S3Server> {
+        S3Server::start_retrying("127.0.0.1", buckets, true)
+    }
+
     /// [`S3Server::start`] on address `ip` of this host (e.g. the node
     /// cluster's [`crate::NODE_IP`], which every node's pods reach).
     pub fn start_on(ip: &str, buckets: &[&str]) -> Result<S3Server> {
+        S3Server::start_retrying(ip, buckets, false)
+    }
+
+    fn start_retrying(ip: &str, buckets: &[&str], sts: bool) -> Result<S3Server> {
         // A free port can be taken between its pick and weed's bind: a
         // start that fails so is tried again on other ports.
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match S3Server::start_once(ip, buckets) {
+            match S3Server::start_once(ip, buckets, sts) {
                 Err(Error::Invalid(m)) if attempt < 3 && m.contains("address already in use") => {
                     continue
                 }
@@ -130,7 +145,7 @@ impl S3Server {
         }
     }
 
-    fn start_once(ip: &str, buckets: &[&str]) -> Result<S3Server> {
+    fn start_once(ip: &str, buckets: &[&str], sts: bool) -> Result<S3Server> {
         let weed = weed_binary()?;
         let addr: Ipv4Addr = ip
             .parse()
@@ -140,8 +155,14 @@ impl S3Server {
         let ids = [identity("admin"), identity("reader"), identity("outsider")];
         let config = identities_json(&ids, buckets);
         util::write_atomic(&dir.join("s3.json"), config.as_bytes(), 0o600)?;
+        let sts_key = sts.then(|| Sha256::digest(format!("sts-{}", unique())).to_vec());
         let ports = free_ports(8)?;
-        let args = server_args(ip, &dir, &ports);
+        let mut args = server_args(ip, &dir, &ports);
+        if let Some(key) = &sts_key {
+            let path = dir.join("iam.json");
+            util::write_atomic(&path, sts::iam_config(key).as_bytes(), 0o600)?;
+            args.push(format!("-s3.iam.config={}", path.display()));
+        }
         let started = Instant::now();
         let child = spawn_weed(&weed, &args, &dir)?;
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -161,6 +182,7 @@ impl S3Server {
             weed,
             args,
             s3_addr: SocketAddr::from((addr, ports[6])),
+            sts_key,
         };
         server.wait_ready(server.s3_addr, started)?;
         server.start_time = started.elapsed();

@@ -110,6 +110,12 @@ fn sessions_read_and_an_expired_session_is_named_without_credentials() {
         text.contains("the server answered 4"),
         "the server's reason:\n{text}"
     );
+    // SeaweedFS answers 403 InvalidAccessKeyId (not ExpiredToken): the
+    // token's own expiry says why.
+    assert!(
+        text.contains("the session token (AWS_SESSION_TOKEN) expired 6"),
+        "says the session expired (60 s ago):\n{text}"
+    );
     let mut secrets = vec![
         s3.admin.access_key.clone(),
         s3.admin.secret_key.clone(),

@@ -46,7 +46,7 @@ const SECRET_VARS: [&str; 3] = [
 ];
 
 /// Environment variables a client is built from (a change makes a new one).
-const CLIENT_VARS: [&str; 11] = [
+const CLIENT_VARS: [&str; 12] = [
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
@@ -58,6 +58,7 @@ const CLIENT_VARS: [&str; 11] = [
     "AWS_ALLOW_HTTP",
     "AWS_WEB_IDENTITY_TOKEN_FILE",
     "AWS_ROLE_ARN",
+    "AWS_ENDPOINT_URL_STS",
 ];
 
 /// What one read of the input fetched from object storage.
@@ -252,7 +253,57 @@ fn to_io(e: &object_store::Error) -> io::Error {
         | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
         _ => io::ErrorKind::Other,
     };
-    io::Error::new(kind, reason(&e.to_string()))
+    let mut text = reason(&e.to_string());
+    let refused = kind == io::ErrorKind::PermissionDenied || text.contains("answered 400");
+    let token = std::env::var("AWS_SESSION_TOKEN").unwrap_or_default();
+    if refused && !token.is_empty() {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        text = format!(
+            "{}{}",
+            text.trim_end_matches('.'),
+            session_note(&token, now)
+        );
+    }
+    io::Error::new(kind, text)
+}
+
+/// What a refused request made with a session token should add: servers
+/// answer an expired session differently (AWS 400 ExpiredToken, SeaweedFS
+/// 403 InvalidAccessKeyId), so the token's own `exp` claim, when it is a
+/// JWT (SeaweedFS's and MinIO's are; AWS's are opaque), says whether it
+/// expired. Only a time is printed, never the token.
+fn session_note(token: &str, now: u64) -> String {
+    match token_expiry(token) {
+        Some(exp) if exp <= now => format!(
+            "; the session token (AWS_SESSION_TOKEN) expired {} s ago",
+            now - exp
+        ),
+        Some(exp) => format!(
+            "; the session token (AWS_SESSION_TOKEN) is valid for {} s more",
+            exp - now
+        ),
+        None => "; temporary credentials (AWS_SESSION_TOKEN) are in use: an expired or \
+                 revoked session is refused so too"
+            .to_string(),
+    }
+}
+
+/// The `exp` claim of a JWT, if `token` is one.
+fn token_expiry(token: &str) -> Option<u64> {
+    use base64::Engine;
+    let mut parts = token.split('.');
+    let (Some(_), Some(payload), Some(_), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return None;
+    };
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&json).ok()?;
+    claims.get("exp")?.as_u64()
 }
 
 /// The server's reason from an error's text: `status[, Code: Message]`,
@@ -593,5 +644,30 @@ mod tests {
         assert!(!r.contains("AKX"));
         let r = reason("Server returned non-2xx status code: 404 Not Found: ");
         assert_eq!(r, "the server answered 404 Not Found");
+    }
+
+    #[test]
+    fn a_jwt_session_token_says_when_it_expired_and_nothing_else() {
+        use base64::Engine;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let jwt = |claims: &str| format!("{}.{}.c2ln", b64("{\"alg\":\"HS256\"}"), b64(claims));
+        let token = jwt("{\"exp\":1000,\"sid\":\"s3cr3t-session\"}");
+        assert_eq!(token_expiry(&token), Some(1000));
+        let note = session_note(&token, 1060);
+        assert_eq!(
+            note,
+            "; the session token (AWS_SESSION_TOKEN) expired 60 s ago"
+        );
+        assert!(session_note(&token, 900).contains("valid for 100 s more"));
+        // An opaque (AWS) token, or a JWT without exp: a general note.
+        for t in [
+            "FwoGZXIvYXdzEPr//////////wEaDM",
+            &jwt("{\"sub\":\"x\"}"),
+            "a.b.c.d",
+        ] {
+            assert_eq!(token_expiry(t), None, "{t}");
+            assert!(session_note(t, 5).contains("are in use"), "{t}");
+            assert!(!session_note(t, 5).contains(t));
+        }
     }
 }

@@ -47,7 +47,7 @@ use tracing::{debug, info, warn};
 use crate::cache::nodes::{self, NodeCache};
 use crate::cache::{self, ChildCache, JobKey, PodCache, Readiness, SlimPod};
 use crate::metrics::Metrics;
-use crate::pure::builders;
+use crate::pure::desired;
 use crate::pure::plan;
 use crate::pure::settings::BuildConfig;
 
@@ -60,8 +60,8 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
-use children::ApplyWhen;
-use status::WrittenStatus;
+use children::ChildrenApplied;
+use status::{StatusWritten, WrittenStatus};
 
 /// Errors of one reconcile; the controller retries with per-object backoff.
 #[derive(Debug, thiserror::Error)]
@@ -375,31 +375,24 @@ async fn reconcile_job(
     };
     let build = &ctx.settings.build;
     let seen = plan::Seen::pods(&pods).gone(&gone).down(&down);
-    let mut plan = plan::plan(job, seen, now, build, launched);
+    let mut planned = plan::plan_job(job, seen, now, build, launched);
     if let Some(g) = &gate {
-        g.annotate(&mut plan.status, now);
+        g.annotate(&mut planned.plan.status, now);
     }
+    let desired = desired::wanted(&planned, &pods, build);
+    let plan = &planned.plan;
 
     // Supporting objects and the status (concurrently), both before any pod
-    // is created or deleted: decisions (a restart counted, a terminal state)
-    // are recorded first, so a crash between the two cannot repeat them.
-    let cm = config_map_write(job, &pods, &plan);
-    // The NetworkPolicy moves to a new run with the status, before its pods.
-    let runs = builders::AdmittedRuns::after(plan.status.restart_count, &pods, &plan.steps);
-    let children = async {
-        if plan.ensure_children {
-            children::apply_children(ctx, job, &key.namespace, cm.as_ref(), runs).await
-        } else {
-            Ok(())
-        }
-    };
+    // is created or deleted: `act` takes the proof of both (the tokens).
+    let children = children::apply_desired(ctx, job, &key.namespace, desired.as_ref());
     let (status_now, progress_wait) = status::limit_progress(ctx, job, &plan.status);
     let (children, status) = futures::join!(children, status::write_status(ctx, job, &status_now));
-    if let Err(e) = children {
-        return fail_if_final(ctx, job, &key, &pods, now, e).await;
-    }
-    status?;
-    if let Err(e) = act(ctx, job, &key, &plan).await {
+    let applied = match children {
+        Ok(applied) => applied,
+        Err(e) => return fail_if_final(ctx, job, &key, &pods, now, e).await,
+    };
+    let written = status?;
+    if let Err(e) = act(ctx, job, &key, plan, applied, written).await {
         return fail_if_final(ctx, job, &key, &pods, now, e).await;
     }
     if let Some(g) = &gate {
@@ -424,33 +417,18 @@ async fn reconcile_job(
     })
 }
 
-/// The ConfigMap write this plan needs, if any. Only the launcher reads the
-/// ConfigMap, and a launcher with workers waits (its watcher-loop, through
-/// the API) until the ConfigMap launches its run: so the ConfigMap is
-/// created when the first run is launched, complete (every worker's IP,
-/// the run), and rewritten only when a later run is launched or a suspended
-/// job takes its launch back; one write per run instead of a create before
-/// the IPs are known and a rewrite after. A launcher training alone mounts
-/// it as a volume: created with the job, never rewritten.
-fn config_map_write(
-    job: &DGLJob,
-    pods: &[crate::pure::observe::ObservedPod],
-    plan: &plan::Plan,
-) -> Option<(ConfigMap, ApplyWhen)> {
-    let when = if plan.launch.is_some() || plan.reset_launch {
-        ApplyWhen::Changed
-    } else if job.spec.is_standalone() {
-        ApplyWhen::Missing
-    } else {
-        return None;
-    };
-    Some((builders::config_map(job, pods, plan.launch), when))
-}
-
 /// Pod steps (concurrently) and Events (after the status write, one per
 /// transition since the job's last status; sent in the background: an Event
-/// is a courtesy, never waited for and never failing the reconcile).
-async fn act(ctx: &Context, job: &DGLJob, key: &JobKey, plan: &plan::Plan) -> Result<(), Error> {
+/// is a courtesy, never waited for and never failing the reconcile). The
+/// tokens prove the children were applied and the status written first.
+async fn act(
+    ctx: &Context,
+    job: &DGLJob,
+    key: &JobKey,
+    plan: &plan::Plan,
+    _applied: ChildrenApplied,
+    _written: StatusWritten,
+) -> Result<(), Error> {
     for t in plan::transitions(job.status.as_ref(), &plan.status) {
         events::transition_event(ctx, job, t);
     }
@@ -494,8 +472,10 @@ async fn fail_if_final(
     };
     warn!(job = %key.name, namespace = %key.namespace, error = %e, "failing the job");
     let failed = plan::fail(job, pods, now, reason, &e.to_string());
-    status::write_status(ctx, job, &failed.status).await?;
-    act(ctx, job, key, &failed).await?;
+    // A failed job keeps its children as they are: nothing to apply.
+    let applied = children::apply_desired(ctx, job, &key.namespace, None).await?;
+    let written = status::write_status(ctx, job, &failed.status).await?;
+    act(ctx, job, key, &failed, applied, written).await?;
     Ok(match failed.requeue_after {
         Some(d) => Action::requeue(d),
         None => Action::await_change(),

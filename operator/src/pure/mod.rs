@@ -20,6 +20,7 @@
 pub mod apply_failed;
 pub mod builders;
 pub mod conditions;
+pub mod desired;
 pub mod kueue;
 pub mod observe;
 pub mod plan;

@@ -13,6 +13,8 @@ use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_JOB_NAME};
 use dgl_api::progress::Progress;
 use dgl_api::DGLJob;
 use dgl_operator::pure::builders;
+use dgl_operator::pure::settings::BuildConfig;
+use dgl_operator::pure::validate::{validate, ValidJob};
 use dglrun::progress::{PodAnnotation, Sink};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -60,7 +62,7 @@ async fn launcher_of(client: &Client, ns: &str, name: &str) {
     // The builders need a uid for the owner reference; no DGLJob exists
     // here, so the references are dropped (the collector would delete them).
     job.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
-    let (mut sa, mut role, mut binding) = builders::launcher_rbac(&job);
+    let (mut sa, mut role, mut binding) = builders::launcher_rbac(&valid(&job));
     sa.metadata.owner_references = None;
     role.metadata.owner_references = None;
     binding.metadata.owner_references = None;
@@ -266,4 +268,9 @@ fn the_chart_and_both_overlays_ship_the_same_policy() {
         let got = policy_specs(&render(localkube::GoTool::Helm, &args));
         assert_eq!(got, expected, "helm template {extra:?}");
     }
+}
+
+/// `job` as the operator validates it (the builders take only a valid job).
+fn valid(job: &DGLJob) -> ValidJob<'_> {
+    validate(job, &BuildConfig::default()).expect("the seed job is valid")
 }

@@ -11,6 +11,7 @@ use common::{Env, WAIT};
 use dgl_api::JobPhase;
 use dgl_operator::pure::builders;
 use dgl_operator::pure::settings::BuildConfig;
+use dgl_operator::pure::validate::validate;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::ResourceExt;
@@ -76,7 +77,8 @@ async fn each_job_gets_its_own_network_policy_and_a_users_is_left_alone() {
         current: 0,
         kept_partitioner: None,
     };
-    assert_eq!(np.spec, builders::network_policy(&job, first).spec);
+    let valid = validate(&job, &BuildConfig::default()).expect("the job is valid");
+    assert_eq!(np.spec, builders::network_policy(&valid, first).spec);
     env.wait_pod("np-partitioner").await;
 
     // Deleted (by hand): created again.

@@ -15,7 +15,7 @@ use dgl_api::{
 use dgl_operator::pure::observe::{ObservedPod, PodState};
 use dgl_operator::pure::plan::{self, Step, MAX_WAKE};
 use dgl_operator::pure::settings::{BuildConfig, GangScheduler};
-use dgl_operator::pure::{builders, validate};
+use dgl_operator::pure::{builders, desired, validate};
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -317,18 +317,24 @@ proptest! {
         let pods = observed(&job.name_any(), raw_pods);
         let now = Timestamp::from_second(now).unwrap();
 
-        let _ = validate::validate(&job, &cfg);
-        let _ = builders::config_map(&job, &pods, launch);
-        let _ = builders::secret(&job, "token");
-        let _ = builders::launcher_rbac(&job);
-        let _ = builders::pod_group(&job, GangScheduler::Volcano);
-        let _ = builders::pod_group(&job, GangScheduler::SchedulerPlugins);
-        let _ = builders::partitioner_pod(&job, 0, &cfg);
-        let _ = builders::worker_pod(&job, 0, i32::MAX, &cfg);
-        let _ = builders::launcher_pod(&job, 0, &cfg);
+        // The builders take a validated job (a refused one is never built).
+        if let Ok(valid) = validate::validate(&job, &cfg) {
+            let _ = builders::config_map(&valid, &pods, launch);
+            let _ = builders::secret(&valid, "token");
+            let _ = builders::launcher_rbac(&valid);
+            let _ = builders::pod_group(&valid, GangScheduler::Volcano);
+            let _ = builders::pod_group(&valid, GangScheduler::SchedulerPlugins);
+            let _ = builders::partitioner_pod(&valid, 0, &cfg);
+            let _ = builders::worker_pod(&valid, 0, i32::MAX, &cfg);
+            let _ = builders::launcher_pod(&valid, 0, &cfg);
+        }
 
-        let p = plan::plan(&job, plan::Seen::pods(&pods), now, &cfg, launch);
-        let _ = builders::config_map(&job, &pods, p.launch);
+        let planned = plan::plan_job(&job, plan::Seen::pods(&pods), now, &cfg, launch);
+        let _ = desired::wanted(&planned, &pods, &cfg);
+        if let Some(valid) = &planned.valid {
+            let _ = builders::config_map(valid, &pods, planned.plan.launch);
+        }
+        let p = planned.plan;
         prop_assert!(p.requeue_after.is_none_or(|d| d <= MAX_WAKE), "{:?}", p.requeue_after);
         let prefix = format!("{}-", job.name_any());
         for step in &p.steps {

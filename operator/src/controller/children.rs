@@ -21,17 +21,17 @@ use serde::Serialize;
 
 use super::{is_status, kube_err, Context, Error};
 use crate::cache::SeenChild;
-use crate::pure::builders::{self, HASH_ANNOTATION};
+use crate::pure::builders::HASH_ANNOTATION;
+pub(super) use crate::pure::desired::ApplyWhen;
+use crate::pure::desired::Desired;
 use crate::pure::settings::GangScheduler;
 
-/// When a child is written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApplyWhen {
-    /// Whenever its hash differs from what the operator knows of it.
-    Changed,
-    /// Only when it does not exist yet.
-    Missing,
-}
+/// Proof that the job's children were applied (or that its plan keeps
+/// them as they are): the pod steps ask for it (`act`), so no pod is
+/// created before the objects it mounts and the status that counts it.
+/// Zero-size; the private field means only this module makes one.
+#[must_use]
+pub(super) struct ChildrenApplied(());
 
 /// Who controls an object of a child's name, as far as the operator knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -251,30 +251,43 @@ async fn write_config_map(
     Ok(())
 }
 
-/// ConfigMap, Secret, RBAC, NetworkPolicy and PodGroup of a running job, written
-/// concurrently (each only when it changed).
-///
-/// The ConfigMap's files (hostfile, partfile, ip_config, leadfile) are read
-/// only by the launcher pod (its watcher-loop, through the API, and
-/// dglrun), which trains once the ConfigMap launches its run: `config_map`
-/// is the write the plan needs (see `config_map_write`), None while there is
-/// nothing to launch. Then an object of its name that is not this job's is
-/// still an error now, not only at the launch.
-pub(super) async fn apply_children(
+/// Applies what the plan wants of the job's children ([`Desired`]):
+/// ConfigMap, Secret, RBAC, NetworkPolicy and PodGroup, written
+/// concurrently (each only when it changed). None: the plan keeps them as
+/// they are (a finished or refused job), nothing is written.
+pub(super) async fn apply_desired(
     ctx: &Context,
     job: &DGLJob,
     ns: &str,
-    config_map: Option<&(ConfigMap, ApplyWhen)>,
-    runs: builders::AdmittedRuns,
+    desired: Option<&Desired<'_>>,
+) -> Result<ChildrenApplied, Error> {
+    if let Some(desired) = desired {
+        apply_children(ctx, job, ns, desired).await?;
+    }
+    Ok(ChildrenApplied(()))
+}
+
+/// The writes of [`apply_desired`].
+///
+/// The ConfigMap's files (hostfile, partfile, ip_config, leadfile) are read
+/// only by the launcher pod (its watcher-loop, through the API, and
+/// dglrun), which trains once the ConfigMap launches its run: the desired
+/// ConfigMap is the write the plan needs (see `pure::desired`), None while
+/// there is nothing to launch. Then an object of its name that is not this
+/// job's is still an error now, not only at the launch.
+async fn apply_children(
+    ctx: &Context,
+    job: &DGLJob,
+    ns: &str,
+    desired: &Desired<'_>,
 ) -> Result<(), Error> {
-    let (sa, role, binding) = builders::launcher_rbac(job);
     let mut writes: Vec<BoxFuture<'_, Result<(), Error>>> = Vec::new();
 
     // The Secret is created (its token derived from the key and the job's
     // UID) and never rewritten; a missing one (deleted, or a create that
     // failed) is created again within SECRET_RECHECK.
-    writes.push(ensure_secret(ctx, job, ns).boxed());
-    match config_map {
+    writes.push(ensure_secret(ctx, job, ns, desired).boxed());
+    match &desired.config_map {
         Some((cm, when)) => writes.push(write_config_map(ctx, job, ns, cm, *when).boxed()),
         None => {
             let kind = <ConfigMap as k8s_openapi::Resource>::KIND;
@@ -282,24 +295,28 @@ pub(super) async fn apply_children(
             owned(kind, &name, ctx.children.get(kind, ns, &name).as_ref(), job)?;
         }
     }
-    writes.push(apply(ctx, job, ns, &sa, ApplyWhen::Changed).boxed());
+    let (sa, role, binding) = (
+        &desired.service_account,
+        &desired.role,
+        &desired.role_binding,
+    );
+    writes.push(apply(ctx, job, ns, sa, ApplyWhen::Changed).boxed());
     // The Role before its RoleBinding: unless the operator may `bind` roles
     // (it may not: least privilege), the API server checks a new binding
     // against the rules of the Role it names, and answers 404 while that
     // Role does not exist yet.
     writes.push(
         async {
-            apply(ctx, job, ns, &role, ApplyWhen::Changed).await?;
-            apply(ctx, job, ns, &binding, ApplyWhen::Changed).await
+            apply(ctx, job, ns, role, ApplyWhen::Changed).await?;
+            apply(ctx, job, ns, binding, ApplyWhen::Changed).await
         }
         .boxed(),
     );
-    if ctx.settings.build.network_policy {
-        let np = builders::network_policy(job, runs);
-        writes.push(async move { apply(ctx, job, ns, &np, ApplyWhen::Changed).await }.boxed());
+    if let Some(np) = &desired.network_policy {
+        writes.push(apply(ctx, job, ns, np, ApplyWhen::Changed).boxed());
     }
-    if let Some(gang) = ctx.settings.build.gang {
-        writes.push(apply_pod_group(ctx, job, ns, gang).boxed());
+    if let Some((group, gang)) = &desired.pod_group {
+        writes.push(apply_pod_group(ctx, job, ns, group, *gang).boxed());
     }
     // Every write runs to its end: with try_join_all, the first error would
     // drop the others mid-flight, and a reconcile that always fails on the
@@ -343,20 +360,18 @@ impl SecretsSeen {
 /// AlreadyExists answer is taken as the job's own Secret (a Secret of that
 /// name made by someone else before the job is mounted as it is, and left
 /// alone: docs/reliability.md).
-async fn ensure_secret(ctx: &Context, job: &DGLJob, ns: &str) -> Result<(), Error> {
+async fn ensure_secret(
+    ctx: &Context,
+    job: &DGLJob,
+    ns: &str,
+    desired: &Desired<'_>,
+) -> Result<(), Error> {
     let name = dgl_api::names::secret_name(&job.name_any());
     let key = (ns.to_string(), name.clone(), job.uid().unwrap_or_default());
     if ctx.secrets.fresh(&key) {
         return Ok(());
     }
-    let token = ctx
-        .settings
-        .build
-        .token_key
-        .as_ref()
-        .and_then(|key| builders::job_token(key, job))
-        .unwrap_or_else(random_token);
-    let secret = builders::secret(job, &token);
+    let secret = desired.secret(random_token);
     let pp = PostParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
@@ -380,9 +395,9 @@ async fn apply_pod_group(
     ctx: &Context,
     job: &DGLJob,
     ns: &str,
+    group: &DynamicObject,
     gang: GangScheduler,
 ) -> Result<(), Error> {
-    let group = builders::pod_group(job, gang);
     let resource = gang.pod_group_resource();
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource);
     let name = group.name_any();
@@ -397,7 +412,7 @@ async fn apply_pod_group(
             field_manager: Some(FIELD_MANAGER.into()),
             ..Default::default()
         };
-        api.create(&pp, &group)
+        api.create(&pp, group)
             .await
             .map_err(kube_err("create", resource.kind.clone(), &name))?;
         return Ok(());
@@ -415,7 +430,7 @@ async fn apply_pod_group(
     api.patch(
         &name,
         &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&group),
+        &Patch::Apply(group),
     )
     .await
     .map_err(kube_err("apply", resource.kind.clone(), &name))?;

@@ -63,7 +63,8 @@ pub(super) async fn clear(ctx: &Context, job: &DGLJob, now: Timestamp) -> Result
     let Some(update) = apply_failed::after(&current, r, now, job.metadata.generation) else {
         return Ok(());
     };
-    status::write_status(ctx, &job, &update.status).await?;
+    // No pod step follows: the token is not needed.
+    let _ = status::write_status(ctx, &job, &update.status).await?;
     for t in update.transitions {
         events::transition_event(ctx, &job, t);
     }

@@ -1,9 +1,12 @@
 //! The controller: watches DGLJobs and their children, and reconciles each
 //! job as a pipeline: read what exists (from watch caches) → plan (pure:
-//! validate, build, derive status) → apply children and write the status
+//! validate, the pods to create, the status) → the desired children (pure,
+//! [`crate::pure::desired`]) → apply children and write the status
 //! (concurrently) → pod steps (concurrently) and Events (in the background).
+//! The order is held by types: the pod steps (`act`) take the tokens the
+//! children apply and the status write return.
 //! This file holds the wiring; each step has its own file:
-//! - [`children`]: ConfigMap (at a run's launch), Secret (created, never
+//! - [`children`]: applies the desired set: ConfigMap (at a run's launch), Secret (created, never
 //!   applied), RBAC, NetworkPolicy, PodGroup: created when absent, never
 //!   adopted;
 //! - [`status`]: the status write and its expectation;
@@ -47,7 +50,7 @@ use tracing::{debug, info, warn};
 use crate::cache::nodes::{self, NodeCache};
 use crate::cache::{self, ChildCache, JobKey, PodCache, Readiness, SlimPod};
 use crate::metrics::Metrics;
-use crate::pure::builders;
+use crate::pure::desired;
 use crate::pure::plan;
 use crate::pure::settings::BuildConfig;
 
@@ -60,8 +63,8 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
-use children::ApplyWhen;
-use status::WrittenStatus;
+use children::ChildrenApplied;
+use status::{StatusWritten, WrittenStatus};
 
 /// Errors of one reconcile; the controller retries with per-object backoff.
 #[derive(Debug, thiserror::Error)]
@@ -330,21 +333,9 @@ async fn reconcile_job(
     ctx: &Context,
     now: Timestamp,
 ) -> Result<Action, Error> {
-    let job = match &obj.0 {
-        Ok(job) => job,
-        Err(invalid) => {
-            // One malformed object must not stop the others: report and wait
-            // for the user to fix it.
-            warn!(name = %invalid.metadata.name.as_deref().unwrap_or("?"), error = %invalid.error, "DGLJob cannot be read");
-            return Ok(Action::await_change());
-        }
+    let Some(job) = to_reconcile(obj) else {
+        return Ok(Action::await_change());
     };
-    if job.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change()); // children go by garbage collection
-    }
-    if job.spec.managed_by_other() {
-        return Ok(Action::await_change()); // spec.managedBy: another controller's job
-    }
     let key = JobKey::new(&job.namespace().ok_or(Error::NoNamespace)?, &job.name_any());
     // Never plan from half-filled caches: right after a (re)start a missing
     // pod would look deleted by hand. Cheap once the first list is in.
@@ -354,7 +345,6 @@ async fn reconcile_job(
     let pods = ctx
         .pods
         .job_pods(&key.namespace, &key.name, job.uid().as_deref());
-
     // The run the ConfigMap launched, as this operator last wrote it or the
     // watch shows it.
     let cm_kind = <ConfigMap as k8s_openapi::Resource>::KIND;
@@ -375,82 +365,117 @@ async fn reconcile_job(
     };
     let build = &ctx.settings.build;
     let seen = plan::Seen::pods(&pods).gone(&gone).down(&down);
-    let mut plan = plan::plan(job, seen, now, build, launched);
+    let mut planned = plan::plan_job(job, seen, now, build, launched);
     if let Some(g) = &gate {
-        g.annotate(&mut plan.status, now);
+        g.annotate(&mut planned.plan.status, now);
     }
-
-    // Supporting objects and the status (concurrently), both before any pod
-    // is created or deleted: decisions (a restart counted, a terminal state)
-    // are recorded first, so a crash between the two cannot repeat them.
-    let cm = config_map_write(job, &pods, &plan);
-    // The NetworkPolicy moves to a new run with the status, before its pods.
-    let runs = builders::AdmittedRuns::after(plan.status.restart_count, &pods, &plan.steps);
-    let children = async {
-        if plan.ensure_children {
-            children::apply_children(ctx, job, &key.namespace, cm.as_ref(), runs).await
-        } else {
-            Ok(())
-        }
+    let desired = desired::wanted(&planned, &pods, build);
+    let plan = &planned.plan;
+    let progress_wait = match apply_then_act(ctx, job, &key, plan, desired, &pods, now).await? {
+        Applied::Done(wait) => wait,
+        Applied::Failed(action) => return Ok(action),
     };
-    let (status_now, progress_wait) = status::limit_progress(ctx, job, &plan.status);
-    let (children, status) = futures::join!(children, status::write_status(ctx, job, &status_now));
-    if let Err(e) = children {
-        return fail_if_final(ctx, job, &key, &pods, now, e).await;
-    }
-    status?;
-    if let Err(e) = act(ctx, job, &key, &plan).await {
-        return fail_if_final(ctx, job, &key, &pods, now, e).await;
-    }
     if let Some(g) = &gate {
         g.report(ctx, &key.namespace, &plan.status, &pods, now)
             .await?;
     }
-    // Secrets are not watched: an active job comes back at least every
-    // SECRET_RECHECK, so a deleted token Secret is created again.
+    Ok(next_wake(plan, progress_wait))
+}
+
+/// The job in `obj` when it is one to reconcile: not one that cannot be
+/// read, is being deleted, or is another controller's.
+fn to_reconcile(obj: &DeserializeGuard<DGLJob>) -> Option<&DGLJob> {
+    let job = match &obj.0 {
+        Ok(job) => job,
+        Err(invalid) => {
+            // One malformed object must not stop the others: report and wait
+            // for the user to fix it.
+            warn!(name = %invalid.metadata.name.as_deref().unwrap_or("?"), error = %invalid.error, "DGLJob cannot be read");
+            return None;
+        }
+    };
+    if job.metadata.deletion_timestamp.is_some() {
+        return None; // children go by garbage collection
+    }
+    if job.spec.managed_by_other() {
+        return None; // spec.managedBy: another controller's job
+    }
+    Some(job)
+}
+
+/// How [`apply_then_act`] ended.
+enum Applied {
+    /// The plan is carried out; a progress report held back is due after
+    /// this long.
+    Done(Option<Duration>),
+    /// A final error failed the job instead (see [`fail_if_final`]).
+    Failed(Action),
+}
+
+/// Carries out `plan`: the desired children and the status
+/// (concurrently), both before any pod is created or deleted, because
+/// `act` takes the proof of both (the tokens).
+async fn apply_then_act(
+    ctx: &Context,
+    job: &DGLJob,
+    key: &JobKey,
+    plan: &plan::Plan,
+    desired: Option<desired::Desired<'_>>,
+    pods: &[crate::pure::observe::ObservedPod],
+    now: Timestamp,
+) -> Result<Applied, Error> {
+    let children = children::apply_desired(ctx, job, &key.namespace, desired.as_ref());
+    let (status_now, progress_wait) = status::limit_progress(ctx, job, &plan.status);
+    let (children, status) = futures::join!(children, status::write_status(ctx, job, &status_now));
+    let applied = match children {
+        Ok(applied) => applied,
+        Err(e) => {
+            return fail_if_final(ctx, job, key, pods, now, e)
+                .await
+                .map(Applied::Failed)
+        }
+    };
+    let written = status?;
+    if let Err(e) = act(ctx, job, key, plan, applied, written).await {
+        return fail_if_final(ctx, job, key, pods, now, e)
+            .await
+            .map(Applied::Failed);
+    }
+    Ok(Applied::Done(progress_wait))
+}
+
+/// When the job is reconciled again without news: the plan's wake-up,
+/// [`children::SECRET_RECHECK`] while its children are kept (Secrets are
+/// not watched: a deleted token Secret is created again), and a progress
+/// report the rate limit held back (written when due), whichever is first.
+fn next_wake(plan: &plan::Plan, progress_wait: Option<Duration>) -> Action {
     let requeue = match (plan.requeue_after, plan.ensure_children) {
         (Some(d), true) => Some(d.min(children::SECRET_RECHECK)),
         (None, true) => Some(children::SECRET_RECHECK),
         (d, false) => d,
     };
-    // A progress report held back by the rate limit is written when due.
     let requeue = match (requeue, progress_wait) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     };
-    Ok(match requeue {
+    match requeue {
         Some(d) => Action::requeue(d),
         None => Action::await_change(),
-    })
-}
-
-/// The ConfigMap write this plan needs, if any. Only the launcher reads the
-/// ConfigMap, and a launcher with workers waits (its watcher-loop, through
-/// the API) until the ConfigMap launches its run: so the ConfigMap is
-/// created when the first run is launched, complete (every worker's IP,
-/// the run), and rewritten only when a later run is launched or a suspended
-/// job takes its launch back; one write per run instead of a create before
-/// the IPs are known and a rewrite after. A launcher training alone mounts
-/// it as a volume: created with the job, never rewritten.
-fn config_map_write(
-    job: &DGLJob,
-    pods: &[crate::pure::observe::ObservedPod],
-    plan: &plan::Plan,
-) -> Option<(ConfigMap, ApplyWhen)> {
-    let when = if plan.launch.is_some() || plan.reset_launch {
-        ApplyWhen::Changed
-    } else if job.spec.is_standalone() {
-        ApplyWhen::Missing
-    } else {
-        return None;
-    };
-    Some((builders::config_map(job, pods, plan.launch), when))
+    }
 }
 
 /// Pod steps (concurrently) and Events (after the status write, one per
 /// transition since the job's last status; sent in the background: an Event
-/// is a courtesy, never waited for and never failing the reconcile).
-async fn act(ctx: &Context, job: &DGLJob, key: &JobKey, plan: &plan::Plan) -> Result<(), Error> {
+/// is a courtesy, never waited for and never failing the reconcile). The
+/// tokens prove the children were applied and the status written first.
+async fn act(
+    ctx: &Context,
+    job: &DGLJob,
+    key: &JobKey,
+    plan: &plan::Plan,
+    _applied: ChildrenApplied,
+    _written: StatusWritten,
+) -> Result<(), Error> {
     for t in plan::transitions(job.status.as_ref(), &plan.status) {
         events::transition_event(ctx, job, t);
     }
@@ -494,8 +519,10 @@ async fn fail_if_final(
     };
     warn!(job = %key.name, namespace = %key.namespace, error = %e, "failing the job");
     let failed = plan::fail(job, pods, now, reason, &e.to_string());
-    status::write_status(ctx, job, &failed.status).await?;
-    act(ctx, job, key, &failed).await?;
+    // A failed job keeps its children as they are: nothing to apply.
+    let applied = children::apply_desired(ctx, job, &key.namespace, None).await?;
+    let written = status::write_status(ctx, job, &failed.status).await?;
+    act(ctx, job, key, &failed, applied, written).await?;
     Ok(match failed.requeue_after {
         Some(d) => Action::requeue(d),
         None => Action::await_change(),

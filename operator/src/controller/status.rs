@@ -24,6 +24,14 @@ pub(super) struct Written {
     resource_version: Option<String>,
 }
 
+/// Proof that the status a plan decided was written (or needed no write):
+/// the pod steps ask for it (`act`), so a decision (a restart counted, a
+/// terminal state) is recorded before the pods that act on it, and a crash
+/// between the two cannot repeat it. Zero-size; the private field means
+/// only this module makes one.
+#[must_use]
+pub(super) struct StatusWritten(());
+
 /// Statuses this operator wrote, by job uid, until the job watch shows them.
 pub(super) type WrittenStatus = Expectations<String, (), Written>;
 
@@ -76,9 +84,9 @@ pub(super) async fn write_status(
     ctx: &Context,
     job: &DGLJob,
     status: &DGLJobStatus,
-) -> Result<(), Error> {
+) -> Result<StatusWritten, Error> {
     if job.status.as_ref() == Some(status) {
-        return Ok(());
+        return Ok(StatusWritten(()));
     }
     let name = job.name_any();
     let ns = job.namespace().ok_or(Error::NoNamespace)?;
@@ -107,7 +115,7 @@ pub(super) async fn write_status(
         };
         ctx.written.expect(&uid, (), w);
     }
-    Ok(())
+    Ok(StatusWritten(()))
 }
 
 /// The least time between two status writes of a job that change only its

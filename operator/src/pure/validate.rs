@@ -14,12 +14,43 @@ pub struct Refusal {
     pub message: String,
 }
 
+/// A job that passed [`validate`]: the proof the planner's forward path
+/// and the builders of its children ask for. The field is private, so no
+/// other module can make one: building a job's objects without validating
+/// it first does not compile.
+#[derive(Debug, Clone, Copy)]
+pub struct ValidJob<'a> {
+    job: &'a DGLJob,
+}
+
+impl<'a> ValidJob<'a> {
+    /// The job that was validated.
+    pub fn job(&self) -> &'a DGLJob {
+        self.job
+    }
+}
+
+impl std::ops::Deref for ValidJob<'_> {
+    type Target = DGLJob;
+
+    fn deref(&self) -> &DGLJob {
+        self.job
+    }
+}
+
 /// Checks `job` against the operator's settings.
-pub fn validate(job: &DGLJob, cfg: &BuildConfig) -> Result<(), Refusal> {
+pub fn validate<'a>(job: &'a DGLJob, cfg: &BuildConfig) -> Result<ValidJob<'a>, Refusal> {
     protected_service_accounts(job, cfg)?;
     launcher_accounts(job)?;
     graphbolt(job)?;
-    placement(job)
+    placement(job)?;
+    Ok(ValidJob { job })
+}
+
+/// Tests: `job` validated with the default settings (a refusal fails the test).
+#[cfg(test)]
+pub(crate) fn valid(job: &DGLJob) -> ValidJob<'_> {
+    validate(job, &BuildConfig::default()).expect("the test's job is valid")
 }
 
 /// The job's worker-spread annotation is one the operator knows.

@@ -17,6 +17,7 @@ use kube::ResourceExt;
 
 use crate::pure::observe::ObservedPod;
 use crate::pure::settings::{GangScheduler, TokenKey};
+use crate::pure::validate::ValidJob;
 
 use super::{job_labels, meta, with_hash};
 
@@ -29,7 +30,8 @@ use super::{job_labels, meta, with_hash};
 /// pods have, DGL's ip_config once every worker has one, and
 /// [`CONFIG_RUN`]: the launcher's watcher-loop starts training only when it
 /// reads its own run there.
-pub fn config_map(job: &DGLJob, pods: &[ObservedPod], launch: Option<i32>) -> ConfigMap {
+pub fn config_map(valid: &ValidJob<'_>, pods: &[ObservedPod], launch: Option<i32>) -> ConfigMap {
+    let job = valid.job();
     let name = job.name_any();
     let ip_of = |pod_name: &str| {
         launch?;
@@ -104,7 +106,8 @@ pub fn config_map(job: &DGLJob, pods: &[ObservedPod], launch: Option<i32>) -> Co
 /// (rewriting would cut running pods off), and immutable, so nobody else
 /// can either; deleted, it is created again with the same token when the
 /// token is [`job_token`]'s.
-pub fn secret(job: &DGLJob, token: &str) -> Secret {
+pub fn secret(valid: &ValidJob<'_>, token: &str) -> Secret {
+    let job = valid.job();
     Secret {
         metadata: meta(job, secret_name(&job.name_any()), job_labels(job)),
         type_: Some("Opaque".into()),
@@ -141,7 +144,8 @@ pub fn job_token(key: &TokenKey, job: &DGLJob) -> Option<String> {
 /// (as mpi-operator's launcher Role has them) so that watcher-loop waits on
 /// all workers with one label-selected watch: named pods would cost one
 /// watch, and one connection, per worker (issue #36 item 8).
-pub fn launcher_rbac(job: &DGLJob) -> (ServiceAccount, Role, RoleBinding) {
+pub fn launcher_rbac(valid: &ValidJob<'_>) -> (ServiceAccount, Role, RoleBinding) {
+    let job = valid.job();
     let job_name = job.name_any();
     let name = rbac_name(&job_name, ReplicaType::Launcher);
     let sa = with_hash(ServiceAccount {
@@ -238,7 +242,8 @@ impl AdmittedRuns {
 /// egress is not restricted (DNS, the API server for the launcher's
 /// watcher-loop, the user's data). Enforced only where the cluster's
 /// network plugin implements NetworkPolicy.
-pub fn network_policy(job: &DGLJob, runs: AdmittedRuns) -> NetworkPolicy {
+pub fn network_policy(valid: &ValidJob<'_>, runs: AdmittedRuns) -> NetworkPolicy {
+    let job = valid.job();
     let selector = |extra: &[(&str, String)]| {
         let mut labels = job_labels(job);
         labels.extend(extra.iter().map(|(k, v)| (k.to_string(), v.clone())));
@@ -277,7 +282,8 @@ pub fn network_policy(job: &DGLJob, runs: AdmittedRuns) -> NetworkPolicy {
 
 /// A PodGroup for the gang scheduler in use (an untyped object: the CRDs are
 /// optional and not in k8s-openapi).
-pub fn pod_group(job: &DGLJob, gang: GangScheduler) -> kube::api::DynamicObject {
+pub fn pod_group(valid: &ValidJob<'_>, gang: GangScheduler) -> kube::api::DynamicObject {
+    let job = valid.job();
     let total = job
         .spec
         .num_workers()

@@ -86,6 +86,7 @@ mod tests {
     use super::super::*;
     use super::{worker_spread, WorkerSpread};
     use crate::pure::settings::BuildConfig;
+    use crate::pure::validate::valid;
     use dgl_api::ReplicaType;
 
     fn seed() -> DGLJob {
@@ -95,7 +96,7 @@ mod tests {
     #[test]
     fn workers_are_spread_over_nodes_by_default() {
         let j = seed();
-        let pod = worker_pod(&j, 0, 0, &BuildConfig::default());
+        let pod = worker_pod(&valid(&j), 0, 0, &BuildConfig::default());
         let spread = pod
             .spec
             .as_ref()
@@ -146,7 +147,7 @@ mod tests {
         with_worker_spec(&mut j, |s| {
             s.topology_spread_constraints = Some(vec![hard.clone()])
         });
-        let pod = worker_pod(&j, 0, 0, &BuildConfig::default());
+        let pod = worker_pod(&valid(&j), 0, 0, &BuildConfig::default());
         let spec = pod.spec.as_ref().unwrap();
         assert_eq!(spec.topology_spread_constraints, Some(vec![hard]));
 
@@ -156,7 +157,7 @@ mod tests {
             ..Default::default()
         };
         with_worker_spec(&mut j, |s| s.affinity = Some(affinity.clone()));
-        let pod = worker_pod(&j, 0, 0, &BuildConfig::default());
+        let pod = worker_pod(&valid(&j), 0, 0, &BuildConfig::default());
         let spec = pod.spec.as_ref().unwrap();
         assert_eq!(spec.topology_spread_constraints, None);
         assert_eq!(spec.affinity, Some(affinity));
@@ -166,15 +167,15 @@ mod tests {
     fn the_annotation_turns_the_spread_off_and_only_workers_get_it() {
         let mut j = seed();
         for pod in [
-            launcher_pod(&j, 0, &BuildConfig::default()),
-            partitioner_pod(&j, 0, &BuildConfig::default()),
+            launcher_pod(&valid(&j), 0, &BuildConfig::default()),
+            partitioner_pod(&valid(&j), 0, &BuildConfig::default()),
         ] {
             assert_eq!(pod.spec.unwrap().topology_spread_constraints, None);
         }
         j.annotations_mut()
             .insert(ANNOTATION_WORKER_SPREAD.into(), "none".into());
         assert_eq!(worker_spread(&j), Ok(WorkerSpread::None));
-        let pod = worker_pod(&j, 0, 0, &BuildConfig::default());
+        let pod = worker_pod(&valid(&j), 0, 0, &BuildConfig::default());
         assert_eq!(pod.spec.unwrap().topology_spread_constraints, None);
         j.annotations_mut()
             .insert(ANNOTATION_WORKER_SPREAD.into(), "hard".into());

@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 
 use crate::pure::settings::{BuildConfig, GangScheduler};
+use crate::pure::validate::ValidJob;
 
 use super::{
     job_labels, owner_ref, CONFIG_VOLUME, DATASET_VOLUME, LAUNCHER_STATE_VOLUME, SHM_VOLUME,
@@ -301,7 +302,8 @@ fn add_data_plane(spec: &mut PodSpec) {
 /// `<job>-partitioner`: from the Partitioner template if given, else the
 /// Worker template (the training image and the workers' resources) running
 /// the Launcher's command and arguments (docs/user-guide.md).
-pub fn partitioner_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
+pub fn partitioner_pod(valid: &ValidJob<'_>, epoch: i32, cfg: &BuildConfig) -> Pod {
+    let job = valid.job();
     let own_template = job.spec.replica_spec(ReplicaType::Partitioner).is_some();
     let template_role = if own_template {
         ReplicaType::Partitioner
@@ -327,7 +329,8 @@ pub fn partitioner_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
 }
 
 /// `<job>-worker-<i>`: holds the DGL servers and trainers under dglrun.
-pub fn worker_pod(job: &DGLJob, index: i32, epoch: i32, cfg: &BuildConfig) -> Pod {
+pub fn worker_pod(valid: &ValidJob<'_>, index: i32, epoch: i32, cfg: &BuildConfig) -> Pod {
+    let job = valid.job();
     let mut pod = base_pod(
         job,
         ReplicaType::Worker,
@@ -367,7 +370,8 @@ pub fn worker_pod(job: &DGLJob, index: i32, epoch: i32, cfg: &BuildConfig) -> Po
 /// period), writes its files into the pod's `/etc/dgl` (an emptyDir here)
 /// and waits for every worker to be Ready; then dglrun drives the whole job
 /// and exits with its outcome.
-pub fn launcher_pod(job: &DGLJob, epoch: i32, cfg: &BuildConfig) -> Pod {
+pub fn launcher_pod(valid: &ValidJob<'_>, epoch: i32, cfg: &BuildConfig) -> Pod {
+    let job = valid.job();
     let job_name = job.name_any();
     let mut pod = base_pod(
         job,

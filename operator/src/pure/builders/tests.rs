@@ -2,6 +2,7 @@ use super::pods::{add_mount, env_value, mounts_at};
 use super::*;
 use crate::pure::observe::{ObservedPod, PodState};
 use crate::pure::settings::{BuildConfig, GangScheduler};
+use crate::pure::validate::valid;
 use dgl_api::{PartitionMode, ReplicaType};
 use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, EnvVar, Pod, ResourceRequirements, Volume,
@@ -31,10 +32,13 @@ fn env<'a>(c: &'a Container, name: &str) -> Option<&'a EnvVar> {
 fn use_graphbolt_reaches_dglrun_only_when_set() {
     let mut j = seed();
     let cfg = BuildConfig::default();
-    let pod = worker_pod(&j, 0, 0, &cfg);
+    let pod = worker_pod(&valid(&j), 0, 0, &cfg);
     assert!(env(main_container(&pod), ENV_USE_GRAPHBOLT).is_none());
     j.spec.use_graphbolt = Some(true);
-    for pod in [worker_pod(&j, 0, 0, &cfg), launcher_pod(&j, 0, &cfg)] {
+    for pod in [
+        worker_pod(&valid(&j), 0, 0, &cfg),
+        launcher_pod(&valid(&j), 0, &cfg),
+    ] {
         let e = env(main_container(&pod), ENV_USE_GRAPHBOLT).unwrap();
         assert_eq!(e.value.as_deref(), Some("true"));
     }
@@ -54,7 +58,7 @@ fn worker_keeps_template_and_adds_runtime() {
         ..Default::default()
     });
     c.env = Some(vec![env_value("USER_VAR", "kept")]);
-    let pod = worker_pod(&j, 1, 0, &BuildConfig::default());
+    let pod = worker_pod(&valid(&j), 1, 0, &BuildConfig::default());
     assert_eq!(pod.metadata.name.as_deref(), Some("dgl-graphsage-worker-1"));
     let labels = pod.metadata.labels.as_ref().unwrap();
     assert_eq!(labels[LABEL_JOB_NAME], "dgl-graphsage");
@@ -115,7 +119,7 @@ fn worker_respects_own_shm_and_workspace_mounts() {
     let c = &mut spec.containers[0];
     add_mount(c, "mine", "/dev/shm", false);
     add_mount(c, "mine", "/dgl_workspace", false);
-    let pod = worker_pod(&j, 0, 0, &BuildConfig::default());
+    let pod = worker_pod(&valid(&j), 0, 0, &BuildConfig::default());
     let spec = pod.spec.as_ref().unwrap();
     assert!(!spec.volumes.iter().flatten().any(|v| v.name == SHM_VOLUME));
     assert!(!spec
@@ -130,9 +134,9 @@ fn every_pod_tells_dglrun_its_run_as_its_label_says() {
     let (j, cfg) = (seed(), BuildConfig::default());
     for run in [0, 3] {
         let pods = [
-            partitioner_pod(&j, run, &cfg),
-            worker_pod(&j, 1, run, &cfg),
-            launcher_pod(&j, run, &cfg),
+            partitioner_pod(&valid(&j), run, &cfg),
+            worker_pod(&valid(&j), 1, run, &cfg),
+            launcher_pod(&valid(&j), run, &cfg),
         ];
         for pod in pods {
             let e = env(main_container(&pod), ENV_RUN).unwrap();
@@ -146,7 +150,7 @@ fn every_pod_tells_dglrun_its_run_as_its_label_says() {
 
 #[test]
 fn partitioner_runs_the_launchers_command_on_the_worker_template() {
-    let pod = partitioner_pod(&seed(), 0, &BuildConfig::default());
+    let pod = partitioner_pod(&valid(&seed()), 0, &BuildConfig::default());
     assert_eq!(
         pod.metadata.name.as_deref(),
         Some("dgl-graphsage-partitioner")
@@ -163,7 +167,7 @@ fn partitioner_runs_the_launchers_command_on_the_worker_template() {
 #[test]
 fn launcher_waits_for_workers_with_least_privilege() {
     let j = seed();
-    let pod = launcher_pod(&j, 0, &BuildConfig::default());
+    let pod = launcher_pod(&valid(&j), 0, &BuildConfig::default());
     let spec = pod.spec.as_ref().unwrap();
     assert_eq!(
         spec.service_account_name.as_deref(),
@@ -178,7 +182,7 @@ fn launcher_waits_for_workers_with_least_privilege() {
     // It waits for the ConfigMap to launch its own run (3 here), read
     // through the API, and writes the files where dglrun reads them.
     let init_env = |name: &str| env(init, name).and_then(|e| e.value.clone());
-    let pod3 = launcher_pod(&j, 3, &BuildConfig::default());
+    let pod3 = launcher_pod(&valid(&j), 3, &BuildConfig::default());
     let init3 = &pod3
         .spec
         .as_ref()
@@ -216,7 +220,7 @@ fn launcher_waits_for_workers_with_least_privilege() {
     let config = config.unwrap();
     assert!(config.config_map.is_none() && config.empty_dir.is_some());
     assert!(mounts_at(main_container(&pod), CONFIG_DIR));
-    let (_, role, binding) = launcher_rbac(&j);
+    let (_, role, binding) = launcher_rbac(&valid(&j));
     let rules = role.rules.unwrap();
     assert_eq!(rules.len(), 3);
     assert_eq!(rules[0].resources.as_deref().unwrap(), ["configmaps"]);
@@ -243,7 +247,7 @@ fn a_standalone_launcher_trains_alone_and_may_only_patch_itself() {
     let mut j = seed();
     j.spec.partition_mode = PartitionMode::Skip;
     j.spec.dgl_replica_specs.remove(&ReplicaType::Worker);
-    let pod = launcher_pod(&j, 0, &BuildConfig::default());
+    let pod = launcher_pod(&valid(&j), 0, &BuildConfig::default());
     let spec = pod.spec.as_ref().unwrap();
     assert!(spec.init_containers.is_none(), "no workers to wait for");
     assert_eq!(spec.automount_service_account_token, Some(true));
@@ -256,7 +260,7 @@ fn a_standalone_launcher_trains_alone_and_may_only_patch_itself() {
         "the template's args kept"
     );
     // Nothing to wait for: no read rule at all.
-    let (_, role, _) = launcher_rbac(&j);
+    let (_, role, _) = launcher_rbac(&valid(&j));
     let rules = role.rules.unwrap();
     assert_eq!(rules.len(), 1);
     assert_eq!(rules[0].verbs, ["patch"]);
@@ -265,7 +269,7 @@ fn a_standalone_launcher_trains_alone_and_may_only_patch_itself() {
         ["dgl-graphsage-launcher"]
     );
     for launch in [None, Some(0)] {
-        let cm = config_map(&j, &[], launch);
+        let cm = config_map(&valid(&j), &[], launch);
         let keys: Vec<&String> = cm.data.as_ref().unwrap().keys().collect();
         assert_eq!(keys, [LEADFILE], "no hostfile, no ip_config");
     }
@@ -276,7 +280,7 @@ fn a_standalone_launcher_trains_alone_and_may_only_patch_itself() {
         .flatten()
         .find(|v| v.name == CONFIG_VOLUME);
     assert!(config.unwrap().config_map.is_some());
-    let group = pod_group(&j, GangScheduler::Volcano);
+    let group = pod_group(&valid(&j), GangScheduler::Volcano);
     assert_eq!(group.data["spec"]["minMember"], 1);
 }
 
@@ -285,7 +289,7 @@ fn only_a_distparmetis_launcher_is_ready_when_partitioned() {
     let probe = |mode| {
         let mut j = seed();
         j.spec.partition_mode = mode;
-        let pod = launcher_pod(&j, 0, &BuildConfig::default());
+        let pod = launcher_pod(&valid(&j), 0, &BuildConfig::default());
         let spec = pod.spec.unwrap();
         let c = spec.containers[0].clone();
         let state = spec
@@ -326,14 +330,14 @@ fn config_map_lists_workers_in_index_order_and_ip_config_when_complete() {
         .map(|i| pod(i, Some(&format!("10.0.0.{}", 100 + i)).map(|s| s.as_str())))
         .collect();
     pods[10].ip = None;
-    let cm = config_map(&j, &pods, Some(0));
+    let cm = config_map(&valid(&j), &pods, Some(0));
     let data = cm.data.as_ref().unwrap();
     let lines: Vec<&str> = data[HOSTFILE].lines().collect();
     assert_eq!(lines[2], "10.0.0.102 30049 dgl-graphsage-worker-2 slots=1");
     assert_eq!(lines[10], "- 30049 dgl-graphsage-worker-10 slots=1");
     assert!(!data.contains_key(IP_CONFIG));
     pods[10].ip = Some("10.0.0.110".into());
-    let cm2 = config_map(&j, &pods, Some(0));
+    let cm2 = config_map(&valid(&j), &pods, Some(0));
     let ipc = &cm2.data.as_ref().unwrap()[IP_CONFIG];
     assert_eq!(ipc.lines().nth(10), Some("10.0.0.110 30050"));
     assert_ne!(
@@ -369,8 +373,8 @@ fn the_config_map_holds_ips_and_its_run_only_when_it_launches() {
         Some("10.0.0.5"),
     ));
     // Before the launch: names only, the same however far the pods are.
-    let start = config_map(&j, &[], None);
-    let waiting = config_map(&j, &pods, None);
+    let start = config_map(&valid(&j), &[], None);
+    let waiting = config_map(&valid(&j), &pods, None);
     assert_eq!(start, waiting, "no write per pod coming up");
     let data = start.data.clone().unwrap();
     assert!(!data.contains_key(IP_CONFIG) && !data.contains_key(CONFIG_RUN));
@@ -378,7 +382,7 @@ fn the_config_map_holds_ips_and_its_run_only_when_it_launches() {
     assert!(!start.metadata.labels.unwrap().contains_key(LABEL_RUN));
     // The launch of run 2: every IP, ip_config and the run (also as a
     // label: the operator's metadata-only cache reads it).
-    let launch = config_map(&j, &pods, Some(2));
+    let launch = config_map(&valid(&j), &pods, Some(2));
     assert_eq!(launch.labels()[LABEL_RUN], "2");
     let data = launch.data.unwrap();
     assert_eq!(data[CONFIG_RUN], "2");
@@ -400,8 +404,8 @@ fn the_launchers_ip_does_not_change_the_config_map() {
         facts: Default::default(),
         not_starting: None,
     };
-    let before = config_map(&j, &[launcher(None)], Some(0));
-    let after = config_map(&j, &[launcher(Some("10.0.0.9"))], Some(0));
+    let before = config_map(&valid(&j), &[launcher(None)], Some(0));
+    let after = config_map(&valid(&j), &[launcher(Some("10.0.0.9"))], Some(0));
     assert_eq!(
         before.annotations()[HASH_ANNOTATION],
         after.annotations()[HASH_ANNOTATION],
@@ -420,7 +424,7 @@ fn the_network_policy_admits_only_the_jobs_own_pods() {
         current: 0,
         kept_partitioner: None,
     };
-    let np = network_policy(&j, first);
+    let np = network_policy(&valid(&j), first);
     let mut got = serde_json::to_value(&np).unwrap();
     let hash = got["metadata"]["annotations"][HASH_ANNOTATION].take();
     assert!(hash.is_string());
@@ -456,9 +460,9 @@ fn the_network_policy_admits_only_the_jobs_own_pods() {
     // Every pod of the job, in every role, is selected.
     let cfg = BuildConfig::default();
     for pod in [
-        partitioner_pod(&j, 0, &cfg),
-        worker_pod(&j, 1, 0, &cfg),
-        launcher_pod(&j, 0, &cfg),
+        partitioner_pod(&valid(&j), 0, &cfg),
+        worker_pod(&valid(&j), 1, 0, &cfg),
+        launcher_pod(&valid(&j), 0, &cfg),
     ] {
         let pod_labels = pod.metadata.labels.unwrap();
         for (k, v) in np
@@ -524,7 +528,7 @@ fn after_a_restart_the_policy_admits_the_new_run_and_the_kept_partitioner_only()
     // Run 1, the partitioner of run 0 kept: its pods and that partitioner.
     let runs = AdmittedRuns::after(Some(1), &pods, &[]);
     assert_eq!(runs.kept_partitioner, Some(0));
-    let got = peers(&network_policy(&j, runs));
+    let got = peers(&network_policy(&valid(&j), runs));
     assert_eq!(got.len(), 2, "{got:?}");
     assert_eq!(got[0][LABEL_RUN], "1");
     assert!(!got[0].contains_key(LABEL_REPLICA_TYPE));
@@ -534,7 +538,7 @@ fn after_a_restart_the_policy_admits_the_new_run_and_the_kept_partitioner_only()
         assert_eq!(peer[LABEL_JOB_NAME], "dgl-graphsage");
     }
     // A worker of run 0 matches no peer: refused.
-    let old_worker = worker_pod(&j, 0, 0, &BuildConfig::default());
+    let old_worker = worker_pod(&valid(&j), 0, 0, &BuildConfig::default());
     let labels = old_worker.metadata.labels.unwrap();
     assert!(got
         .iter()
@@ -551,7 +555,7 @@ fn after_a_restart_the_policy_admits_the_new_run_and_the_kept_partitioner_only()
     terminating[0].state = PodState::Terminating;
     let runs = AdmittedRuns::after(Some(1), &terminating, &[]);
     assert_eq!(runs.kept_partitioner, None);
-    assert_eq!(peers(&network_policy(&j, runs)).len(), 1);
+    assert_eq!(peers(&network_policy(&valid(&j), runs)).len(), 1);
     // The first run's own partitioner is the current run's, not a kept one.
     assert_eq!(
         AdmittedRuns::after(None, &pods[..1], &[]).kept_partitioner,
@@ -568,7 +572,7 @@ fn quantities() {
 }
 
 fn watcher_env(j: &DGLJob) -> Option<String> {
-    let pod = launcher_pod(j, 0, &BuildConfig::default());
+    let pod = launcher_pod(&valid(j), 0, &BuildConfig::default());
     let init = pod.spec.unwrap().init_containers.unwrap();
     let w = init.iter().find(|c| c.name == WATCHER_CONTAINER).unwrap();
     w.env

@@ -420,7 +420,7 @@ fn the_partitioner_pod_set_counts_what_its_pod_requests() {
         .unwrap()
         .clone();
     let pod = crate::pure::builders::partitioner_pod(
-        &j,
+        &crate::pure::validate::valid(&j),
         0,
         &crate::pure::settings::BuildConfig::default(),
     );

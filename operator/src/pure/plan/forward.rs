@@ -10,6 +10,7 @@ use super::{find, Plan, Planner, Replicas, Step};
 use crate::pure::builders;
 use crate::pure::observe::{ObservedPod, PodState};
 use crate::pure::settings::BuildConfig;
+use crate::pure::validate::ValidJob;
 
 impl<'a> Planner<'a> {
     /// Forward: the partitioner, the workers and the launcher at once (the
@@ -17,7 +18,12 @@ impl<'a> Planner<'a> {
     /// launch once the partitions are made and every worker is Ready with
     /// an IP. A pod that cannot start is named, and fails the job after
     /// runPolicy.podStartTimeoutSeconds (`starting.rs`).
-    pub(super) fn forward(mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> Plan {
+    pub(super) fn forward(
+        mut self,
+        current: &[&ObservedPod],
+        valid: &ValidJob<'_>,
+        cfg: &BuildConfig,
+    ) -> Plan {
         if let Some(message) = self.watch_starts(current) {
             return self.start_timed_out(current, &message);
         }
@@ -26,13 +32,13 @@ impl<'a> Planner<'a> {
         // asks, and the launcher trains only once the ConfigMap launches
         // its run (written below), which needs the partitions made and
         // every worker Ready with its IP.
-        let partitioned = self.partition(current, cfg);
+        let partitioned = self.partition(current, valid, cfg);
         let early = self.job.spec.worker_creation_policy() == WorkerCreationPolicy::AtStartup;
         // `workers` creates the missing ones: not while AfterPartitioning waits.
-        let workers_ready = (early || partitioned) && self.workers(current, cfg);
+        let workers_ready = (early || partitioned) && self.workers(current, valid, cfg);
         let launch = workers_ready && partitioned;
         match find(current, &self.launcher) {
-            None => self.create(builders::launcher_pod(self.job, self.epoch, cfg)),
+            None => self.create(builders::launcher_pod(valid, self.epoch, cfg)),
             // Running before the launch would be a pod that skipped its
             // watcher-loop: not the job running.
             Some(p) if launch && matches!(p.state, PodState::Running { .. }) => {
@@ -89,7 +95,12 @@ impl<'a> Planner<'a> {
     /// Creates the partitioner if missing; true once it serves the shards
     /// (Ready), and always in a mode without one. One that exited 0 before
     /// this run trained is deleted to be made again (see [`ended_early`]).
-    fn partition(&mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> bool {
+    fn partition(
+        &mut self,
+        current: &[&ObservedPod],
+        valid: &ValidJob<'_>,
+        cfg: &BuildConfig,
+    ) -> bool {
         if !self.job.spec.has_partitioner() {
             return true;
         }
@@ -101,7 +112,7 @@ impl<'a> Planner<'a> {
             }
             Some(p) => p.is_ready() || p.state == PodState::Succeeded,
             None => {
-                self.create(builders::partitioner_pod(self.job, self.epoch, cfg));
+                self.create(builders::partitioner_pod(valid, self.epoch, cfg));
                 false
             }
         };
@@ -119,13 +130,18 @@ impl<'a> Planner<'a> {
     }
 
     /// Creates missing workers; true when every worker is Ready with an IP.
-    fn workers(&mut self, current: &[&ObservedPod], cfg: &BuildConfig) -> bool {
+    fn workers(
+        &mut self,
+        current: &[&ObservedPod],
+        valid: &ValidJob<'_>,
+        cfg: &BuildConfig,
+    ) -> bool {
         let mut ready = true;
         for i in 0..self.job.spec.num_workers() {
             match find(current, &worker_name(&self.name, i)) {
                 Some(p) => ready &= p.is_ready() && p.ip.is_some(),
                 None => {
-                    self.create(builders::worker_pod(self.job, i, self.epoch, cfg));
+                    self.create(builders::worker_pod(valid, i, self.epoch, cfg));
                     ready = false;
                 }
             }

@@ -34,6 +34,7 @@ use kube::ResourceExt;
 
 use crate::pure::observe::{ObservedPod, PodState};
 use crate::pure::settings::BuildConfig;
+use crate::pure::validate::ValidJob;
 
 /// A change to the job's pods.
 #[derive(Debug, Clone)]
@@ -141,30 +142,66 @@ pub fn plan(
     cfg: &BuildConfig,
     launched: Option<i32>,
 ) -> Plan {
-    let mut plan = plan_inner(job, seen, now, cfg, launched);
-    if !seen.down.is_empty() {
-        node_loss::force_on_down_nodes(&mut plan.steps, seen.down);
-    }
-    plan
+    plan_job(job, seen, now, cfg, launched).plan
 }
 
-fn plan_inner(
-    job: &DGLJob,
+/// A plan, and the validated job when validation ran and passed (not for a
+/// finished or refused job): what [`crate::pure::desired`] builds from.
+#[derive(Debug)]
+pub struct Planned<'a> {
+    pub plan: Plan,
+    pub valid: Option<ValidJob<'a>>,
+}
+
+/// [`plan`], keeping the proof of validation for the builders of the
+/// job's children.
+pub fn plan_job<'a>(
+    job: &'a DGLJob,
     seen: Seen<'_>,
     now: Timestamp,
     cfg: &BuildConfig,
     launched: Option<i32>,
-) -> Plan {
-    let down = seen.down;
+) -> Planned<'a> {
+    let (mut plan, valid) = plan_inner(job, seen, now, cfg, launched);
+    if !seen.down.is_empty() {
+        node_loss::force_on_down_nodes(&mut plan.steps, seen.down);
+    }
+    Planned { plan, valid }
+}
+
+/// The order matters: a finished job keeps its outcome and is not
+/// validated again (a setting changed since cannot refuse it), a refused
+/// job is refused even when suspended, and only a valid job moves on.
+fn plan_inner<'a>(
+    job: &'a DGLJob,
+    seen: Seen<'_>,
+    now: Timestamp,
+    cfg: &BuildConfig,
+    launched: Option<i32>,
+) -> (Plan, Option<ValidJob<'a>>) {
     let mut p = Planner::new(job, seen.pods, now);
     p.gone = seen.gone;
     p.launched = launched == Some(p.epoch);
     if p.sb.is_true(JobPhase::Succeeded) || p.sb.is_true(JobPhase::Failed) {
-        return p.finished();
+        return (p.finished(), None);
     }
-    if let Err(r) = crate::pure::validate::validate(job, cfg) {
-        return p.refused(r.reason, &r.message);
-    }
+    let valid = match crate::pure::validate::validate(job, cfg) {
+        Ok(valid) => valid,
+        Err(r) => return (p.refused(r.reason, &r.message), None),
+    };
+    (plan_valid(p, &valid, seen.down, cfg), Some(valid))
+}
+
+/// The plan of a validated job that is not finished: suspended, or on its
+/// way (a deadline passed, pods lost with a node, a failed run, success,
+/// or forward).
+fn plan_valid(
+    mut p: Planner<'_>,
+    valid: &ValidJob<'_>,
+    down: &PodsOnDownNodes,
+    cfg: &BuildConfig,
+) -> Plan {
+    let (job, now) = (valid.job(), p.now);
     if job.spec.suspended() {
         return p.suspended();
     }
@@ -186,7 +223,7 @@ fn plan_inner(
     let mut plan = match p.failure(&current) {
         Some(failure) if !launcher_succeeded => p.failed_run(&current, failure),
         _ if launcher_succeeded => p.succeeded(&current),
-        _ => p.forward(&current, cfg),
+        _ => p.forward(&current, valid, cfg),
     };
     node_loss::settle(&mut plan.status, now, job.metadata.generation);
     plan

@@ -1,6 +1,7 @@
 use super::*;
 use crate::pure::builders::{launcher_pod, partitioner_pod, worker_pod};
 use crate::pure::settings::{BuildConfig, GangScheduler};
+use crate::pure::validate::valid;
 use dgl_api::{DGLJob, PartitionMode, ReplicaType};
 use k8s_openapi::api::core::v1::Pod;
 
@@ -56,9 +57,12 @@ fn every_injected_container_of_every_role_and_mode_passes_restricted() {
     for cfg in &configs {
         for mode in modes {
             let j = job(mode);
-            let mut pods = vec![launcher_pod(&j, 0, cfg), worker_pod(&j, 1, 2, cfg)];
+            let mut pods = vec![
+                launcher_pod(&valid(&j), 0, cfg),
+                worker_pod(&valid(&j), 1, 2, cfg),
+            ];
             if j.spec.has_partitioner() {
-                pods.push(partitioner_pod(&j, 0, cfg));
+                pods.push(partitioner_pod(&valid(&j), 0, cfg));
             }
             for pod in &pods {
                 for c in injected(&j, pod) {

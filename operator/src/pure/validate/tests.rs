@@ -13,7 +13,7 @@ fn graphbolt_is_refused_where_dgl_cannot_use_it() {
     let cfg = cfg(&[]);
     let mut j = job("ns");
     j.spec.use_graphbolt = Some(true);
-    assert_eq!(validate(&j, &cfg), Ok(()));
+    assert_eq!(validate(&j, &cfg).map(|_| ()), Ok(()));
     j.spec.partition_mode = PartitionMode::DistParMetis;
     let r = validate(&j, &cfg).unwrap_err();
     assert_eq!(r.reason, "GraphBoltUnsupported");
@@ -24,7 +24,7 @@ fn graphbolt_is_refused_where_dgl_cannot_use_it() {
     let r = validate(&j, &cfg).unwrap_err();
     assert!(r.message.contains("standalone"), "{}", r.message);
     j.spec.use_graphbolt = Some(false);
-    assert_eq!(validate(&j, &cfg), Ok(()));
+    assert_eq!(validate(&j, &cfg).map(|_| ()), Ok(()));
 }
 
 fn set_sa(job: &mut DGLJob, role: ReplicaType, sa: &str) {
@@ -43,7 +43,7 @@ fn cfg(protected: &[&str]) -> BuildConfig {
 fn the_operators_service_account_is_refused_naming_the_field() {
     let cfg = cfg(&["ops/dgl-operator"]);
     let mut j = job("ops");
-    assert_eq!(validate(&j, &cfg), Ok(()));
+    assert_eq!(validate(&j, &cfg).map(|_| ()), Ok(()));
     set_sa(&mut j, ReplicaType::Worker, "dgl-operator");
     let r = validate(&j, &cfg).unwrap_err();
     assert_eq!(r.reason, "ServiceAccountRefused");
@@ -56,7 +56,7 @@ fn the_operators_service_account_is_refused_naming_the_field() {
     // The same name in another namespace is another ServiceAccount.
     let mut other = job("team-a");
     set_sa(&mut other, ReplicaType::Worker, "dgl-operator");
-    assert_eq!(validate(&other, &cfg), Ok(()));
+    assert_eq!(validate(&other, &cfg).map(|_| ()), Ok(()));
 }
 
 #[test]
@@ -110,7 +110,7 @@ fn the_largest_job_the_crd_admits_fits_its_config_map() {
             not_starting: None,
         })
         .collect();
-    let cm = crate::pure::builders::config_map(&j, &pods, Some(0));
+    let cm = crate::pure::builders::config_map(&valid(&j), &pods, Some(0));
     let size = serde_json::to_vec(&cm.data).unwrap().len();
     assert!(
         cm.data
@@ -136,7 +136,7 @@ fn a_launchers_service_account_is_refused_in_a_worker_or_partitioner() {
         r.message
     );
     set_sa(&mut j, ReplicaType::Worker, "reader");
-    assert_eq!(validate(&j, &cfg), Ok(()));
+    assert_eq!(validate(&j, &cfg).map(|_| ()), Ok(()));
     // The seed has no Partitioner spec: give it one (the Launcher's template).
     let launcher = j.spec.dgl_replica_specs[&ReplicaType::Launcher].clone();
     j.spec

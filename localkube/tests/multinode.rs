@@ -145,8 +145,50 @@ async fn pods_reach_each_other_across_nodes_and_down_is_clean() {
         assert!(s.running, "node {} is not fully running", s.node_name);
     }
     let client = info.client().await.expect("client");
+    nodes_are_ready_and_distinct(&client, n).await;
 
-    // N Ready nodes, with distinct names, IPs and pod CIDRs.
+    let t1 = Instant::now();
+    let image = cluster
+        .load_go_image("localhost/localkube/netcheck", NETCHECK_GO)
+        .await
+        .expect("netcheck image on every node");
+    eprintln!(
+        "multinode: image {image} on {} node(s) in {:.1}s",
+        cluster.node_sockets().len(),
+        t1.elapsed().as_secs_f64()
+    );
+    assert_eq!(cluster.node_sockets().len(), n);
+
+    let ns = localkube::create_test_namespace(&client, "multinode")
+        .await
+        .expect("namespace");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let node_names: Vec<String> = cluster
+        .node_summaries()
+        .into_iter()
+        .map(|s| s.node_name)
+        .collect();
+    let targets = start_servers(&client, &ns, &node_names, &image).await;
+    let t2 = Instant::now();
+    every_client_reaches_every_other_node(&pods, &node_names, &image, &targets).await;
+    eprintln!(
+        "multinode: every client reached every other node in {:.1}s",
+        t2.elapsed().as_secs_f64()
+    );
+
+    let t3 = Instant::now();
+    cluster.down(false).await.expect("cluster down");
+    eprintln!("multinode: down in {:.1}s", t3.elapsed().as_secs_f64());
+    nothing_is_left(&cluster, n, &routes_before, &chains_before);
+    eprintln!(
+        "multinode: total {:.1}s (up {:.1}s)",
+        t0.elapsed().as_secs_f64(),
+        t_up.as_secs_f64()
+    );
+}
+
+/// N Ready nodes, with distinct names, IPs and pod CIDRs.
+async fn nodes_are_ready_and_distinct(client: &kube::Client, n: usize) {
     let nodes: Api<Node> = Api::all(client.clone());
     let list = nodes.list(&ListParams::default()).await.expect("nodes");
     let mut ready = BTreeMap::new();
@@ -171,33 +213,22 @@ async fn pods_reach_each_other_across_nodes_and_down_is_clean() {
     assert_eq!(ready.len(), n, "{ready:?}");
     let ips: BTreeSet<&String> = ready.values().collect();
     assert_eq!(ips.len(), n, "node IPs not distinct: {ready:?}");
-    let node_names: Vec<String> = cluster
-        .node_summaries()
-        .into_iter()
-        .map(|s| s.node_name)
-        .collect();
+}
 
-    let t1 = Instant::now();
-    let image = cluster
-        .load_go_image("localhost/localkube/netcheck", NETCHECK_GO)
-        .await
-        .expect("netcheck image on every node");
-    eprintln!(
-        "multinode: image {image} on {} node(s) in {:.1}s",
-        cluster.node_sockets().len(),
-        t1.elapsed().as_secs_f64()
-    );
-    assert_eq!(cluster.node_sockets().len(), n);
-
-    let ns = localkube::create_test_namespace(&client, "multinode")
-        .await
-        .expect("namespace");
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
-    let svcs: Api<Service> = Api::namespaced(client.clone(), &ns);
+/// A server pod and its Service on each node, Running: (index, node, pod
+/// IP, ClusterIP) each.
+async fn start_servers(
+    client: &kube::Client,
+    ns: &str,
+    node_names: &[String],
+    image: &str,
+) -> Vec<(usize, String, String, String)> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let svcs: Api<Service> = Api::namespaced(client.clone(), ns);
     let pp = PostParams::default();
     for (k, node) in node_names.iter().enumerate() {
         let s = format!("server-{k}");
-        pods.create(&pp, &pod(&s, node, &image, vec!["serve".into()]))
+        pods.create(&pp, &pod(&s, node, image, vec!["serve".into()]))
             .await
             .expect("server pod");
         svcs.create(&pp, &service(&s)).await.expect("service");
@@ -217,22 +248,33 @@ async fn pods_reach_each_other_across_nodes_and_down_is_clean() {
         eprintln!("multinode: {s} on {node}: pod IP {ip}, Service {cluster_ip}");
         targets.push((k, node.clone(), ip, cluster_ip));
     }
-    let t2 = Instant::now();
+    targets
+}
+
+/// A client pod on each node probes every other node's server, by pod IP
+/// and by Service, and the API server.
+async fn every_client_reaches_every_other_node(
+    pods: &Api<Pod>,
+    node_names: &[String],
+    image: &str,
+    targets: &[(usize, String, String, String)],
+) {
+    let pp = PostParams::default();
     for (k, node) in node_names.iter().enumerate() {
         let mut args = vec!["probe".to_string()];
-        for (j, _, ip, cip) in &targets {
+        for (j, _, ip, cip) in targets {
             if *j != k {
                 args.push(format!("http://{ip}:8080/"));
                 args.push(format!("http://{cip}/"));
             }
         }
-        pods.create(&pp, &pod(&format!("client-{k}"), node, &image, args))
+        pods.create(&pp, &pod(&format!("client-{k}"), node, image, args))
             .await
             .expect("client pod");
     }
     for (k, node) in node_names.iter().enumerate() {
         let c = format!("client-{k}");
-        let done = wait_phase(&pods, &c, &["Succeeded", "Failed"], 240).await;
+        let done = wait_phase(pods, &c, &["Succeeded", "Failed"], 240).await;
         let logs = pods
             .logs(&c, &LogParams::default())
             .await
@@ -241,7 +283,7 @@ async fn pods_reach_each_other_across_nodes_and_down_is_clean() {
         let status = done.status.unwrap_or_default();
         assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{c}: {logs}");
         let my_ip = status.pod_ip.unwrap_or_default();
-        for (j, server_node, ip, cip) in &targets {
+        for (j, server_node, ip, cip) in targets {
             if *j == k {
                 continue;
             }
@@ -255,14 +297,16 @@ async fn pods_reach_each_other_across_nodes_and_down_is_clean() {
         }
         assert!(logs.contains("ok apiserver"), "{c}: {logs}");
     }
-    eprintln!(
-        "multinode: every client reached every other node in {:.1}s",
-        t2.elapsed().as_secs_f64()
-    );
+}
 
-    let t3 = Instant::now();
-    cluster.down(false).await.expect("cluster down");
-    eprintln!("multinode: down in {:.1}s", t3.elapsed().as_secs_f64());
+/// Nothing of the nodes is left on the host after `down`: links, mounts,
+/// routes, iptables chains.
+fn nothing_is_left(
+    cluster: &LocalCluster,
+    n: usize,
+    routes_before: &[String],
+    chains_before: &BTreeSet<String>,
+) {
     let left = cluster.leftovers();
     assert!(left.is_empty(), "left after down: {left:?}");
     for link in [localkube::CNI_BRIDGE, localkube::NODE_INTERFACE] {
@@ -274,11 +318,6 @@ async fn pods_reach_each_other_across_nodes_and_down_is_clean() {
     let mounts = host::mounts_under(cluster.state_dir());
     assert!(mounts.is_empty(), "mounts left: {mounts:?}");
     assert_eq!(localkube_routes(), routes_before, "routes left");
-    let new: Vec<_> = chains().difference(&chains_before).cloned().collect();
+    let new: Vec<_> = chains().difference(chains_before).cloned().collect();
     assert!(new.is_empty(), "iptables chains left: {new:?}");
-    eprintln!(
-        "multinode: total {:.1}s (up {:.1}s)",
-        t0.elapsed().as_secs_f64(),
-        t_up.as_secs_f64()
-    );
 }

@@ -77,6 +77,24 @@ async fn node_runs_a_pod_and_tears_down_cleanly() {
     );
     let client = info.client().await.expect("client");
 
+    let pods = probe_runs_to_succeeded(&cluster, &client).await;
+    second_cluster_is_refused(&name, &pods).await;
+
+    let t3 = Instant::now();
+    cluster.down(false).await.expect("cluster down");
+    eprintln!("smoke: down in {:.1}s", t3.elapsed().as_secs_f64());
+    nothing_is_left(&cluster, &chains_before).await;
+    eprintln!(
+        "smoke: total {:.1}s (up {:.1}s)",
+        t0.elapsed().as_secs_f64(),
+        t_up.as_secs_f64()
+    );
+}
+
+/// Builds the probe image, runs it as a pod to completion and checks what
+/// it printed (the server's version, its identity, its IP); returns the
+/// pods of its namespace.
+async fn probe_runs_to_succeeded(cluster: &LocalCluster, client: &kube::Client) -> Api<Pod> {
     let t1 = Instant::now();
     let image = cluster
         .load_go_image("localhost/localkube/smoke-probe", PROBE_GO)
@@ -87,7 +105,7 @@ async fn node_runs_a_pod_and_tears_down_cleanly() {
         t1.elapsed().as_secs_f64()
     );
 
-    let ns = localkube::create_test_namespace(&client, "smoke")
+    let ns = localkube::create_test_namespace(client, "smoke")
         .await
         .expect("namespace");
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
@@ -141,9 +159,12 @@ async fn node_runs_a_pod_and_tears_down_cleanly() {
     let pod_ip = status.pod_ip.unwrap_or_default();
     assert!(pod_ip.starts_with("10.244.0."), "pod IP {pod_ip}");
     assert!(logs.contains(&format!("pod IP {pod_ip}")), "{logs}");
+    pods
+}
 
-    // One node cluster per host: a second one is refused, naming the owner,
-    // and its failed start does not disturb the running one.
+/// One node cluster per host: a second one is refused, naming the owner,
+/// and its failed start does not disturb the running one.
+async fn second_cluster_is_refused(name: &str, pods: &Api<Pod>) {
     let other = LocalCluster::new(
         ClusterConfig::new(&format!("{name}-other"))
             .expect("config")
@@ -160,12 +181,10 @@ async fn node_runs_a_pod_and_tears_down_cleanly() {
         pods.get("probe").await.is_ok(),
         "the running cluster must survive the refused start"
     );
+}
 
-    let t3 = Instant::now();
-    cluster.down(false).await.expect("cluster down");
-    eprintln!("smoke: down in {:.1}s", t3.elapsed().as_secs_f64());
-
-    // Nothing of the node is left on the host.
+/// Nothing of the node is left on the host after `down`.
+async fn nothing_is_left(cluster: &LocalCluster, chains_before: &BTreeSet<String>) {
     let left = cluster.leftovers();
     assert!(left.is_empty(), "left after down: {left:?}");
     for link in [localkube::CNI_BRIDGE, localkube::NODE_INTERFACE] {
@@ -179,11 +198,6 @@ async fn node_runs_a_pod_and_tears_down_cleanly() {
         assert!(!c.running, "{} still running (pid {:?})", c.name, c.pid);
     }
     let chains_after = chains();
-    let new: Vec<_> = chains_after.difference(&chains_before).collect();
+    let new: Vec<_> = chains_after.difference(chains_before).collect();
     assert!(new.is_empty(), "iptables chains left: {new:?}");
-    eprintln!(
-        "smoke: total {:.1}s (up {:.1}s)",
-        t0.elapsed().as_secs_f64(),
-        t_up.as_secs_f64()
-    );
 }

@@ -23,7 +23,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use dgl_partition::config::{AllParts, Config, OwnPart};
 use dgl_partition::exchange::Exchange;
@@ -238,35 +237,14 @@ fn rank_binary(
     secret: Option<&str>,
 ) -> (bool, String) {
     let out = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "rank",
-        "--graph-name",
-        "g",
-        "--threads",
-        "2",
-        "--input",
-        url,
-    ])
-    .arg("--out")
-    .arg(out.path())
-    .arg("--workspace")
-    .arg(out.path())
-    .env_remove("DGL_OPERATOR_WORKER_INDEX")
-    .env("RUST_LOG", "trace");
+    let mut cmd = common::rank_command(BIN, url, out.path());
     for (k, v) in s3.env(who) {
         cmd.env(k, v);
     }
     if let Some(s) = secret {
         cmd.env("AWS_SECRET_ACCESS_KEY", s);
     }
-    let o = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    (o.status.success(), text)
+    common::output_text(&cmd.output().unwrap())
 }
 
 /// The storage faults, each named with the object and the server's reason,

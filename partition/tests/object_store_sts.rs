@@ -15,7 +15,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dgl_partition::input::{write_chunked, EdgeFormat};
@@ -28,22 +27,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_dgl-partition");
 /// logs at trace: success, all its output, how long it ran.
 fn rank_binary(env: &[(String, String)], url: &str) -> (bool, String, Duration) {
     let out = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(BIN);
-    cmd.args([
-        "rank",
-        "--graph-name",
-        "g",
-        "--threads",
-        "2",
-        "--input",
-        url,
-    ])
-    .arg("--out")
-    .arg(out.path())
-    .arg("--workspace")
-    .arg(out.path())
-    .env_remove("DGL_OPERATOR_WORKER_INDEX")
-    .env("RUST_LOG", "trace");
+    let mut cmd = common::rank_command(BIN, url, out.path());
     for (k, _) in std::env::vars() {
         if k.starts_with("AWS_") {
             cmd.env_remove(k);
@@ -53,12 +37,8 @@ fn rank_binary(env: &[(String, String)], url: &str) -> (bool, String, Duration) 
     let started = Instant::now();
     let o = cmd.output().unwrap();
     let took = started.elapsed();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    (o.status.success(), text, took)
+    let (ok, text) = common::output_text(&o);
+    (ok, text, took)
 }
 
 fn upload_graph(s3: &S3Server, tmp: &Path) -> String {

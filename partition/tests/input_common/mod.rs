@@ -177,3 +177,36 @@ pub fn missing_prerequisite(why: &str) {
     );
     eprintln!("SKIPPED (checks nothing): {why}");
 }
+
+/// `bin rank` (the `dgl-partition` binary) of the chunked graph at `url`
+/// into `out`, logging at trace, as one worker outside a pod would run it;
+/// the caller adds the environment it tests.
+pub fn rank_command(bin: &str, url: &str, out: &Path) -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin);
+    cmd.args([
+        "rank",
+        "--graph-name",
+        "g",
+        "--threads",
+        "2",
+        "--input",
+        url,
+    ])
+    .arg("--out")
+    .arg(out)
+    .arg("--workspace")
+    .arg(out)
+    .env_remove("DGL_OPERATOR_WORKER_INDEX")
+    .env("RUST_LOG", "trace");
+    cmd
+}
+
+/// A finished command's exit status and all its output, stdout first.
+pub fn output_text(o: &std::process::Output) -> (bool, String) {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.success(), text)
+}

@@ -84,8 +84,17 @@ impl<'a> Planner<'a> {
         false
     }
 
+    /// Partitioned, with Partitioning False beside it: a partition step
+    /// that ended before any reconcile saw it running (the DistParMETIS
+    /// ranks finish between two reconciles) still shows that it ran, so
+    /// the conditions tell the same story however fast the step was.
     fn mark_partitioned(&mut self) {
         let message = "The graph is partitioned.";
+        let unseen = self.sb.condition(JobPhase::Partitioning.into()).is_none();
+        if unseen && !self.sb.is_true(JobPhase::Partitioned) {
+            self.sb
+                .set(JobPhase::Partitioning, "JobPartitioning", message);
+        }
         self.sb
             .clear(JobPhase::Partitioning, "JobPartitioned", message);
         self.sb

@@ -859,6 +859,28 @@ fn distparmetis_partitions_on_the_workers_behind_the_launchers_readiness() {
 }
 
 #[test]
+fn a_partition_step_no_reconcile_saw_running_is_still_recorded() {
+    let mut j = job();
+    j.spec.partition_mode = PartitionMode::DistParMetis;
+    step(&mut j, &[], t(0));
+    let mut pods = vec![
+        pod(ReplicaType::Worker, 0, 0, ready()),
+        pod(ReplicaType::Worker, 1, 0, ready()),
+        pod(ReplicaType::Launcher, 0, 0, PodState::Pending),
+    ];
+    assert_eq!(step(&mut j, &pods, t(1)).launch, Some(0));
+    // The ranks finished before the next reconcile: the launcher is
+    // Ready at its first sight Running.
+    pods[2].state = ready();
+    let p = step(&mut j, &pods, t(2));
+    assert_eq!(p.status.phase, Some(JobPhase::Running));
+    assert_eq!(cond(&p, JobPhase::Partitioned).unwrap().status, "True");
+    let partitioning = cond(&p, JobPhase::Partitioning).expect("Partitioning recorded");
+    assert_eq!(partitioning.status, "False");
+    assert_eq!(partitioning.reason, "JobPartitioned");
+}
+
+#[test]
 fn only_a_distparmetis_launcher_waits_for_partitioning() {
     let mut j = job();
     j.spec.partition_mode = PartitionMode::Skip;

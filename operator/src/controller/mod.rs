@@ -184,42 +184,8 @@ pub async fn run_reporting(
     });
     let pods = Arc::new(PodCache::default());
     let children = Arc::new(ChildCache::default());
-    let mut triggers = vec![
-        cache::pod_triggers(
-            api::<SlimPod>(&client, &ns),
-            owned.clone(),
-            pods.clone(),
-            ready.clone(),
-        )
-        .boxed(),
-        cache::child_triggers::<ConfigMap>(&client, &ns, &owned, &children, &ready),
-        cache::child_triggers::<ServiceAccount>(&client, &ns, &owned, &children, &ready),
-        cache::child_triggers::<Role>(&client, &ns, &owned, &children, &ready),
-        cache::child_triggers::<RoleBinding>(&client, &ns, &owned, &children, &ready),
-        // No Secret watch: the operator may not read Secrets (least
-        // privilege); a running job's token Secret is created again on
-        // reconcile (children::ensure_secret, SECRET_RECHECK).
-    ];
-    if network_policy {
-        triggers.push(cache::child_triggers::<NetworkPolicy>(
-            &client, &ns, &owned, &children, &ready,
-        ));
-    }
-    // Nodes: optional (the namespaced install may not read them); not
-    // awaited before planning: a node not yet listed is taken as up, and
-    // the first list triggers the jobs on the nodes down then.
-    let node_cache = if nodes::readable(&client).await {
-        let cache = Arc::new(NodeCache::default());
-        triggers.push(nodes::node_triggers(&client, cache.clone(), pods.clone()).boxed());
-        Some(cache)
-    } else {
-        None
-    };
-    let kueue = settings.build.kueue.then(|| {
-        let (workloads, t) = kueue::watch(&client, &ns, &owned);
-        triggers.push(t);
-        workloads
-    });
+    let (triggers, node_cache, kueue) =
+        watches(&client, &ns, &settings, &owned, &pods, &children, &ready).await;
     let triggers = futures::stream::select_all(triggers);
 
     // Jobs: a reconcile per new generation (or first sight), not per status
@@ -272,6 +238,61 @@ pub async fn run_reporting(
         .await;
     waiter.abort();
     info!("controller stopped");
+}
+
+/// The watches besides the jobs' own, as reconcile triggers: pods, the
+/// children the operator applies, nodes when readable, Kueue's Workloads
+/// with `--kueue`; with the caches they fill.
+async fn watches(
+    client: &Client,
+    ns: &Option<String>,
+    settings: &Settings,
+    owned: &watcher::Config,
+    pods: &Arc<PodCache>,
+    children: &Arc<ChildCache>,
+    ready: &Arc<Readiness>,
+) -> (
+    Vec<futures::stream::BoxStream<'static, crate::cache::JobToReconcile>>,
+    Option<Arc<NodeCache>>,
+    Option<kueue::Workloads>,
+) {
+    let mut triggers = vec![
+        cache::pod_triggers(
+            api::<SlimPod>(client, ns),
+            owned.clone(),
+            pods.clone(),
+            ready.clone(),
+        )
+        .boxed(),
+        cache::child_triggers::<ConfigMap>(client, ns, owned, children, ready),
+        cache::child_triggers::<ServiceAccount>(client, ns, owned, children, ready),
+        cache::child_triggers::<Role>(client, ns, owned, children, ready),
+        cache::child_triggers::<RoleBinding>(client, ns, owned, children, ready),
+        // No Secret watch: the operator may not read Secrets (least
+        // privilege); a running job's token Secret is created again on
+        // reconcile (children::ensure_secret, SECRET_RECHECK).
+    ];
+    if settings.build.network_policy {
+        triggers.push(cache::child_triggers::<NetworkPolicy>(
+            client, ns, owned, children, ready,
+        ));
+    }
+    // Nodes: optional (the namespaced install may not read them); not
+    // awaited before planning: a node not yet listed is taken as up, and
+    // the first list triggers the jobs on the nodes down then.
+    let node_cache = if nodes::readable(client).await {
+        let cache = Arc::new(NodeCache::default());
+        triggers.push(nodes::node_triggers(client, cache.clone(), pods.clone()).boxed());
+        Some(cache)
+    } else {
+        None
+    };
+    let kueue = settings.build.kueue.then(|| {
+        let (workloads, t) = kueue::watch(client, ns, owned);
+        triggers.push(t);
+        workloads
+    });
+    (triggers, node_cache, kueue)
 }
 
 fn kube_err<'a>(

@@ -194,7 +194,8 @@ async fn run(
     mode: PartitionMode,
     restart: Option<Shared>,
 ) -> Result<String> {
-    let job = job(name, mode)?;
+    // Apart as a rule: the spread is checked, beside other scenarios.
+    let job = crate::stack::placement::spread_workers(job(name, mode)?)?;
     let mut outage = String::new();
     if let Some(s) = &restart {
         let s = s.clone();

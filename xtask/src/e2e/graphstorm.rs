@@ -24,7 +24,9 @@ use kube::api::Api;
 use kube::Client;
 
 use super::scenarios::in_namespace;
-use crate::stack::jobs::{delete_and_check_children, dump_job, example_succeeds_on, launcher_log};
+use crate::stack::jobs::{
+    delete_and_check_children, dump_job, example_succeeds_on, launcher_log, Place,
+};
 use crate::stack::placement::node0;
 use crate::stack::Stack;
 use crate::util::repo_root;
@@ -98,7 +100,15 @@ async fn native_then_infer_in(
 ) -> Result<String> {
     let nc = repo_root().join(NC_YAML);
     let epochs = config_number(&nc, "num_epochs")?;
-    let took = example_succeeds_on(client, ns, train, EXAMPLE_PARMETIS, node, |_, _, _| {}).await?;
+    let took = example_succeeds_on(
+        client,
+        ns,
+        train,
+        EXAMPLE_PARMETIS,
+        place(node),
+        |_, _, _| {},
+    )
+    .await?;
     let log = launcher_log(client, ns, train).await?;
     let per_epoch = epoch_means(&loss_lines(&log));
     ensure!(
@@ -115,7 +125,7 @@ async fn native_then_infer_in(
     delete_and_check_children(client, ns, train).await?;
 
     let inferred =
-        example_succeeds_on(client, ns, infer, EXAMPLE_INFER, node, |_, _, _| {}).await?;
+        example_succeeds_on(client, ns, infer, EXAMPLE_INFER, place(node), |_, _, _| {}).await?;
     let hidden = config_number(&nc, "hidden_size")?;
     let (files, bytes) = embeddings_written(&dir.join("embeddings"), NODES * hidden * 4)?;
     delete_and_check_children(client, ns, infer).await?;
@@ -179,15 +189,22 @@ async fn graphstorm_in(
     let epochs = num_epochs(&repo_root().join(NC_YAML))?;
     // Every distinct summary status.progress showed while the job ran.
     let mut seen: Vec<(String, Duration)> = Vec::new();
-    let total = example_succeeds_on(client, ns, name, EXAMPLE_GRAPHSTORM, node, |j, _, at| {
-        let summary = j.status.as_ref().and_then(|s| s.progress.as_ref());
-        if let Some(s) = summary.map(|p| p.summary.clone()) {
-            if seen.last().map(|(l, _)| l) != Some(&s) {
-                println!("    {:>6.1}s  status.progress: {s}", at.as_secs_f64());
-                seen.push((s, at));
+    let total = example_succeeds_on(
+        client,
+        ns,
+        name,
+        EXAMPLE_GRAPHSTORM,
+        place(node),
+        |j, _, at| {
+            let summary = j.status.as_ref().and_then(|s| s.progress.as_ref());
+            if let Some(s) = summary.map(|p| p.summary.clone()) {
+                if seen.last().map(|(l, _)| l) != Some(&s) {
+                    println!("    {:>6.1}s  status.progress: {s}", at.as_secs_f64());
+                    seen.push((s, at));
+                }
             }
-        }
-    })
+        },
+    )
     .await?;
     let log = launcher_log(client, ns, name).await?;
     let per_epoch = epoch_means(&loss_lines(&log));
@@ -302,6 +319,11 @@ fn epoch_means(losses: &[(u32, f64)]) -> Vec<(u32, f64)> {
     sums.into_iter()
         .map(|(e, (sum, n))| (e, sum / f64::from(n)))
         .collect()
+}
+
+/// A job held on `node` when given.
+fn place(node: Option<&str>) -> Place<'_> {
+    node.map_or(Place::Anywhere, Place::Node)
 }
 
 #[cfg(test)]

@@ -124,7 +124,8 @@ async fn isolation_in(
     name: &str,
     engines: &BTreeMap<String, PolicyEngine>,
 ) -> Result<String> {
-    let mut job = example_job(name)?;
+    // Apart as a rule: the spread is checked, beside other scenarios.
+    let mut job = crate::stack::placement::spread_workers(example_job(name)?)?;
     job.spec
         .run_policy
         .get_or_insert_with(Default::default)

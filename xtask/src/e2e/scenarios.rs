@@ -13,10 +13,10 @@ use kube::{Client, ResourceExt};
 
 use crate::stack::jobs::{
     apply_job, check_losses_fall, condition_message, delete_and_check_children, dump_job,
-    example_job, example_succeeds, follow, job_events, launcher_log, losses_by_worker,
-    losses_unprefixed, phase, pod_summary,
+    example_job, example_succeeds, example_succeeds_on, follow, job_events, launcher_log,
+    losses_by_worker, losses_unprefixed, phase, pod_summary, Place,
 };
-use crate::stack::placement::{node_count, Placement};
+use crate::stack::placement::{node_count, spread_workers, Placement};
 use crate::stack::{
     operator_pods_lp, pod_ready, wait_operator_ready, EXAMPLE, EXAMPLE_DISTPARMETIS,
     EXAMPLE_GRAPHBOLT, EXAMPLE_LAUNCHPY, EXAMPLE_PARMETIS, EXAMPLE_STANDALONE, JOB_TIMEOUT,
@@ -80,7 +80,7 @@ pub(super) async fn train(client: &Client) -> Result<String> {
 }
 
 async fn train_in(client: &Client, ns: &str, name: &str) -> Result<String> {
-    let job = example_job(name)?;
+    let job = spread_workers(example_job(name)?)?;
     let workers = job
         .spec
         .dgl_replica_specs
@@ -345,19 +345,29 @@ async fn distparmetis_in(client: &Client, ns: &str, name: &str) -> Result<String
     let (mut phases, mut reached, mut partitioner) = (Vec::new(), BTreeSet::new(), false);
     let mut placement = Placement::default();
     let nodes = node_count(client).await?;
-    let total = example_succeeds(client, ns, name, EXAMPLE_DISTPARMETIS, |j, pods, _| {
-        placement.observe(pods);
-        if let Some(p) = phase(j) {
-            if phases.last() != Some(&p) {
-                phases.push(p);
+    // Apart as a rule: beside other scenarios the preferred spread can lose
+    // to the nodes' free CPU, and the ranks must cross nodes.
+    let place = Place::WorkersApart;
+    let total = example_succeeds_on(
+        client,
+        ns,
+        name,
+        EXAMPLE_DISTPARMETIS,
+        place,
+        |j, pods, _| {
+            placement.observe(pods);
+            if let Some(p) = phase(j) {
+                if phases.last() != Some(&p) {
+                    phases.push(p);
+                }
             }
-        }
-        // The conditions, not sampled phases: a partitioning of 3 s can
-        // fall between two polls (seen in the test command).
-        let conditions = j.status.iter().flat_map(|s| &s.conditions);
-        reached.extend(conditions.map(|c| c.type_.clone()));
-        partitioner |= pods.iter().any(|p| p.name_any().ends_with("-partitioner"));
-    })
+            // The conditions, not sampled phases: a partitioning of 3 s can
+            // fall between two polls (seen in the test command).
+            let conditions = j.status.iter().flat_map(|s| &s.conditions);
+            reached.extend(conditions.map(|c| c.type_.clone()));
+            partitioner |= pods.iter().any(|p| p.name_any().ends_with("-partitioner"));
+        },
+    )
     .await?;
     ensure!(!partitioner, "DistParMETIS created a partitioner pod");
     // One MPI rank per worker: with the workers apart, the ranks' traffic

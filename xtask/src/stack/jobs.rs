@@ -13,6 +13,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, DeleteParams, ListParams, LogParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 
+use super::placement::spread_workers;
 use super::{print_events, EXAMPLE, JOB_TIMEOUT, MANAGER};
 use crate::util::repo_root;
 
@@ -286,25 +287,38 @@ pub(crate) async fn example_succeeds<F>(
 where
     F: FnMut(&DGLJob, &[Pod], Duration),
 {
-    example_succeeds_on(client, ns, name, example, None, on_poll).await
+    example_succeeds_on(client, ns, name, example, Place::Anywhere, on_poll).await
 }
 
-/// [`example_succeeds`] with every pod held on node `node` (when given).
+/// Where a scenario's job may run.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Place<'a> {
+    /// Where the scheduler puts it (with the operator's preferred spread).
+    Anywhere,
+    /// Every pod on this node.
+    Node(&'a str),
+    /// The workers on different nodes as a rule ([`spread_workers`]).
+    WorkersApart,
+}
+
+/// [`example_succeeds`] placed as `place` says.
 pub(crate) async fn example_succeeds_on<F>(
     client: &Client,
     ns: &str,
     name: &str,
     example: &str,
-    node: Option<&str>,
+    place: Place<'_>,
     on_poll: F,
 ) -> Result<Duration>
 where
     F: FnMut(&DGLJob, &[Pod], Duration),
 {
     let mut job = example_job_at(example, name)?;
-    if let Some(node) = node {
-        job = super::placement::pin_to_node(job, node);
-    }
+    job = match place {
+        Place::Anywhere => job,
+        Place::Node(node) => super::placement::pin_to_node(job, node),
+        Place::WorkersApart => spread_workers(job)?,
+    };
     println!("    kubectl apply -f {example} -n {ns}   (through kube-rs)");
     let applied = Instant::now();
     apply_job(client, ns, &job).await?;

@@ -70,6 +70,33 @@ pub(crate) fn pin_to_node(mut job: DGLJob, node: &str) -> DGLJob {
     job
 }
 
+/// `job` with its workers spread over nodes as a rule, not a preference
+/// (`whenUnsatisfiable: DoNotSchedule`, the user guide's hard spread): a
+/// worker waits for a node of its own rather than share one. For the
+/// scenarios that check the spread while others run beside them, where the
+/// operator's default preference can lose to the nodes' free CPU.
+pub(crate) fn spread_workers(mut job: DGLJob) -> Result<DGLJob> {
+    let name = job.name_any();
+    let constraint = serde_json::from_value(serde_json::json!({
+        "maxSkew": 1,
+        "topologyKey": dgl_api::names::TOPOLOGY_HOSTNAME,
+        "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": { "matchLabels": {
+            dgl_api::names::LABEL_JOB_NAME: name,
+            dgl_api::names::LABEL_REPLICA_TYPE: dgl_api::ReplicaType::Worker.label_value(),
+        }},
+    }))?;
+    job.spec
+        .dgl_replica_specs
+        .get_mut(&dgl_api::ReplicaType::Worker)
+        .context("the job has no Worker spec")?
+        .template
+        .spec
+        .get_or_insert_with(Default::default)
+        .topology_spread_constraints = Some(vec![constraint]);
+    Ok(job)
+}
+
 /// The first container of `role`'s template in `job`.
 pub(crate) fn main_container_mut(
     job: &mut DGLJob,
@@ -125,5 +152,34 @@ mod tests {
         assert!(line.contains("j-worker-1@b"), "{line}");
         // A worker never seen on a node does not count as spread.
         assert!(p.check_workers_spread("j", 3, 3).is_err());
+    }
+
+    #[test]
+    fn the_hard_spread_selects_this_jobs_workers_on_the_worker_template_only() {
+        let job = crate::stack::jobs::example_job("g").unwrap();
+        let job = spread_workers(job).unwrap();
+        let specs = &job.spec.dgl_replica_specs;
+        let worker = specs[&dgl_api::ReplicaType::Worker].template.spec.as_ref();
+        let c = &worker
+            .unwrap()
+            .topology_spread_constraints
+            .as_ref()
+            .unwrap()[0];
+        assert_eq!(c.when_unsatisfiable, "DoNotSchedule");
+        assert_eq!(c.topology_key, "kubernetes.io/hostname");
+        let labels = c
+            .label_selector
+            .as_ref()
+            .unwrap()
+            .match_labels
+            .as_ref()
+            .unwrap();
+        assert_eq!(labels["dgloperator.io/job-name"], "g");
+        assert_eq!(labels["dgloperator.io/replica-type"], "worker");
+        let launcher = specs[&dgl_api::ReplicaType::Launcher]
+            .template
+            .spec
+            .as_ref();
+        assert!(launcher.unwrap().topology_spread_constraints.is_none());
     }
 }

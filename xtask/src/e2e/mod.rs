@@ -77,9 +77,10 @@
 //! Scenarios run side by side (`--parallel`, default 3) where they only
 //! touch their own namespace; `kueue` and `train` (which replace the
 //! operator's pod), `chaos` and `namespaced` run alone, in that order, after
-//! them. Most of a
-//! scenario's time is waiting for pods, so side by side the tier takes
-//! about half the time it takes in a row (docs/benchmarks.md, "Test command").
+//! them. Side by side
+//! pays only with cores and node CPU to spare: on the 2-core machine the
+//! group took longer at 3 than at 1 (docs/benchmarks.md, "Test command"),
+//! so the test command runs them one at a time.
 //!
 //! On a failure, the job's status, its pods, Events and the operator's and
 //! pods' logs are printed before the cluster is stopped.

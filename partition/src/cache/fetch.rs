@@ -58,6 +58,8 @@ impl Cache {
             )));
         }
         let key = Key::from_hex(&manifest.key)?;
+        // Checked again: a caller may have built or changed it.
+        manifest.check(&self.name(&self.object(&key, MANIFEST)?), key.as_str())?;
         let store = client(self)?;
         let mut total = 0u64;
         for entry in manifest.files_of(part) {

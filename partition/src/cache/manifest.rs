@@ -181,7 +181,7 @@ impl Manifest {
     }
 
     /// The checks of [`Manifest::parse`].
-    fn check(&self, name: &Path, key: &str) -> Result<()> {
+    pub(crate) fn check(&self, name: &Path, key: &str) -> Result<()> {
         let err = |at: String, m: String| Err(Error::input(name, at, m));
         if self.format != FORMAT {
             return err(

@@ -201,6 +201,8 @@ fn put_file(
         let upload = rt
             .block_on(store.put_multipart(object))
             .map_err(|e| store_error(name, &e))?;
+        // WriteMultipart spawns each part's upload on the current runtime.
+        let _in_runtime = rt.enter();
         let mut w = WriteMultipart::new_with_chunk_size(upload, PART_SIZE);
         let mut buf = vec![0u8; PART_SIZE];
         loop {

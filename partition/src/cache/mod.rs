@@ -61,7 +61,10 @@ impl Cache {
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         let prefix = prefix.trim_end_matches('/');
         // The bucket and prefix are checked as an input object's are.
-        let probe = format!("{}{bucket}/{prefix}/{MANIFEST}", store::SCHEME);
+        let probe = match prefix.is_empty() {
+            true => format!("{}{bucket}/{MANIFEST}", store::SCHEME),
+            false => format!("{}{bucket}/{prefix}/{MANIFEST}", store::SCHEME),
+        };
         store::parse(Path::new(&probe)).map_err(|e| bad(&e.to_string()))?;
         Ok(Cache {
             bucket: bucket.to_string(),
@@ -136,6 +139,7 @@ mod tests {
             format!("{k}/g.json")
         );
         for bad in [
+            "s3:///cache",
             "parts/cache",
             "s3://",
             "s3://pa rts/x",

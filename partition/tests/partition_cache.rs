@@ -14,7 +14,11 @@
 //!   file behind; a hostile manifest (`../x`, an absurd size, not JSON) is
 //!   an error naming manifest.json; an upload without write access fails
 //!   naming the object and the server's reason;
-//! - no error and no log line (trace level) holds a credential.
+//! - the `dgl-partition cache fetch|upload` command as a worker runs it:
+//!   part 2 fetched as the reader, a miss (exit 3), a corrupted object
+//!   (exit 1, named), an upload lookup then finds;
+//! - no error, output or log line (trace level, in-process and the
+//!   binary's) holds a credential.
 //!
 //! One test function: one server for every step, killed when it ends.
 
@@ -28,11 +32,110 @@ use dgl_partition::config::{AllParts, Config};
 use dgl_partition::input::{write_chunked, EdgeFormat, Source};
 use dgl_partition::run;
 use dgl_partition::settings::Choice;
-use localkube::s3::S3Server;
+use localkube::s3::{Credentials, S3Server};
 
 const BUCKET: &str = "partcache";
 const INPUT: &str = "graphs";
 const CACHE: &str = "s3://partcache/jobs/cache/";
+const BIN: &str = env!("CARGO_BIN_EXE_dgl-partition");
+
+/// `dgl-partition cache <args>` as `who`, logs at trace: its exit code and
+/// all its output.
+fn binary(s3: &S3Server, who: &Credentials, args: &[&str]) -> (i32, String) {
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("cache").args(args).env("RUST_LOG", "trace");
+    for (k, v) in s3.env(who) {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (o.status.code().unwrap_or(-1), text)
+}
+
+/// The `dgl-partition cache` command: a worker's fetch of part 2 as the
+/// reader, a miss (exit 3), an upload as the admin that lookup then finds.
+fn command(s3: &S3Server, cache: &Cache, key: &Key, out: &Path, tmp: &Path) -> String {
+    let dest = tmp.join("cli-part2");
+    let (code, text) = binary(
+        s3,
+        &s3.reader,
+        &[
+            "fetch",
+            "--cache",
+            CACHE,
+            "--key",
+            key.as_str(),
+            "--part",
+            "2",
+        ],
+    );
+    // A usage error is clap's exit status 2, a miss 3.
+    assert!(
+        code == 2 && text.contains("--out"),
+        "--out is required:\n{text}"
+    );
+    let d = dest.to_str().unwrap();
+    let args = [
+        "fetch",
+        "--cache",
+        CACHE,
+        "--key",
+        key.as_str(),
+        "--part",
+        "2",
+        "--out",
+        d,
+    ];
+    let (code, mut all) = binary(s3, &s3.reader, &args);
+    assert_eq!(code, 0, "{all}");
+    assert!(
+        all.contains("fetched part 2 of entry") && all.contains("verified"),
+        "{all}"
+    );
+    assert!(all.contains("TRACE"), "the logs were captured:\n{all}");
+    let want: BTreeMap<String, Vec<u8>> = files(out)
+        .into_iter()
+        .filter(|(p, _)| p == "g.json" || p.starts_with("part2/"))
+        .collect();
+    assert!(
+        files(&dest) == want,
+        "the command's part 2 is the original's"
+    );
+
+    let absent = "e".repeat(64);
+    let args = [
+        "fetch", "--cache", CACHE, "--key", &absent, "--part", "0", "--out", d,
+    ];
+    let (code, text) = binary(s3, &s3.reader, &args);
+    assert_eq!(code, 3, "a miss:\n{text}");
+    assert!(text.contains("no entry"), "{text}");
+    all.push_str(&text);
+
+    let new = "c".repeat(64);
+    let o = out.to_str().unwrap();
+    let args = ["upload", "--cache", CACHE, "--key", &new, "--dir", o];
+    let (code, text) = binary(s3, &s3.admin, &args);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("uploaded entry") && text.contains("3 parts"),
+        "{text}"
+    );
+    all.push_str(&text);
+    let m = cache
+        .lookup(&Key::from_hex(&new).unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(m.files.len(), files(out).len());
+    println!(
+        "the command: {} lines of output and logs",
+        all.lines().count()
+    );
+    all
+}
 
 /// Every file below `dir` (relative path → bytes).
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -164,7 +267,15 @@ fn round_trip(cache: &Cache, key: &Key, out: &Path, tmp: &Path) -> Manifest {
 }
 
 /// Other bytes at one cached file: fetch_part names it and keeps nothing.
-fn corrupted(s3: &S3Server, cache: &Cache, hit: &Manifest, key: &Key, out: &Path, tmp: &Path) {
+fn corrupted(
+    logs: &mut String,
+    s3: &S3Server,
+    cache: &Cache,
+    hit: &Manifest,
+    key: &Key,
+    out: &Path,
+    tmp: &Path,
+) {
     for (rel, same_size) in [("part1/graph.dgl", true), ("part1/node_feat.dgl", false)] {
         let entry = hit.files.iter().find(|f| f.path == rel).unwrap();
         let mut bytes = vec![0u8; entry.size as usize];
@@ -176,6 +287,22 @@ fn corrupted(s3: &S3Server, cache: &Cache, hit: &Manifest, key: &Key, out: &Path
         let e = cache.fetch_part(hit, 1, &dest).unwrap_err().to_string();
         let name = format!("s3://{BUCKET}/{}", object(key, rel));
         assert!(e.contains(&name), "{e}");
+        // The command as a worker runs it: exit 1, the object named.
+        let d = dest.to_str().unwrap();
+        let args = [
+            "fetch",
+            "--cache",
+            CACHE,
+            "--key",
+            key.as_str(),
+            "--part",
+            "1",
+            "--out",
+            d,
+        ];
+        let (code, text) = binary(s3, &s3.reader, &args);
+        assert!(code == 1 && text.contains(&name), "{text}");
+        logs.push_str(&text);
         if same_size {
             let actual = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
             assert!(e.contains(&entry.sha256) && e.contains(&actual), "{e}");
@@ -312,7 +439,8 @@ fn partitions_are_cached_fetched_verified_and_refused_when_corrupted() {
     );
     object_input_key(&s3, &local, &settings);
 
-    corrupted(&s3, &cache, &hit, &key, &out, tmp.path());
+    let mut outputs = command(&s3, &cache, &key, &out, tmp.path());
+    corrupted(&mut outputs, &s3, &cache, &hit, &key, &out, tmp.path());
     hostile(&s3, &cache, &hit, &key, tmp.path());
     // Without its manifest (an upload cut short) the entry is a miss.
     delete(&s3, BUCKET, &object(&key, "manifest.json"));
@@ -337,7 +465,7 @@ fn partitions_are_cached_fetched_verified_and_refused_when_corrupted() {
         &s3.reader.access_key,
         &s3.reader.secret_key,
     ];
-    let text = logs.text();
+    let text = logs.text() + &outputs;
     assert!(
         text.contains("partitions uploaded to the partition cache"),
         "{text}"

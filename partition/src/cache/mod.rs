@@ -13,7 +13,8 @@
 //! - [`manifest`]: `manifest.json`, the list of cached files, written last
 //!   (a half upload is never a hit) and checked as untrusted input;
 //! - [`upload`]: a finished output folder into the bucket;
-//! - [`fetch`]: lookup and the verified download of one part.
+//! - [`fetch`]: lookup and the verified download of one part;
+//! - [`cli`]: `dgl-partition cache upload|fetch`.
 //!
 //! Objects are reached as the pipeline's input is ([`crate::input`]'s
 //! store: the `AWS_*` environment, bounded retries); errors name
@@ -22,8 +23,10 @@
 //! in `spawn_blocking`.
 //!
 //! Not yet wired in: nothing in a `DGLJob` configures a cache, and neither
-//! the operator nor dglrun calls this module yet.
+//! the operator nor dglrun calls this module yet (only the
+//! `dgl-partition cache` command does).
 
+pub mod cli;
 pub mod fetch;
 pub mod key;
 pub mod manifest;

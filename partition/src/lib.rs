@@ -20,8 +20,11 @@
 //! both binaries take and the partitioner [`settings::Choice`], [`stages`]
 //! the timing of the reports. [`rmat`] generates the benchmark's graph.
 //! [`names`] checks every name from the input that becomes a file name.
+//! [`cache`] keeps finished partitions in a bucket for later runs of the
+//! same input and settings (the library only: not yet wired into a job).
 
 pub mod assign;
+pub mod cache;
 pub mod config;
 pub mod csr;
 pub mod error;

@@ -1,11 +1,14 @@
 //! `dgl-partition`: the rank program of partition mode DistParMETIS. `mpirun`
 //! starts one per worker (through `dglrun rsh`); built with `--features mpi`
-//! the ranks talk over MPI, without it the world has one rank.
+//! the ranks talk over MPI, without it the world has one rank. Also the
+//! transport's self-test, the benchmark graph's generator and the
+//! partition cache's transfers (`cache upload|fetch`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use dgl_partition::cache::cli::CacheCommand;
 use dgl_partition::config::{Config, OwnPart};
 use dgl_partition::exchange::{plan::Limits, selftest, Exchange};
 use dgl_partition::input::Source;
@@ -36,6 +39,28 @@ enum Command {
     /// a 60 % `train_mask`) in DGL's chunked format, for sizes DGL's own
     /// generator cannot hold. Holds the whole graph while it writes.
     MakeRmat(MakeRmatArgs),
+    /// The partition cache in an S3-compatible bucket (credentials, region
+    /// and endpoint from the AWS_* environment variables): upload a
+    /// finished output folder as an entry, or fetch one part of an entry,
+    /// verified. Exit status 3: the entry is not cached (2: a usage error).
+    #[command(subcommand)]
+    Cache(CacheCommand),
+}
+
+fn cache_main(cmd: &CacheCommand) -> ExitCode {
+    match cmd.run() {
+        Ok(outcome) => {
+            println!("{}", outcome.line);
+            match outcome.hit {
+                true => ExitCode::SUCCESS,
+                false => ExitCode::from(3),
+            }
+        }
+        Err(e) => {
+            eprintln!("dgl-partition cache: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(clap::Args, Debug)]
@@ -210,6 +235,7 @@ fn main() -> ExitCode {
         Command::Selftest(args) => selftest_main(&args),
         Command::Rank(args) => rank_main(&args),
         Command::MakeRmat(args) => make_rmat_main(&args),
+        Command::Cache(cmd) => cache_main(&cmd),
     }
 }
 

@@ -11,11 +11,11 @@
 mod chunked;
 mod csv;
 mod limits;
-mod metadata;
+pub(crate) mod metadata;
 mod npy;
 mod parquet;
 mod parquet_check;
-mod store;
+pub(crate) mod store;
 mod text;
 mod write;
 

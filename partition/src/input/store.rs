@@ -179,7 +179,7 @@ pub(crate) struct Head {
 }
 
 /// The runtime the blocking reads wait on (rayon threads block on it).
-fn runtime() -> io::Result<&'static tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> io::Result<&'static tokio::runtime::Runtime> {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
     if let Some(rt) = RT.get() {
         return Ok(rt);
@@ -212,7 +212,7 @@ fn retry_config() -> RetryConfig {
 /// The client of `bucket`, from the environment (`AmazonS3Builder::from_env`:
 /// keys, session token, web identity, region, endpoint, AWS_ALLOW_HTTP);
 /// path-style requests unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST is true.
-fn client(bucket: &str) -> io::Result<Arc<AmazonS3>> {
+pub(crate) fn client(bucket: &str) -> io::Result<Arc<AmazonS3>> {
     static CLIENTS: OnceLock<Mutex<HashMap<String, Arc<AmazonS3>>>> = OnceLock::new();
     // Keyed by the variables too: a test may run processes' worth of
     // configurations in one process.
@@ -246,7 +246,7 @@ fn client(bucket: &str) -> io::Result<Arc<AmazonS3>> {
 
 /// An error of the store as an `io::Error` whose text is the server's
 /// reason (kind NotFound for a missing object, PermissionDenied for 401/403).
-fn to_io(e: &object_store::Error) -> io::Error {
+pub(crate) fn to_io(e: &object_store::Error) -> io::Error {
     let kind = match e {
         object_store::Error::NotFound { .. } => io::ErrorKind::NotFound,
         object_store::Error::PermissionDenied { .. }
@@ -443,6 +443,13 @@ fn get_into(path: &Path, h: &Head, offset: u64, buf: &mut [u8]) -> io::Result<()
     }
     buf.copy_from_slice(&bytes);
     Ok(())
+}
+
+/// An object's size and ETag (one HEAD, or the session's): what the
+/// partition cache's key takes of a chunk in a bucket.
+pub(crate) fn size_and_etag(path: &Path) -> io::Result<(u64, Option<String>)> {
+    let h = head(path)?;
+    Ok((h.len, h.etag))
 }
 
 /// The size of a file or object.

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use base64::Engine as _;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStoreExt, PutPayload, RetryConfig};
@@ -22,8 +23,7 @@ use crate::error::{Error, Result};
 use crate::tools::{installed_tool, GoTool};
 use crate::util;
 
-mod sts;
-pub use sts::TempCredentials;
+pub mod sts;
 
 /// The environment variable that names the `weed` binary (the test
 /// command's setup sets it); otherwise the cached build is used.
@@ -160,7 +160,7 @@ impl S3Server {
         let mut args = server_args(ip, &dir, &ports);
         if let Some(key) = &sts_key {
             let path = dir.join("iam.json");
-            util::write_atomic(&path, sts::iam_config(key).as_bytes(), 0o600)?;
+            util::write_atomic(&path, iam_config(key).as_bytes(), 0o600)?;
             args.push(format!("-s3.iam.config={}", path.display()));
         }
         let started = Instant::now();
@@ -444,4 +444,22 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// The issuer written into the STS config (the server checks it).
+const ISSUER: &str = "localkube-sts";
+
+/// The `-s3.iam.config` file: the STS with `key` as its signing key; no
+/// roles or providers (a caller assumes a session of itself).
+fn iam_config(key: &[u8]) -> String {
+    serde_json::json!({
+        "sts": {
+            "tokenDuration": "1h",
+            "maxSessionLength": "12h",
+            "issuer": ISSUER,
+            "signingKey": base64::engine::general_purpose::STANDARD.encode(key),
+        },
+        "policy": {"defaultEffect": "Deny"},
+    })
+    .to_string()
 }

@@ -13,16 +13,13 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 
 use super::{Credentials, S3Server};
 use crate::error::{Error, Result};
-
-/// The issuer written into the STS config (the server checks it).
-const ISSUER: &str = "localkube-sts";
 
 /// A session from the server's STS: keys, session token, expiry.
 #[derive(Clone, PartialEq, Eq)]
@@ -42,21 +39,6 @@ impl std::fmt::Debug for TempCredentials {
             self.keys.access_key, self.expiration
         )
     }
-}
-
-/// The `-s3.iam.config` file: the STS with `key` as its signing key; no
-/// roles or providers (a caller assumes a session of itself).
-pub(super) fn iam_config(key: &[u8]) -> String {
-    serde_json::json!({
-        "sts": {
-            "tokenDuration": "1h",
-            "maxSessionLength": "12h",
-            "issuer": ISSUER,
-            "signingKey": STANDARD.encode(key),
-        },
-        "policy": {"defaultEffect": "Deny"},
-    })
-    .to_string()
 }
 
 impl S3Server {

@@ -32,8 +32,17 @@ func serve() {
 	}
 }
 
+// A new connection per attempt: a kept-alive one opened before kube-proxy
+// had the Service's rule went out past the node (this sandbox's default
+// route answers HTTP 404) and every retry reused it, 90 s of 404s
+// (2026-11-29) although the rule came a moment later.
+var client = http.Client{
+	Timeout:   3 * time.Second,
+	Transport: &http.Transport{DisableKeepAlives: true},
+}
+
 func get(url string) (string, error) {
-	c := http.Client{Timeout: 3 * time.Second}
+	c := &client
 	resp, err := c.Get(url)
 	if err != nil {
 		return "", err

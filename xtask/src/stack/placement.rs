@@ -156,7 +156,17 @@ mod tests {
 
     #[test]
     fn the_hard_spread_selects_this_jobs_workers_on_the_worker_template_only() {
-        let job = crate::stack::jobs::example_job("g").unwrap();
+        let template = serde_json::json!({"spec": {"containers": [{"name": "m"}]}});
+        let job: DGLJob = serde_json::from_value(serde_json::json!({
+            "apiVersion": "dgloperator.io/v1alpha1",
+            "kind": "DGLJob",
+            "metadata": {"name": "g"},
+            "spec": {"dglReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": template},
+                "Worker": {"replicas": 2, "template": template},
+            }},
+        }))
+        .unwrap();
         let job = spread_workers(job).unwrap();
         let specs = &job.spec.dgl_replica_specs;
         let worker = specs[&dgl_api::ReplicaType::Worker].template.spec.as_ref();

@@ -82,6 +82,7 @@ use crate::rules;
 ).message("spec.runPolicy.schedulingPolicy.minAvailable: must not exceed the number of pods of the job (workers + launcher + partitioner)"))]
 #[x_kube(validation = rules::GRAPHBOLT_NOT_WITH_DISTPARMETIS.crd_rule())]
 #[x_kube(validation = rules::GRAPHBOLT_NEEDS_WORKERS.crd_rule())]
+#[x_kube(validation = rules::PARTITION_CACHE_NEEDS_PARMETIS.crd_rule())]
 #[x_kube(validation = rules::no_launcher_account_rule(ReplicaType::Worker))]
 #[x_kube(validation = rules::no_launcher_account_rule(ReplicaType::Partitioner))]
 // On the spec, not the field: a rule on the field runs only when the old and
@@ -153,6 +154,35 @@ pub struct DGLJobSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63))]
     pub managed_by: Option<String>,
+
+    /// Partition once, train many: where partitions are kept and reused
+    /// (partition mode ParMETIS with a chunked `--partition-input`). Before
+    /// the partitioner is made, the launcher pod looks the job's key up (a
+    /// digest of the input's metadata.json and each chunk's size and ETag,
+    /// the partition settings and the worker count): found, no partitioner
+    /// runs and each worker downloads only its own part, verified by
+    /// SHA-256; not found, the partitioner partitions and stores them there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_cache: Option<PartitionCacheSpec>,
+}
+
+/// `spec.partitionCache`: an S3-compatible prefix and the Secret to reach it.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionCacheSpec {
+    /// The cache, `s3://bucket/prefix`: an entry is `<prefix>/<key>/`
+    /// with its `manifest.json` written last.
+    #[schemars(length(min = 6, max = 1024), regex(pattern = r"^s3://[^/\s]+(/\S*)?$"))]
+    pub url: String,
+    /// A Secret in the job's namespace whose keys become environment
+    /// variables (`envFrom`) of the lookup, the partitioner and the workers:
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, and for an
+    /// S3-compatible store `AWS_ENDPOINT`, `AWS_REGION`,
+    /// `AWS_ALLOW_HTTP`. The keys must write the prefix and read the input.
+    /// Unset: the pods' own environment (e.g. the templates' `envFrom`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub credentials_secret: Option<String>,
 }
 
 /// [`DGLJobSpec::managed_by`]'s value naming this operator.

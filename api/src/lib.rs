@@ -10,6 +10,7 @@ mod job;
 #[cfg(feature = "logging")]
 pub mod logging;
 pub mod names;
+pub mod partition_cache;
 pub mod pods;
 pub mod progress;
 pub mod rules;

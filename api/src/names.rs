@@ -118,6 +118,18 @@ pub const LAUNCHER_STATE_DIR: &str = "/var/run/dglrun";
 /// that as Partitioned.
 pub const PARTITIONED_MARKER: &str = "partitioned";
 
+/// The launcher's init container (before watcher-loop) that looks the
+/// job's partitions up in `spec.partitionCache`; its termination message
+/// and [`CACHE_LOOKUP_FILE`] hold the answer ([`crate::partition_cache`]).
+pub const CACHE_LOOKUP_CONTAINER: &str = "partition-cache-lookup";
+/// [`ENV_ROLE`]'s value for that container: dglrun's lookup role.
+pub const ROLE_CACHE_LOOKUP: &str = "PartitionCacheLookup";
+/// `spec.partitionCache.url`, for the lookup, the partitioner (which
+/// stores what it made there) and the launcher (which then ships from it).
+pub const ENV_PARTITION_CACHE: &str = "DGL_OPERATOR_PARTITION_CACHE";
+/// File in [`LAUNCHER_STATE_DIR`]: the lookup's answer for the launcher.
+pub const CACHE_LOOKUP_FILE: &str = "partition-cache";
+
 /// ConfigMap key: workers, one line each in partition order (`<ip> <port> <pod> slots=<n>`).
 pub const HOSTFILE: &str = "hostfile";
 /// ConfigMap key: the partitioner (`<ip> <port> <pod>`).

@@ -20,6 +20,8 @@ pub struct Facts {
     pub has_workers: bool,
     /// `dglReplicaSpecs.Partitioner` is given.
     pub partitioner_spec: bool,
+    /// `spec.partitionCache` is given.
+    pub partition_cache: bool,
 }
 
 impl Facts {
@@ -30,6 +32,7 @@ impl Facts {
             use_graphbolt: spec.use_graphbolt(),
             has_workers: !spec.is_standalone(),
             partitioner_spec: spec.replica_spec(ReplicaType::Partitioner).is_some(),
+            partition_cache: spec.partition_cache.is_some(),
         }
     }
 
@@ -45,6 +48,7 @@ impl Facts {
             use_graphbolt,
             has_workers,
             partitioner_spec: false,
+            partition_cache: false,
         }
     }
 }
@@ -61,6 +65,8 @@ pub enum Fact {
     HasWorkers,
     /// `spec.dglReplicaSpecs.Partitioner` is given.
     PartitionerSpec,
+    /// `spec.partitionCache` is given.
+    PartitionCache,
 }
 
 impl Fact {
@@ -84,6 +90,10 @@ impl Fact {
                 "'Partitioner' in self.dglReplicaSpecs".to_string(),
                 "!('Partitioner' in self.dglReplicaSpecs)".to_string(),
             ),
+            Fact::PartitionCache => (
+                "has(self.partitionCache)".to_string(),
+                "!has(self.partitionCache)".to_string(),
+            ),
         };
         if holds {
             yes
@@ -99,6 +109,7 @@ impl Fact {
             Fact::Mode(m) => f.partition_mode == m,
             Fact::HasWorkers => f.has_workers,
             Fact::PartitionerSpec => f.partitioner_spec,
+            Fact::PartitionCache => f.partition_cache,
         }
     }
 }
@@ -166,6 +177,14 @@ pub const GRAPHBOLT_NEEDS_WORKERS: SpecRule = SpecRule {
     when: (Fact::UsesGraphbolt, true),
     then: (Fact::HasWorkers, true),
     message: "spec.useGraphbolt: needs spec.dglReplicaSpecs.Worker (DGL 2.1.0 has no GraphBolt in standalone mode, the training a job without workers runs)",
+};
+
+/// The cache is keyed by a chunked input the launcher can read before any
+/// partitioning: the native pipeline of the partitioner pod (ParMETIS).
+pub const PARTITION_CACHE_NEEDS_PARMETIS: SpecRule = SpecRule {
+    when: (Fact::PartitionCache, true),
+    then: (Fact::Mode(PartitionMode::ParMetis), true),
+    message: "spec.partitionCache: needs spec.partitionMode ParMETIS (its key is computed from the chunked --partition-input before partitioning; DGL-API's script and Skip have no such input, and DistParMETIS's ranks do not store their parts yet)",
 };
 
 /// What DGL 2.1.0's GraphBolt cannot be given.

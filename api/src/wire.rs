@@ -342,6 +342,10 @@ pub enum ShardSource {
     Partitioner { addr: String },
     /// Partition mode Skip: the shard is already in the worker's workspace.
     Local,
+    /// `spec.partitionCache` had the job's partitions: the worker downloads
+    /// its own part (and the partition JSON) of entry `key` under `url`
+    /// (`s3://bucket/prefix`), each file checked by size and SHA-256.
+    Cache { url: String, key: String },
 }
 
 /// `PrepareShard`'s parameters.

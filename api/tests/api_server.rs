@@ -356,6 +356,7 @@ async fn every_field_round_trips() {
         use_graphbolt: Some(true),
         worker_creation_policy: Some(WorkerCreationPolicy::AfterPartitioning),
         managed_by: Some("kueue.x-k8s.io/multikueue".into()),
+        partition_cache: None,
     };
     let job = DGLJob::new("roundtrip", spec.clone());
     let created = api

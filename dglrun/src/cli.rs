@@ -259,6 +259,15 @@ pub struct NativeArgs {
     /// Node feature that marks training nodes, balanced by --balance-train.
     #[arg(long, value_name = "NAME", default_value = "train_mask")]
     pub train_mask: String,
+    /// Partition once, train many (partition mode ParMETIS with a chunked
+    /// --partition-input): s3://bucket/prefix where partitions are kept
+    /// under a key of the input (metadata.json, each chunk's size and
+    /// ETag), the settings and the worker count. The partitioner stores
+    /// what it made there; a later job with the same key skips partitioning
+    /// and each worker downloads only its own part, checked by SHA-256.
+    /// The operator sets it from spec.partitionCache.
+    #[arg(long, env = names::ENV_PARTITION_CACHE, value_name = "URL")]
+    pub partition_cache: Option<String>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -473,6 +482,8 @@ pub enum Role {
     Launcher,
     Worker,
     Probe,
+    /// The launcher pod's first init container with spec.partitionCache.
+    CacheLookup,
 }
 
 /// Role from DGL_OPERATOR_PHASE_ENV: a replica type's name, any case
@@ -484,6 +495,9 @@ pub fn role_from_env(value: Option<&str>) -> Result<Role, String> {
             names::ENV_ROLE
         ));
     };
+    if v.eq_ignore_ascii_case(names::ROLE_CACHE_LOOKUP) {
+        return Ok(Role::CacheLookup);
+    }
     match ReplicaType::ALL
         .into_iter()
         .find(|r| r.as_str().eq_ignore_ascii_case(v))

@@ -10,11 +10,12 @@ const MODES: [PartitionMode; 4] = [
 /// Every combination of the facts the rules read.
 fn all_facts() -> impl Iterator<Item = Facts> {
     MODES.into_iter().flat_map(|partition_mode| {
-        (0..8).map(move |bits| Facts {
+        (0..16).map(move |bits| Facts {
             partition_mode,
             use_graphbolt: bits & 1 != 0,
             has_workers: bits & 2 != 0,
             partitioner_spec: bits & 4 != 0,
+            partition_cache: bits & 8 != 0,
         })
     })
 }
@@ -43,6 +44,10 @@ fn each_rule_generates_the_cel_the_crd_had() {
         (
             &GRAPHBOLT_NEEDS_WORKERS,
             "!has(self.useGraphbolt) || !self.useGraphbolt || 'Worker' in self.dglReplicaSpecs",
+        ),
+        (
+            &PARTITION_CACHE_NEEDS_PARMETIS,
+            "!has(self.partitionCache) || self.partitionMode == 'ParMETIS'",
         ),
     ];
     for (rule, cel) in expected {
@@ -73,6 +78,10 @@ fn each_rule_is_kept_exactly_where_its_cel_holds() {
                 !f.use_graphbolt || m != PartitionMode::DistParMetis,
             ),
             (&GRAPHBOLT_NEEDS_WORKERS, !f.use_graphbolt || f.has_workers),
+            (
+                &PARTITION_CACHE_NEEDS_PARMETIS,
+                !f.partition_cache || m == PartitionMode::ParMetis,
+            ),
         ];
         for (rule, kept) in cases {
             assert_eq!(rule.kept_by(&f), kept, "{f:?}: {}", rule.message);
@@ -117,6 +126,7 @@ fn the_crd_states_every_rule_on_the_spec() {
         &WORKERS_UNLESS_SKIP,
         &GRAPHBOLT_NOT_WITH_DISTPARMETIS,
         &GRAPHBOLT_NEEDS_WORKERS,
+        &PARTITION_CACHE_NEEDS_PARMETIS,
     ] {
         let found = stated
             .iter()

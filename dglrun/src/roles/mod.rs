@@ -1,7 +1,8 @@
 //! The roles dglrun runs, one folder each: its settings from the command
 //! line (`config.rs`) and what it does. The launcher has two: with workers
 //! ([`launcher`], which runs [`distpart`] in partition mode DistParMETIS)
-//! and without ([`standalone`]).
+//! and without ([`standalone`]). With `spec.partitionCache` the launcher
+//! pod first runs [`cache_lookup`].
 
 use anyhow::{anyhow, bail};
 use dgl_api::rules::{graphbolt_conflict, Facts, GraphBoltConflict};
@@ -10,6 +11,7 @@ use crate::cli::{Options, ProbeArgs, Role};
 use crate::dgl::command::Template;
 use crate::dgl::dglenv;
 
+pub mod cache_lookup;
 pub mod distpart;
 pub mod launcher;
 pub mod partitioner;
@@ -29,6 +31,7 @@ pub async fn run(role: Role, opts: &Options, probe: Option<&ProbeArgs>) -> anyho
         (Role::Launcher, _) => launcher::main(opts).await,
         (Role::Probe, Some(p)) => probe::run(opts, p).await.map(|()| 0),
         (Role::Probe, None) => Err(anyhow!("the probe role needs its arguments")),
+        (Role::CacheLookup, _) => cache_lookup::main(opts).await.map(|()| 0),
     }
 }
 

@@ -39,6 +39,7 @@ fn observed(name: &str, state: PodState) -> ObservedPod {
         progress: None,
         facts: Default::default(),
         not_starting: None,
+        cache_lookup: None,
     }
 }
 

@@ -305,6 +305,7 @@ fn ready_to_launch() -> Vec<ObservedPod> {
         progress: None,
         facts: Default::default(),
         not_starting: None,
+        cache_lookup: None,
     };
     let ready = || PodState::Running { ready: true };
     let job = "dgl-graphsage";

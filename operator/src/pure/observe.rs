@@ -2,6 +2,7 @@
 
 use dgl_api::failure_policy::FailureFacts;
 use dgl_api::names::{ANNOTATION_PROGRESS, LABEL_REPLICA_INDEX, LABEL_REPLICA_TYPE, LABEL_RUN};
+use dgl_api::partition_cache::{self, Lookup};
 use dgl_api::pods::{self, ContainerExit};
 use dgl_api::ReplicaType;
 use k8s_openapi::api::core::v1::Pod;
@@ -45,6 +46,9 @@ pub struct ObservedPod {
     pub facts: FailureFacts,
     /// Why a Pending pod cannot start, if the scheduler or kubelet says so.
     pub not_starting: Option<StartFailure>,
+    /// A launcher's partition-cache lookup, once it answered
+    /// (`spec.partitionCache`; `dgl_api::partition_cache::of_pod`).
+    pub cache_lookup: Option<Lookup>,
 }
 
 /// Why a pending pod cannot start (`dgl_api::pods::not_starting`), owned.
@@ -131,6 +135,9 @@ impl ObservedPod {
             progress,
             facts,
             not_starting,
+            cache_lookup: (role == ReplicaType::Launcher)
+                .then(|| partition_cache::of_pod(pod))
+                .flatten(),
         })
     }
 

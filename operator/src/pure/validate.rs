@@ -43,6 +43,7 @@ pub fn validate<'a>(job: &'a DGLJob, cfg: &BuildConfig) -> Result<ValidJob<'a>, 
     protected_service_accounts(job, cfg)?;
     launcher_accounts(job)?;
     graphbolt(job)?;
+    partition_cache(job)?;
     placement(job)?;
     Ok(ValidJob { job })
 }
@@ -87,6 +88,19 @@ fn graphbolt(job: &DGLJob) -> Result<(), Refusal> {
             message: conflict.rule().message.to_string(),
         }),
     }
+}
+
+/// `spec.partitionCache` only where its key can be computed (the CRD's
+/// rule, checked again as the others are).
+fn partition_cache(job: &DGLJob) -> Result<(), Refusal> {
+    let rule = &rules::PARTITION_CACHE_NEEDS_PARMETIS;
+    if rule.kept_by(&rules::Facts::of(&job.spec)) {
+        return Ok(());
+    }
+    Err(Refusal {
+        reason: "PartitionCacheUnsupported",
+        message: rule.message.to_string(),
+    })
 }
 
 /// No template may name a protected ServiceAccount (`serviceAccountName`,

@@ -43,7 +43,11 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
         ),
     };
     let (hostfile, workers) = launch_workers(opts)?;
-    let partitioner = launch_partitioner(opts)?;
+    let from_cache = launch_cache(opts)?;
+    let partitioner = match from_cache {
+        Some(_) => None,
+        None => launch_partitioner(opts)?,
+    };
     let ip_config = launch_ip_config(opts, &workers)?;
     let num_trainers = opts
         .job
@@ -74,6 +78,7 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
         spec,
         workers,
         partitioner,
+        from_cache,
         token: opts.token()?,
         wait_timeout: duration::secs(opts.launch.wait_timeout),
         peer_timeout: opts.timeouts.peer(),
@@ -121,6 +126,29 @@ fn launch_workers(opts: &Options) -> anyhow::Result<(PathBuf, Vec<Peer>)> {
         p.check(workers.len(), &stated).map_err(|e| anyhow!(e))?;
     }
     Ok((hostfile, workers))
+}
+
+/// With --partition-cache: the entry to ship from when the pod's lookup
+/// (its first init container) found it; `None` on a miss (the partitioner
+/// made them).
+fn launch_cache(opts: &Options) -> anyhow::Result<Option<super::CacheEntry>> {
+    let Some(url) = &opts.native.partition_cache else {
+        return Ok(None);
+    };
+    let f = opts.launch.state_dir.join(names::CACHE_LOOKUP_FILE);
+    let text = std::fs::read_to_string(&f).with_context(|| {
+        format!(
+            "--partition-cache: the lookup's answer {} cannot be read (the launcher pod's {} init container writes it)",
+            f.display(),
+            names::CACHE_LOOKUP_CONTAINER
+        )
+    })?;
+    let lookup = dgl_api::partition_cache::Lookup::parse(&text)
+        .map_err(|e| anyhow!("{}: {e}", f.display()))?;
+    Ok(lookup.hit.then(|| super::CacheEntry {
+        url: url.clone(),
+        key: lookup.key,
+    }))
 }
 
 /// The partitioner's agent: --partitioner, else the ConfigMap's partfile;

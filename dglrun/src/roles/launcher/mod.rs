@@ -52,8 +52,12 @@ pub async fn main(opts: &Options) -> anyhow::Result<i32> {
 #[derive(Debug, Clone)]
 pub struct LaunchConfig {
     pub workers: Vec<Peer>,
-    /// The partitioner's agent; `None` in partition mode Skip.
+    /// The partitioner's agent; `None` in partition modes Skip and
+    /// DistParMETIS, and when the partitions are reused from the cache.
     pub partitioner: Option<SocketAddr>,
+    /// `spec.partitionCache` had the job's partitions (the lookup's
+    /// answer): every worker downloads its own part from there.
+    pub from_cache: Option<CacheEntry>,
     /// What every worker runs; `machine_rank` is set per worker.
     pub spec: TrainSpec,
     pub token: Token,
@@ -69,6 +73,13 @@ pub struct LaunchConfig {
     pub dist_partition: Option<DistPartition>,
     /// How often the trainers' progress lines are published (0: never).
     pub progress_interval: Duration,
+}
+
+/// An entry of the partition cache: its `s3://bucket/prefix` and key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheEntry {
+    pub url: String,
+    pub key: String,
 }
 
 /// How a launch failed. Every message names the worker concerned.
@@ -341,11 +352,21 @@ async fn prepare_shards(cfg: &LaunchConfig) -> Result<(), LaunchError> {
     if let Some(d) = &cfg.dist_partition {
         distpart::run(d, &cfg.workers).await?;
     }
-    let source = match cfg.partitioner {
-        Some(p) => ShardSource::Partitioner {
+    let source = match (&cfg.from_cache, cfg.partitioner) {
+        (Some(c), _) => {
+            tracing::info!(
+                cache = %c.url, key = %c.key,
+                "partitions reused from the partition cache: no partitioner ran; each worker downloads its own part"
+            );
+            ShardSource::Cache {
+                url: c.url.clone(),
+                key: c.key.clone(),
+            }
+        }
+        (None, Some(p)) => ShardSource::Partitioner {
             addr: p.to_string(),
         },
-        None => ShardSource::Local,
+        (None, None) => ShardSource::Local,
     };
     let mut set = JoinSet::new();
     for w in &cfg.workers {

@@ -38,13 +38,61 @@ pub async fn main(opts: &Options) -> anyhow::Result<()> {
     } else {
         Some(opts.token()?)
     };
+    let cache = match &opts.native.partition_cache {
+        Some(url) => Some((url.clone(), cache_key(&cfg).await?)),
+        None => None,
+    };
     let server = partition(&cfg).await?;
+    if let Some((url, key)) = cache {
+        store(&cfg, &url, &key).await;
+    }
     let Some(token) = token else {
         tracing::info!("--no-serve: partitions checked, exiting");
         return Ok(());
     };
     let listener = bind(opts.agent_addr()).await?;
     serve(listener, server.with_timeouts(opts.timeouts), token).await
+}
+
+/// The job's partition-cache key, computed before the partitioning reads
+/// the input (it is computed again after: see [`store`]).
+async fn cache_key(cfg: &PartitionConfig) -> anyhow::Result<dgl_partition::cache::Key> {
+    let cfg = cfg.clone();
+    tokio::task::spawn_blocking(move || crate::roles::cache_lookup::key(&cfg))
+        .await
+        .context("computing the partition cache key panicked")?
+}
+
+/// Stores the checked partitions in the cache under `key`, if the input
+/// still has it: an object replaced while it was partitioned changes the
+/// key, and partitions of a mix would be wrong under either. A failure is
+/// logged, not fatal: the partitions serve this job all the same, and the
+/// next job partitions again.
+async fn store(cfg: &PartitionConfig, url: &str, key: &dgl_partition::cache::Key) {
+    let (cfg, url, key) = (cfg.clone(), url.to_owned(), key.clone());
+    let dir = crate::dataset::Layout::new(&cfg.workspace, &cfg.graph_name).dir;
+    let work = tokio::task::spawn_blocking(move || -> anyhow::Result<String> {
+        let after = crate::roles::cache_lookup::key(&cfg)?;
+        if after != key {
+            bail!("the input changed while it was partitioned (key {key} before, {after} after); not stored");
+        }
+        let cache = dgl_partition::cache::Cache::new(&url)?;
+        let m = cache.upload(&key, &dir)?;
+        Ok(format!(
+            "partition cache {}: stored entry {key}: {} files, {} bytes, {} parts",
+            cache.url(),
+            m.files.len(),
+            m.total_bytes(),
+            m.num_parts
+        ))
+    });
+    match work.await {
+        Ok(Ok(line)) => tracing::info!("{line}"),
+        Ok(Err(e)) => {
+            tracing::error!("the partitions were not stored in the partition cache: {e:#}")
+        }
+        Err(e) => tracing::error!("storing in the partition cache panicked: {e}"),
+    }
 }
 
 /// The partitioner's settings.

@@ -397,6 +397,7 @@ async fn prepare(
                 retries: 0,
             }
         }
+        ShardSource::Cache { url, key } => from_cache(&layout, req, url, key).await?,
         ShardSource::Partitioner { addr } => {
             let addr = parse_addr(addr, dgl_api::names::AGENT_PORT)?;
             let mut fetcher = Fetcher::new(
@@ -439,6 +440,51 @@ async fn prepare(
         }
     };
     Ok(report)
+}
+
+/// `spec.partitionCache` had the job's partitions: this worker's part and
+/// the shared files of entry `key`, each checked by size and SHA-256 while
+/// it streams (a file that does not match is removed and named), then the
+/// shard checked as one the partitioner sent.
+async fn from_cache(
+    layout: &Layout,
+    req: &ShardRequest,
+    url: &str,
+    key: &str,
+) -> Result<ShardReport, String> {
+    let (dir, part) = (layout.dir.clone(), req.part_id);
+    let (u, k) = (url.to_owned(), key.to_owned());
+    let fetched = tokio::task::spawn_blocking(move || {
+        use dgl_partition::cache::{Cache, Key};
+        let cache = Cache::new(&u)?;
+        let key = Key::from_hex(&k)?;
+        let Some(m) = cache.lookup(&key)? else {
+            return Ok(None);
+        };
+        let bytes = cache.fetch_part(&m, part, &dir)?;
+        Ok::<_, dgl_partition::Error>(Some((m.files_of(part).count() as u32, bytes)))
+    })
+    .await
+    .map_err(|e| format!("the partition cache fetch panicked: {e}"))?
+    .map_err(|e| format!("partition {}: the partition cache: {e}", req.part_id))?;
+    let Some((files, bytes)) = fetched else {
+        return Err(format!(
+            "partition {}: entry {key} is no longer in the partition cache {url} (its manifest.json is gone)",
+            req.part_id
+        ));
+    };
+    layout
+        .check_shard(req.part_id, Some(req.num_parts))
+        .map_err(|e| format!("the part fetched from the partition cache: {e}"))?;
+    tracing::info!(%url, %key, part = req.part_id, files, bytes, "part reused from the partition cache, verified");
+    Ok(ShardReport {
+        part_id: req.part_id,
+        files,
+        bytes,
+        transferred_bytes: bytes,
+        reused_files: 0,
+        retries: 0,
+    })
 }
 
 /// Runs the training for the launcher on this connection: output and exits

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use dgl_api::names::*;
 use dgl_api::{DGLJob, PartitionMode, ReplicaType};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvVar, EnvVarSource,
-    ExecAction, ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements, SecretVolumeSource,
-    Volume, VolumeMount,
+    ConfigMapVolumeSource, Container, ContainerPort, EmptyDirVolumeSource, EnvFromSource, EnvVar,
+    EnvVarSource, ExecAction, ObjectFieldSelector, Pod, PodSpec, Probe, ResourceRequirements,
+    SecretEnvSource, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -179,6 +179,7 @@ fn base_pod(
     add_config_and_token(&mut spec, job, role);
     if let Some(c) = spec.containers.first_mut() {
         set_env(c, pod_env(job, role, index, epoch));
+        add_cache_credentials(c, job);
         if c.command.as_ref().is_none_or(|cmd| cmd.is_empty()) {
             c.command = Some(vec!["dglrun".into()]);
         }
@@ -268,7 +269,75 @@ fn pod_env(job: &DGLJob, role: ReplicaType, index: i32, epoch: i32) -> Vec<EnvVa
     if job.spec.use_graphbolt() {
         env.push(env_value(ENV_USE_GRAPHBOLT, "true"));
     }
+    if let Some(cache) = &job.spec.partition_cache {
+        env.push(env_value(ENV_PARTITION_CACHE, cache.url.clone()));
+    }
     env
+}
+
+/// `spec.partitionCache.credentialsSecret` as the container's environment
+/// (`envFrom`, after the template's: its keys win). The operator names the
+/// Secret; it never reads it.
+fn add_cache_credentials(c: &mut Container, job: &DGLJob) {
+    let Some(secret) = job
+        .spec
+        .partition_cache
+        .as_ref()
+        .and_then(|p| p.credentials_secret.clone())
+    else {
+        return;
+    };
+    c.env_from.get_or_insert_with(Vec::new).push(EnvFromSource {
+        secret_ref: Some(SecretEnvSource {
+            name: secret,
+            optional: Some(false),
+        }),
+        ..Default::default()
+    });
+}
+
+/// `spec.partitionCache`: the launcher's first init container looks the
+/// job's partitions up (dglrun's lookup role, the launcher's image, command
+/// and flags), answers in its termination message, which the operator
+/// reads before it makes a partitioner, and in the state folder, which the
+/// launcher reads to ship from the cache.
+fn add_cache_lookup(spec: &mut PodSpec) {
+    let Some(main) = spec.containers.first_mut() else {
+        return;
+    };
+    if !mounts_at(main, LAUNCHER_STATE_DIR) {
+        add_mount(main, LAUNCHER_STATE_VOLUME, LAUNCHER_STATE_DIR, false);
+    }
+    let mut lookup = Container {
+        name: CACHE_LOOKUP_CONTAINER.into(),
+        ports: None,
+        readiness_probe: None,
+        liveness_probe: None,
+        startup_probe: None,
+        lifecycle: None,
+        restart_policy: None,
+        termination_message_path: Some(TERMINATION_LOG.into()),
+        ..main.clone()
+    };
+    if let Some(role) = lookup.env.iter_mut().flatten().find(|e| e.name == ENV_ROLE) {
+        role.value = Some(ROLE_CACHE_LOOKUP.into());
+    }
+    add_state_volume(spec);
+    spec.init_containers
+        .get_or_insert_with(Vec::new)
+        .insert(0, lookup);
+}
+
+/// The launcher's own state folder (an emptyDir), once.
+fn add_state_volume(spec: &mut PodSpec) {
+    add_volume(
+        spec,
+        Volume {
+            name: LAUNCHER_STATE_VOLUME.into(),
+            empty_dir: Some(Default::default()),
+            ..Default::default()
+        },
+    );
 }
 
 /// Adds the dataset volume (partitions), agent port and readiness probe that
@@ -436,6 +505,9 @@ pub fn launcher_pod(valid: &ValidJob<'_>, epoch: i32, cfg: &BuildConfig) -> Pod 
     if job.spec.partition_mode == PartitionMode::DistParMetis {
         add_partitioned_probe(spec);
     }
+    if job.spec.partition_cache.is_some() {
+        add_cache_lookup(spec);
+    }
     pod
 }
 
@@ -443,14 +515,7 @@ pub fn launcher_pod(valid: &ValidJob<'_>, epoch: i32, cfg: &BuildConfig) -> Pod 
 /// Ready when it is done (a marker in an emptyDir of its own), which is how
 /// the operator learns it without any API write from the pod.
 fn add_partitioned_probe(spec: &mut PodSpec) {
-    add_volume(
-        spec,
-        Volume {
-            name: LAUNCHER_STATE_VOLUME.into(),
-            empty_dir: Some(Default::default()),
-            ..Default::default()
-        },
-    );
+    add_state_volume(spec);
     let Some(c) = spec.containers.first_mut() else {
         return;
     };

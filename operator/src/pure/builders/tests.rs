@@ -325,6 +325,7 @@ fn config_map_lists_workers_in_index_order_and_ip_config_when_complete() {
         progress: None,
         facts: Default::default(),
         not_starting: None,
+        cache_lookup: None,
     };
     let mut pods: Vec<ObservedPod> = (0..11)
         .map(|i| pod(i, Some(&format!("10.0.0.{}", 100 + i)).map(|s| s.as_str())))
@@ -359,6 +360,7 @@ fn the_config_map_holds_ips_and_its_run_only_when_it_launches() {
         progress: None,
         facts: Default::default(),
         not_starting: None,
+        cache_lookup: None,
     };
     let mut pods: Vec<ObservedPod> = (0..2)
         .map(|i| {
@@ -403,6 +405,7 @@ fn the_launchers_ip_does_not_change_the_config_map() {
         progress: None,
         facts: Default::default(),
         not_starting: None,
+        cache_lookup: None,
     };
     let before = config_map(&valid(&j), &[launcher(None)], Some(0));
     let after = config_map(&valid(&j), &[launcher(Some("10.0.0.9"))], Some(0));
@@ -493,6 +496,7 @@ fn pod_of_run(name: &str, role: ReplicaType, epoch: i32, state: PodState) -> Obs
         progress: None,
         facts: Default::default(),
         not_starting: None,
+        cache_lookup: None,
     }
 }
 
@@ -593,4 +597,54 @@ fn the_watcher_times_out_at_the_jobs_active_deadline() {
         ..Default::default()
     });
     assert_eq!(watcher_env(&j).as_deref(), Some("3600s"));
+}
+
+/// `spec.partitionCache`: the launcher looks the partitions up first, in
+/// its own image with dglrun's lookup role and no probe; every pod gets the
+/// cache's URL and the credentials Secret by name.
+#[test]
+fn a_cached_job_looks_up_first_and_every_pod_gets_the_cache() {
+    let mut j = seed();
+    j.spec.partition_mode = PartitionMode::ParMetis;
+    j.spec.partition_cache = Some(dgl_api::PartitionCacheSpec {
+        url: "s3://graphs/cache".into(),
+        credentials_secret: Some("cache-keys".into()),
+    });
+    let cfg = BuildConfig::default();
+    let v = valid(&j);
+    let launcher = launcher_pod(&v, 0, &cfg);
+    let spec = launcher.spec.as_ref().unwrap();
+    let inits = spec.init_containers.as_ref().unwrap();
+    assert_eq!(inits[0].name, CACHE_LOOKUP_CONTAINER);
+    assert_eq!(inits[1].name, WATCHER_CONTAINER);
+    let lookup = &inits[0];
+    let main = &spec.containers[0];
+    assert_eq!((&lookup.image, &lookup.args), (&main.image, &main.args));
+    assert_eq!(
+        env(lookup, ENV_ROLE).and_then(|e| e.value.as_deref()),
+        Some(ROLE_CACHE_LOOKUP)
+    );
+    assert!(lookup.readiness_probe.is_none() && lookup.ports.is_none());
+    assert!(mounts_at(lookup, LAUNCHER_STATE_DIR) && mounts_at(main, LAUNCHER_STATE_DIR));
+    for pod in [
+        launcher,
+        worker_pod(&v, 1, 0, &cfg),
+        partitioner_pod(&v, 0, &cfg),
+    ] {
+        let c = main_container(&pod);
+        let url = env(c, ENV_PARTITION_CACHE).and_then(|e| e.value.as_deref());
+        assert_eq!(url, Some("s3://graphs/cache"), "{}", pod.name_any());
+        let secret = c
+            .env_from
+            .iter()
+            .flatten()
+            .filter_map(|e| e.secret_ref.as_ref());
+        let names: Vec<_> = secret.map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["cache-keys"], "{}", pod.name_any());
+    }
+    // Without the field nothing of it appears.
+    let plain = launcher_pod(&valid(&seed()), 0, &cfg);
+    assert!(env(main_container(&plain), ENV_PARTITION_CACHE).is_none());
+    let inits = plain.spec.unwrap().init_containers.unwrap();
+    assert!(inits.iter().all(|c| c.name != CACHE_LOOKUP_CONTAINER));
 }

@@ -113,6 +113,11 @@ impl<'a> Planner<'a> {
         if !self.job.spec.has_partitioner() {
             return true;
         }
+        match self.cache_lookup(current) {
+            Lookup::Pending => return false,
+            Lookup::Hit => return true,
+            Lookup::Miss | Lookup::NoCache => {}
+        }
         let training = self.training_started(current);
         let partitioned = match find(current, &partitioner_name(&self.name)) {
             Some(p) if ended_early(p, training) => {
@@ -136,6 +141,43 @@ impl<'a> Planner<'a> {
                 .set(JobPhase::Partitioning, "JobPartitioning", &message);
         }
         partitioned
+    }
+
+    /// `spec.partitionCache`: what the current launcher's lookup found.
+    /// Until it answers no partitioner is made (Partitioning says so); a
+    /// hit is the job Partitioned, with the entry named and no partitioner.
+    fn cache_lookup(&mut self, current: &[&ObservedPod]) -> Lookup {
+        let Some(cache) = &self.job.spec.partition_cache else {
+            return Lookup::NoCache;
+        };
+        let found = find(current, &self.launcher).and_then(|l| l.cache_lookup.clone());
+        let Some(found) = found else {
+            if !self.sb.is_true(JobPhase::Partitioned) {
+                let message = format!(
+                    "The launcher of DGLJob {} is looking the partitions up in the partition cache {}.",
+                    self.name, cache.url
+                );
+                self.sb
+                    .set(JobPhase::Partitioning, "PartitionCacheLookup", &message);
+            }
+            return Lookup::Pending;
+        };
+        if !found.hit {
+            return Lookup::Miss;
+        }
+        let message = format!(
+            "The partitions were reused from the partition cache {} (entry {}): no partitioner ran; each worker downloads its own part.",
+            cache.url, found.key
+        );
+        if self.sb.condition(JobPhase::Partitioning.into()).is_none() {
+            self.sb
+                .set(JobPhase::Partitioning, "PartitionsReused", &message);
+        }
+        self.sb
+            .clear(JobPhase::Partitioning, "PartitionsReused", &message);
+        self.sb
+            .set(JobPhase::Partitioned, "PartitionsReused", &message);
+        Lookup::Hit
     }
 
     /// Creates missing workers; true when every worker is Ready with an IP.
@@ -167,6 +209,16 @@ impl<'a> Planner<'a> {
             self.steps.push(Step::CreatePod(Box::new(pod)));
         }
     }
+}
+
+/// The partition cache's answer, as the forward planning reads it.
+enum Lookup {
+    /// No `spec.partitionCache`.
+    NoCache,
+    /// The launcher's lookup has not answered yet.
+    Pending,
+    Hit,
+    Miss,
 }
 
 /// Whether the partitioner `p` exited 0 (it serves no more) before the

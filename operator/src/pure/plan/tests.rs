@@ -35,6 +35,7 @@ fn pod(role: ReplicaType, index: i32, epoch: i32, state: PodState) -> ObservedPo
         progress: None,
         facts: Default::default(),
         not_starting: None,
+        cache_lookup: None,
     }
 }
 
@@ -939,4 +940,5 @@ fn transitions_report_each_new_true_condition_once() {
 mod eviction;
 mod never_start;
 mod node_loss;
+mod partition_cache;
 mod partitioner_ended;

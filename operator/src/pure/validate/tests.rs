@@ -108,6 +108,7 @@ fn the_largest_job_the_crd_admits_fits_its_config_map() {
             progress: None,
             facts: Default::default(),
             not_starting: None,
+            cache_lookup: None,
         })
         .collect();
     let cm = crate::pure::builders::config_map(&valid(&j), &pods, Some(0));

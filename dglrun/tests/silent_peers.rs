@@ -171,6 +171,7 @@ fn launch_config(agent: SocketAddr, peer_timeout: Duration) -> LaunchConfig {
             slots: None,
         }],
         partitioner: None,
+        from_cache: None,
         spec: TrainSpec {
             graph_name: "g".into(),
             entry_point: "train.py".into(),

@@ -271,6 +271,19 @@ impl S3Server {
             .map_err(|e| Error::Invalid(format!("putting s3://{bucket}/{key}: {e}")))
     }
 
+    /// The bytes of `bucket/key`, read as the admin.
+    pub fn get(&self, bucket: &str, key: &str) -> Result<Vec<u8>> {
+        let store = self.store(bucket, &self.admin)?;
+        let path = ObjectPath::parse(key)
+            .map_err(|e| Error::Invalid(format!("object key {key:?}: {e}")))?;
+        let fail =
+            |e: object_store::Error| Error::Invalid(format!("getting s3://{bucket}/{key}: {e}"));
+        self.rt.block_on(async {
+            let got = store.get(&path).await.map_err(fail)?;
+            got.bytes().await.map(|b| b.to_vec()).map_err(fail)
+        })
+    }
+
     /// Puts every file under `dir` at `bucket/prefix/<relative path>`;
     /// returns the bytes put.
     pub fn upload_dir(&self, bucket: &str, prefix: &str, dir: &Path) -> Result<u64> {

@@ -192,6 +192,13 @@ fn build_job(s: &Spec, st: &Option<Status>) -> DGLJob {
     job.metadata.uid = Some("uid-1".into());
     job.metadata.generation = Some(1);
     job.spec.partition_mode = s.mode;
+    // The cache where the CRD allows it (ParMETIS), every other name.
+    if s.mode == PartitionMode::ParMetis && s.name.len() % 2 == 0 {
+        job.spec.partition_cache = Some(dgl_api::PartitionCacheSpec {
+            url: "s3://graphs/cache".into(),
+            credentials_secret: Some("keys".into()),
+        });
+    }
     job.spec.clean_pod_policy = s.clean;
     job.spec.slots_per_worker = s.slots;
     let specs = &mut job.spec.dgl_replica_specs;
@@ -282,6 +289,11 @@ fn observed(job: &str, raw: Vec<(u8, i32, i32, PodState, Option<String>)>) -> Ve
                     container: None,
                     reason: "Unschedulable".into(),
                     message: String::new(),
+                }),
+                // Some launchers answered a cache lookup, hit or miss.
+                cache_lookup: (index % 4 == 1).then(|| dgl_api::partition_cache::Lookup {
+                    hit: epoch % 2 == 0,
+                    key: "0".repeat(64),
                 }),
             }
         })

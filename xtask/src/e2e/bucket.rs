@@ -52,6 +52,8 @@ pub(super) async fn bucket(stack: &Stack) -> Result<String> {
     .await??;
     let env = server.env(&server.reader);
     let outsider = server.env(&server.outsider);
+    // The cache's keys must write: the server's admin.
+    let admin = server.env(&server.admin);
     let endpoint = server.endpoint().to_owned();
     let server = Arc::new(Mutex::new(server));
     let shared = server.clone();
@@ -66,6 +68,7 @@ pub(super) async fn bucket(stack: &Stack) -> Result<String> {
         )
         .await?;
         let single = run(client, &ns, "bucket-pm", PartitionMode::ParMetis, None).await?;
+        let reuse = partition_once_train_many(client, &ns, &admin, &shared).await?;
         let restarted = run(
             client,
             &ns,
@@ -77,7 +80,8 @@ pub(super) async fn bucket(stack: &Stack) -> Result<String> {
         let faults = named_faults(client, &ns, &env, &outsider).await?;
         Ok(format!(
             "{bytes} bytes in s3://{BUCKET}/{PREFIX}/ at {endpoint}; DistParMETIS: {dist}; \
-             ParMETIS: {single}; server restarted under DistParMETIS: {restarted}; {faults}"
+             ParMETIS: {single}; partition cache: {reuse}; server restarted under DistParMETIS: \
+             {restarted}; {faults}"
         ))
     })
     .await;
@@ -408,3 +412,175 @@ async fn fails_naming(
 /// (the issue: "within seconds"; the pods' start on the loaded 2-node
 /// cluster takes most of it).
 const FAULT_NAMED_WITHIN: std::time::Duration = std::time::Duration::from_secs(180);
+
+/// Where the scenario's partition cache lives, and its keys' Secret.
+const CACHE: &str = "cache";
+const CACHE_SECRET: &str = "graph-cache";
+
+/// Partition once, train many (#35 item 4): the ParMETIS job with
+/// `spec.partitionCache` twice. The first partitions and stores; the second
+/// must Succeed with no partitioner pod ever made, Partitioned for reason
+/// PartitionsReused naming the entry, and every worker's part fetched from
+/// the cache; its time from apply to Running against the first's is the
+/// figure of item 5. Then one cached file of part 1 gets a flipped byte
+/// (same size): a third job must fail naming that object, never training.
+async fn partition_once_train_many(
+    client: &Client,
+    ns: &str,
+    admin: &[(String, String)],
+    server: &Shared,
+) -> Result<String> {
+    secret_named(client, ns, CACHE_SECRET, admin).await?;
+    let (first, key_a, _) = cached_run(client, ns, "bucket-cache-a", false).await?;
+    let (second, key, to_running) = cached_run(client, ns, "bucket-cache-b", true).await?;
+    ensure!(
+        key == key_a,
+        "the reused entry {key} is not the stored one {key_a}"
+    );
+    let object = corrupt_one_file(server, &key).await?;
+    let mut job = cached_job("bucket-cache-bad")?;
+    job.spec
+        .run_policy
+        .get_or_insert_with(Default::default)
+        .backoff_limit = Some(0);
+    let failed = fails_naming(client, ns, job, &object, &["SHA-256", "sha256"], &[]).await?;
+    let log = launcher_log(client, ns, "bucket-cache-bad")
+        .await
+        .unwrap_or_default();
+    ensure!(
+        !log.contains("training started"),
+        "bucket-cache-bad trained on a corrupted part:\n{log}"
+    );
+    Ok(format!(
+        "partitioned and stored: {first}; reused (apply to Running {to_running:.1} s): {second}; \
+         a corrupted cached part: {failed}"
+    ))
+}
+
+/// The ParMETIS job reading the bucket, with the partition cache.
+fn cached_job(name: &str) -> Result<DGLJob> {
+    let mut job = crate::stack::placement::spread_workers(job(name, PartitionMode::ParMetis)?)?;
+    job.spec.partition_cache = Some(dgl_api::PartitionCacheSpec {
+        url: format!("s3://{BUCKET}/{CACHE}"),
+        credentials_secret: Some(CACHE_SECRET.into()),
+    });
+    Ok(job)
+}
+
+/// Runs [`cached_job`] to Succeeded; `reused`: it must find the entry (no
+/// partitioner pod ever, reason PartitionsReused), else make it. Returns
+/// its summary, the entry's key and the seconds from apply to Running.
+async fn cached_run(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    reused: bool,
+) -> Result<(String, String, f64)> {
+    let t = std::time::Instant::now();
+    apply_job(client, ns, &cached_job(name)?).await?;
+    let mut partitioner_seen = false;
+    let mut to_running = None;
+    let done = follow(
+        client,
+        ns,
+        name,
+        JOB_TIMEOUT,
+        |p| p.is_some_and(dgl_api::JobPhase::is_terminal),
+        |j, pods, _| {
+            let partitioner = dgl_api::names::partitioner_name(name);
+            partitioner_seen |= pods
+                .iter()
+                .any(|p| kube::ResourceExt::name_any(p) == partitioner);
+            if to_running.is_none() && phase(j) == Some(dgl_api::JobPhase::Running) {
+                to_running = Some(t.elapsed().as_secs_f64());
+            }
+        },
+    )
+    .await?;
+    ensure!(
+        phase(&done) == Some(dgl_api::JobPhase::Succeeded),
+        "DGLJob {ns}/{name} (partition cache) ended {:?}: {:?}",
+        phase(&done),
+        condition_message(&done, dgl_api::JobPhase::Failed)
+    );
+    let (reason, message) = condition_message(&done, dgl_api::JobPhase::Partitioned)
+        .with_context(|| format!("{name}: no Partitioned condition"))?;
+    let lookup = lookup_log(client, ns, name).await?;
+    let key = lookup
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("key="))
+        .map(|k| k.trim_matches('"').to_string())
+        .with_context(|| format!("{name}: the lookup's log names no key:\n{lookup}"))?;
+    let log = launcher_log(client, ns, name).await?;
+    check_losses_fall(&losses_by_worker(&log), 2)?;
+    if reused {
+        ensure!(
+            !partitioner_seen,
+            "{name}: a partitioner pod was made though the entry was cached"
+        );
+        ensure!(
+            reason == "PartitionsReused" && message.contains(&key),
+            "{name}: Partitioned is {reason}: {message}, not PartitionsReused naming {key}"
+        );
+        ensure!(
+            log.contains("partitions reused from the partition cache"),
+            "{name}: the launcher's log does not say the partitions were reused:\n{log}"
+        );
+    } else {
+        ensure!(
+            partitioner_seen,
+            "{name}: no partitioner pod on a cache miss"
+        );
+        ensure!(
+            lookup.contains("no entry"),
+            "{name}: the lookup found an entry:\n{lookup}"
+        );
+    }
+    delete_and_check_children(client, ns, name).await?;
+    let secs = to_running.unwrap_or(f64::NAN);
+    Ok((
+        format!("Succeeded, {reason}, apply to Running {secs:.1} s"),
+        key,
+        secs,
+    ))
+}
+
+/// The lookup container's log (it names the key and what it found).
+async fn lookup_log(client: &Client, ns: &str, name: &str) -> Result<String> {
+    let pod = dgl_api::names::launcher_name(name);
+    let params = LogParams {
+        container: Some(dgl_api::names::CACHE_LOOKUP_CONTAINER.into()),
+        ..Default::default()
+    };
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+        .logs(&pod, &params)
+        .await
+        .with_context(|| format!("the log of {pod}'s partition cache lookup"))
+}
+
+/// Flips one byte of the first file of part 1 in entry `key` (its size
+/// kept: only the SHA-256 can tell); returns the object's `s3://` name.
+async fn corrupt_one_file(server: &Shared, key: &str) -> Result<String> {
+    let (server, key) = (server.clone(), key.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let s = lock(&server);
+        let manifest = s.get(BUCKET, &format!("{CACHE}/{key}/manifest.json"))?;
+        let m: serde_json::Value = serde_json::from_slice(&manifest)?;
+        let path = m["files"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["path"].as_str())
+            .find(|p| p.starts_with("part1/"))
+            .context("the manifest lists no file of part 1")?
+            .to_string();
+        let object = format!("{CACHE}/{key}/{path}");
+        let mut bytes = s.get(BUCKET, &object)?;
+        let mid = bytes.len() / 2;
+        let b = bytes.get_mut(mid).context("an empty cached file")?;
+        *b ^= 0xff;
+        s.put(BUCKET, &object, bytes)?;
+        Ok(format!("s3://{BUCKET}/{object}"))
+    })
+    .await?
+}

@@ -24,11 +24,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dgl_partition::config::{AllParts, Config, OwnPart};
+use dgl_partition::config::{AllParts, OwnPart};
 use dgl_partition::exchange::Exchange;
 use dgl_partition::exchange::Threads;
-use dgl_partition::input::{write_chunked, EdgeFormat, Fetched, Source};
-use dgl_partition::settings::Choice;
+use dgl_partition::input::{write_chunked, EdgeFormat, Fetched};
 use dgl_partition::{rank, run};
 use localkube::s3::{Credentials, S3Server};
 
@@ -68,25 +67,9 @@ fn assert_same_files(want: &Path, got: &Path, what: &str) {
     assert!(w.keys().any(|k| k.ends_with("graph.dgl")), "{what}");
 }
 
-fn config<D>(metadata: &Path, out: &Path, driver: D) -> Config<D> {
-    Config {
-        source: Source::Chunked {
-            metadata: metadata.to_path_buf(),
-        },
-        out_dir: out.to_path_buf(),
-        graph_name: "g".into(),
-        partitioner: Choice::Metis,
-        balance_train: Some("train_mask".into()),
-        balance_edges: false,
-        threads: 2,
-        seed: 7,
-        driver,
-    }
-}
-
 /// `world` ranks on threads; each rank's bytes fetched.
 fn ranks(metadata: &Path, out: &Path, world: u32) -> Vec<Fetched> {
-    let cfg = config(metadata, out, OwnPart::default());
+    let cfg = common::chunked_config(metadata, out, OwnPart::default());
     Threads::run(world, |ex| {
         let r = rank::run(ex, &cfg)?;
         assert_eq!(r.parts().len(), 1, "rank {}", ex.rank());
@@ -146,8 +129,18 @@ fn same_as_local(s3: &S3Server, tmp: &Path, format: EdgeFormat, prefix: &str) {
         tmp.join(format!("{prefix}-want")),
         tmp.join(format!("{prefix}-got")),
     );
-    run::run(&config(&metadata, &want, AllParts { num_parts: 3 })).unwrap();
-    let report = run::run(&config(&url, &got, AllParts { num_parts: 3 })).unwrap();
+    run::run(&common::chunked_config(
+        &metadata,
+        &want,
+        AllParts { num_parts: 3 },
+    ))
+    .unwrap();
+    let report = run::run(&common::chunked_config(
+        &url,
+        &got,
+        AllParts { num_parts: 3 },
+    ))
+    .unwrap();
     assert_same_files(&want, &got, &format!("{prefix}: one process"));
     assert!(
         report.fetched.bytes >= uploaded - meta_len,
@@ -216,9 +209,13 @@ fn hostile_header(s3: &S3Server, tmp: &Path) {
     s3.upload_dir(BUCKET, "hostile", &local).unwrap();
     let url = PathBuf::from(format!("s3://{BUCKET}/hostile/metadata.json"));
     let out = tmp.join("hostile-out");
-    let e = run::run(&config(&url, &out, AllParts { num_parts: 2 }))
-        .unwrap_err()
-        .to_string();
+    let e = run::run(&common::chunked_config(
+        &url,
+        &out,
+        AllParts { num_parts: 2 },
+    ))
+    .unwrap_err()
+    .to_string();
     let object = format!("s3://{BUCKET}/hostile/{rel}");
     assert!(e.contains(&object) && e.contains("header"), "{e}");
     assert!(

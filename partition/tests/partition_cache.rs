@@ -22,16 +22,18 @@
 //!
 //! One test function: one server for every step, killed when it ends.
 
+#[path = "input_common/mod.rs"]
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use dgl_partition::cache::{self, Cache, Key, KeySettings, Manifest, Owner};
-use dgl_partition::config::{AllParts, Config};
+use dgl_partition::config::AllParts;
 use dgl_partition::input::{write_chunked, EdgeFormat, Source};
 use dgl_partition::run;
-use dgl_partition::settings::Choice;
 use localkube::s3::{Credentials, S3Server};
 
 const BUCKET: &str = "partcache";
@@ -60,36 +62,14 @@ fn binary(s3: &S3Server, who: &Credentials, args: &[&str]) -> (i32, String) {
 /// reader, a miss (exit 3), an upload as the admin that lookup then finds.
 fn command(s3: &S3Server, cache: &Cache, key: &Key, out: &Path, tmp: &Path) -> String {
     let dest = tmp.join("cli-part2");
-    let (code, text) = binary(
-        s3,
-        &s3.reader,
-        &[
-            "fetch",
-            "--cache",
-            CACHE,
-            "--key",
-            key.as_str(),
-            "--part",
-            "2",
-        ],
-    );
+    let (code, text) = binary(s3, &s3.reader, &fetch_args(key.as_str(), "2", None));
     // A usage error is clap's exit status 2, a miss 3.
     assert!(
         code == 2 && text.contains("--out"),
         "--out is required:\n{text}"
     );
     let d = dest.to_str().unwrap();
-    let args = [
-        "fetch",
-        "--cache",
-        CACHE,
-        "--key",
-        key.as_str(),
-        "--part",
-        "2",
-        "--out",
-        d,
-    ];
+    let args = fetch_args(key.as_str(), "2", Some(d));
     let (code, mut all) = binary(s3, &s3.reader, &args);
     assert_eq!(code, 0, "{all}");
     assert!(
@@ -107,9 +87,7 @@ fn command(s3: &S3Server, cache: &Cache, key: &Key, out: &Path, tmp: &Path) -> S
     );
 
     let absent = "e".repeat(64);
-    let args = [
-        "fetch", "--cache", CACHE, "--key", &absent, "--part", "0", "--out", d,
-    ];
+    let args = fetch_args(&absent, "0", Some(d));
     let (code, text) = binary(s3, &s3.reader, &args);
     assert_eq!(code, 3, "a miss:\n{text}");
     assert!(text.contains("no entry"), "{text}");
@@ -157,20 +135,12 @@ fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-fn config(metadata: &Path, out: &Path) -> Config<AllParts> {
-    Config {
-        source: Source::Chunked {
-            metadata: metadata.to_path_buf(),
-        },
-        out_dir: out.to_path_buf(),
-        graph_name: "g".into(),
-        partitioner: Choice::Metis,
-        balance_train: Some("train_mask".into()),
-        balance_edges: false,
-        threads: 2,
-        seed: 7,
-        driver: AllParts { num_parts: 3 },
-    }
+/// `dgl-partition cache fetch` of `key`'s `part` into `out` (none: the
+/// usage error).
+fn fetch_args<'a>(key: &'a str, part: &'a str, out: Option<&'a str>) -> Vec<&'a str> {
+    let mut args = vec!["fetch", "--cache", CACHE, "--key", key, "--part", part];
+    args.extend(out.map(|o| ["--out", o]).into_iter().flatten());
+    args
 }
 
 /// The log lines of this process (every target at trace level).
@@ -413,7 +383,7 @@ fn partitions_are_cached_fetched_verified_and_refused_when_corrupted() {
     let graph = dgl_partition::rmat::bidirected_graph(3000, 20_000, 8, 5);
     let metadata = write_chunked(&graph, &local, 3, EdgeFormat::Parquet).unwrap();
     let out = tmp.path().join("out");
-    let cfg = config(&metadata, &out);
+    let cfg = common::chunked_config(&metadata, &out, AllParts { num_parts: 3 });
     run::run(&cfg).unwrap();
     // A file above the single-PUT size: uploaded in parts, fetched as a
     // stream of chunks.

@@ -210,3 +210,25 @@ pub fn output_text(o: &std::process::Output) -> (bool, String) {
     );
     (o.status.success(), text)
 }
+
+/// The tests' one chunked-input configuration (METIS, train-mask balance,
+/// 2 threads, seed 7) of `metadata` into `out`, for either driver.
+pub fn chunked_config<D>(
+    metadata: &Path,
+    out: &Path,
+    driver: D,
+) -> dgl_partition::config::Config<D> {
+    dgl_partition::config::Config {
+        source: dgl_partition::input::Source::Chunked {
+            metadata: metadata.to_path_buf(),
+        },
+        out_dir: out.to_path_buf(),
+        graph_name: "g".into(),
+        partitioner: dgl_partition::settings::Choice::Metis,
+        balance_train: Some("train_mask".into()),
+        balance_edges: false,
+        threads: 2,
+        seed: 7,
+        driver,
+    }
+}

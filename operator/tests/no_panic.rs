@@ -193,7 +193,7 @@ fn build_job(s: &Spec, st: &Option<Status>) -> DGLJob {
     job.metadata.generation = Some(1);
     job.spec.partition_mode = s.mode;
     // The cache where the CRD allows it (ParMETIS), every other name.
-    if s.mode == PartitionMode::ParMetis && s.name.len() % 2 == 0 {
+    if s.mode == PartitionMode::ParMetis && s.name.len().is_multiple_of(2) {
         job.spec.partition_cache = Some(dgl_api::PartitionCacheSpec {
             url: "s3://graphs/cache".into(),
             credentials_secret: Some("keys".into()),

@@ -141,6 +141,12 @@ impl ObservedPod {
         })
     }
 
+    /// A launcher whose partition-cache lookup found the job's partitions:
+    /// its run has no partitioner.
+    pub fn reuses_partitions(&self) -> bool {
+        self.cache_lookup.as_ref().is_some_and(|l| l.hit)
+    }
+
     pub fn is_active(&self) -> bool {
         matches!(self.state, PodState::Pending | PodState::Running { .. })
     }

@@ -287,7 +287,11 @@ pub fn pod_group(valid: &ValidJob<'_>, gang: GangScheduler) -> kube::api::Dynami
     let total = job
         .spec
         .num_workers()
-        .saturating_add(1 + i32::from(job.spec.has_partitioner()));
+        // With a partition cache the partitioner may never be made (a
+        // hit): the gang must not wait for it.
+        .saturating_add(
+            1 + i32::from(job.spec.has_partitioner() && job.spec.partition_cache.is_none()),
+        );
     let policy = job.spec.run_policy().scheduling_policy.unwrap_or_default();
     let min = policy.min_available.unwrap_or(total);
     let mut spec = match gang {

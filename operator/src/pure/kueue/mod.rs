@@ -385,7 +385,11 @@ pub fn pods_started(job: &DGLJob, pods: &[ObservedPod]) -> bool {
         .filter(|p| p.epoch == run || p.role == ReplicaType::Partitioner)
         .filter(|p| matches!(p.state, PodState::Running { .. } | PodState::Succeeded))
         .count();
-    let partitioner = usize::from(job.spec.has_partitioner());
+    // A run whose launcher found its partitions in the cache has none.
+    let reused = pods
+        .iter()
+        .any(|p| p.role == ReplicaType::Launcher && p.epoch == run && p.reuses_partitions());
+    let partitioner = usize::from(job.spec.has_partitioner() && !reused);
     let workers = usize::try_from(job.spec.num_workers()).unwrap_or(0);
     started >= 1 + workers + partitioner
 }

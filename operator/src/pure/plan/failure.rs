@@ -118,7 +118,9 @@ impl<'a> Planner<'a> {
         // the launcher has its IP and will have the workers fetch their
         // shards from it. (Once training runs, a partitioner gone is made
         // again, as it always was.)
-        let partitioner = self.launched && !running && self.job.spec.has_partitioner();
+        // (None when the run's partitions came from the partition cache.)
+        let reused = find(current, &self.launcher).is_some_and(ObservedPod::reuses_partitions);
+        let partitioner = self.launched && !running && self.job.spec.has_partitioner() && !reused;
         let expected = (0..self.job.spec.num_workers())
             .map(|i| (ReplicaType::Worker, worker_name(&self.name, i)))
             .chain(partitioner.then(|| (ReplicaType::Partitioner, partitioner_name(&self.name))))

@@ -91,3 +91,32 @@ fn a_job_without_a_cache_never_waits_for_a_lookup() {
     let p = step(&mut j, &[], t(0));
     assert!(created(&p).contains(&partitioner_name(JOB)));
 }
+
+/// The run launched from the cache has no partitioner: not a pod deleted
+/// (what the first e2e run of the scenario found), and Kueue's PodsReady
+/// does not wait for one.
+#[test]
+fn a_launched_run_from_the_cache_misses_no_partitioner() {
+    let mut j = cached_job();
+    let mut pods = workers();
+    pods.push(launcher(Some(true)));
+    step(&mut j, &pods, t(0));
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(1),
+        &BuildConfig::default(),
+        Some(0),
+    );
+    assert!(
+        cond(&p, JobPhase::Failed).is_none(),
+        "{:?}",
+        p.status.conditions
+    );
+    assert!(cond(&p, JobPhase::Restarting).is_none());
+    pods[2].state = PodState::Running { ready: false };
+    assert!(crate::pure::kueue::pods_started(&j, &pods));
+    // A miss does wait for the partitioner.
+    pods[2].cache_lookup.as_mut().unwrap().hit = false;
+    assert!(!crate::pure::kueue::pods_started(&j, &pods));
+}

@@ -317,6 +317,7 @@ impl Comparison {
 
     pub(super) fn print(&self) {
         let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+        let kib = |b: u64| format!("{:.1} KiB", b as f64 / 1024.0);
         let opt = |v: Option<f64>| v.map_or("-".into(), |s| format!("{s:.2}"));
         let gib = |b: Option<u64>| {
             b.map_or("-".into(), |b| {
@@ -354,8 +355,8 @@ impl Comparison {
                 gib(p.disk.peak_rss),
                 gib(p.bucket.peak_rss),
                 mib(p.share.bytes),
-                mib(p.share.metadata),
-                ratio.map_or("-".into(), |r| format!("{r:.3}")),
+                kib(p.share.metadata),
+                ratio.map_or("-".into(), |r| format!("{r:.4}")),
                 within.map_or("-", |w| if w { "yes" } else { "no" }),
             );
         }

@@ -7,7 +7,8 @@
 //! - `latency.rs`: apply → first training step on the real node;
 //! - `graphbolt.rs`: graph.dgl vs GraphBolt partitions, real DGL;
 //! - `partition`: the native partition pipeline vs DGL's tools
-//!   (`partition.rs`, its script `partition_bench.py` here);
+//!   (`partition.rs`, its script `partition_bench.py` here; with
+//!   `--from-bucket` the same graph read from SeaweedFS, `partition_bucket.rs`);
 //! - `chart.rs`: the SVG chart each of them draws beside its `--json`.
 
 pub(crate) mod chart;
@@ -15,4 +16,5 @@ pub(crate) mod graphbolt;
 pub(crate) mod latency;
 pub(crate) mod measure;
 pub mod partition;
+pub(crate) mod partition_bucket;
 pub(crate) mod scale;

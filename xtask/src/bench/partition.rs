@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
+use super::partition_bucket::{Bucket, Comparison, Input, Run};
 use crate::util::{repo_root, run_cmd};
 
 const SCRIPT: &str = include_str!("partition_bench.py");
@@ -97,6 +98,12 @@ pub struct PartitionArgs {
     /// not for comparison.
     #[arg(long)]
     dev: bool,
+    /// After the local-disk rows, run dglrun and the DistParMETIS ranks
+    /// again on the same chunked files uploaded to a SeaweedFS server
+    /// (built once and cached), and compare per process: time, peak RSS,
+    /// bytes and requests fetched, bytes against the process's share.
+    #[arg(long)]
+    from_bucket: bool,
 }
 
 impl PartitionArgs {
@@ -119,13 +126,14 @@ impl PartitionArgs {
             work_dir: None,
             json: None,
             dev: true,
+            from_bucket: false,
         }
     }
 }
 
 /// One tool's run.
 struct Measured {
-    tool: &'static str,
+    tool: String,
     wall: Duration,
     peak_rss: u64,
     ok: bool,
@@ -166,30 +174,54 @@ pub fn run(args: PartitionArgs) -> Result<()> {
     if !args.skip_dgl && !args.native_graph {
         rows.push(run_dgl(&python, &script, &graph_dir, &work, &args)?);
     }
-    if !args.skip_native {
-        rows.push(run_native(
-            &dglrun, &python, &script, &graph_dir, &work, &args,
-        )?);
-    }
-    if !args.skip_dist {
-        rows.push(run_dist(
-            &dgl_partition,
-            &python,
-            &script,
-            &graph_dir,
-            &work,
-            &args,
-        )?);
+    let chunked = graph_dir.join("chunked");
+    let (mut disk_rows, mut bucket) = (rows.len(), None);
+    loop {
+        let input = Input::new(&chunked, bucket.as_ref());
+        if !args.skip_native {
+            let (py, sc) = (&python, &script);
+            rows.push(run_native(
+                &dglrun, py, sc, &graph_dir, &work, &args, &input,
+            )?);
+        }
+        if !args.skip_dist {
+            let (py, sc, dp) = (&python, &script, &dgl_partition);
+            rows.push(run_dist(dp, py, sc, &graph_dir, &work, &args, &input)?);
+        }
+        if !args.from_bucket || bucket.is_some() {
+            break;
+        }
+        // Started after the disk rows: they run without the server.
+        (disk_rows, bucket) = (rows.len(), Some(Bucket::start(&chunked)?));
     }
     print_table(&args, &rows);
+    let compared = bucket
+        .map(|b| Comparison::new(&b, &chunked, &runs(&rows), disk_rows, args.parts))
+        .transpose()?;
+    if let Some(c) = &compared {
+        c.print();
+    }
     if let Some(r) = rows.iter().find(|r| !r.m.ok || r.quality.is_none()) {
         bail!("{} did not produce an evaluated partition", r.m.tool);
     }
     if let Some(path) = &args.json {
-        append_json(path, &args, &rows)?;
+        append_json(path, &args, &rows, compared.map(|c| c.json()))?;
         draw_charts(path)?;
     }
     Ok(())
+}
+
+/// What the `--from-bucket` comparison reads of each row.
+fn runs(rows: &[Row]) -> Vec<Run<'_>> {
+    rows.iter()
+        .map(|r| Run {
+            stdout: &r.m.stdout,
+            stderr: &r.m.stderr,
+            wall: r.m.wall,
+            peak_rss: r.m.peak_rss,
+            ranks: !r.ranks.is_empty(),
+        })
+        .collect()
 }
 
 /// The charts beside the results file, from its lines: this run's times and
@@ -333,10 +365,14 @@ fn run_native(
     graph: &Path,
     work: &Path,
     args: &PartitionArgs,
+    input: &Input,
 ) -> Result<Row> {
-    let ws = work.join("ws-native");
+    let ws = work.join(input.dir("ws-native"));
     let _ = std::fs::remove_dir_all(&ws);
-    eprintln!("==> dglrun partition --partition-mode ParMETIS (native pipeline)");
+    eprintln!(
+        "==> dglrun ParMETIS (native pipeline) on {}",
+        input.metadata.display()
+    );
     let mut cmd = Command::new(dglrun);
     cmd.args([
         "partition",
@@ -353,13 +389,14 @@ fn run_native(
         "--balance-edges",
     ])
     .arg("--partition-input")
-    .arg(graph.join("chunked/metadata.json"))
+    .arg(&input.metadata)
     .arg("--workspace")
     .arg(&ws)
     .arg("--python")
     .arg(python)
-    .env("RUST_LOG", "info");
-    let m = measure("dglrun ParMETIS (native)", &mut cmd, args)?;
+    .env("RUST_LOG", "info")
+    .envs(input.env.iter().map(|(k, v)| (k, v)));
+    let m = measure(&input.tool("dglrun ParMETIS (native"), &mut cmd, args)?;
     let config = ws.join("dataset/rmat.json");
     let quality =
         m.ok.then(|| evaluate(python, script, &config, graph))
@@ -387,12 +424,14 @@ fn run_dist(
     graph: &Path,
     work: &Path,
     args: &PartitionArgs,
+    input: &Input,
 ) -> Result<Row> {
-    let out = work.join("out-dist");
+    let out = work.join(input.dir("out-dist"));
     let _ = std::fs::remove_dir_all(&out);
     eprintln!(
-        "==> mpirun -n {} dgl-partition rank (DistParMETIS ranks)",
-        args.parts
+        "==> mpirun -n {} dgl-partition rank (DistParMETIS ranks) on {}",
+        args.parts,
+        input.metadata.display()
     );
     let threads =
         (std::thread::available_parallelism().map_or(1, |p| p.get()) / args.parts as usize).max(1);
@@ -409,6 +448,9 @@ fn run_dist(
     ])
     .args(["-n", &args.parts.to_string()])
     .args(["--mca", "btl", "self,vader", "--mca", "pml", "ob1"]);
+    for (k, v) in &input.env {
+        cmd.arg("-x").arg(k).env(k, v);
+    }
     if let Some(g) = &groups {
         // Each rank moves itself into its own group before it execs, as a
         // pod's container starts inside its limit.
@@ -426,14 +468,15 @@ fn run_dist(
         .args(["--balance-train=train_mask", "--balance-edges"])
         .args(["--threads", &threads.to_string()])
         .arg("--input")
-        .arg(graph.join("chunked/metadata.json"))
+        .arg(&input.metadata)
         .arg("--out")
         .arg(&out)
         .arg("--workspace")
         .arg(work)
         .arg("--python")
         .arg(python);
-    let m = measure("DistParMETIS ranks (mpirun, 1 machine)", &mut cmd, args)?;
+    let tool = input.tool("DistParMETIS ranks (mpirun, 1 machine");
+    let m = measure(&tool, &mut cmd, args)?;
     let ranks = (0..args.parts)
         .map(|r| RankFigures::read(r, &m.stdout, groups.as_ref().map(|g| &g[r as usize])))
         .collect();
@@ -600,7 +643,7 @@ fn last_json(text: &str) -> Option<Value> {
 
 /// Runs `cmd` to its end (or the timeout), sampling the resident memory of
 /// its whole process tree.
-fn measure(tool: &'static str, cmd: &mut Command, args: &PartitionArgs) -> Result<Measured> {
+fn measure(tool: &str, cmd: &mut Command, args: &PartitionArgs) -> Result<Measured> {
     let timeout = args.timeout;
     // The tool before wrote its parts: flushed now, its writeback is not
     // charged to this one (the tools run in a fixed order).
@@ -665,7 +708,7 @@ fn measure(tool: &'static str, cmd: &mut Command, args: &PartitionArgs) -> Resul
         );
     }
     Ok(Measured {
-        tool,
+        tool: tool.to_string(),
         wall,
         peak_rss: peak.load(Ordering::Relaxed),
         ok,
@@ -877,11 +920,12 @@ fn load_average() -> String {
         .unwrap_or_default()
 }
 
-fn append_json(path: &Path, args: &PartitionArgs, rows: &[Row]) -> Result<()> {
+/// `s3`: the `--from-bucket` comparison, when run.
+fn append_json(path: &Path, args: &PartitionArgs, rows: &[Row], s3: Option<Value>) -> Result<()> {
     use std::io::Write;
     let line = serde_json::json!({
         "nodes": args.nodes, "edges": args.edges, "feat": args.feat, "parts": args.parts,
-        "load": load_average(),
+        "load": load_average(), "from_bucket": s3,
         "rows": rows.iter().map(|r| serde_json::json!({
             "tool": r.m.tool, "ok": r.m.ok, "oom_killed": r.m.oom_killed,
             "memory_limit_gib": args.memory_limit_gib, "wall_s": r.m.wall.as_secs_f64(),

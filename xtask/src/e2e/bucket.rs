@@ -422,8 +422,9 @@ const CACHE_SECRET: &str = "graph-cache";
 /// must Succeed with no partitioner pod ever made, Partitioned for reason
 /// PartitionsReused naming the entry, and every worker's part fetched from
 /// the cache; its time from apply to Running against the first's is the
-/// figure of item 5. Then one cached file of part 1 gets a flipped byte
-/// (same size): a third job must fail naming that object, never training.
+/// figure of item 5. A third with another partition seed must miss (a new
+/// key) and partition again. Then one cached file of part 1 gets a flipped byte
+/// (same size): a fourth job must fail naming that object, never training.
 async fn partition_once_train_many(
     client: &Client,
     ns: &str,
@@ -431,12 +432,16 @@ async fn partition_once_train_many(
     server: &Shared,
 ) -> Result<String> {
     secret_named(client, ns, CACHE_SECRET, admin).await?;
-    let (first, key_a, _) = cached_run(client, ns, "bucket-cache-a", false).await?;
-    let (second, key, _) = cached_run(client, ns, "bucket-cache-b", true).await?;
+    let (first, key_a, _) = cached_run(client, ns, cached_job("bucket-cache-a")?, false).await?;
+    let (second, key, _) = cached_run(client, ns, cached_job("bucket-cache-b")?, true).await?;
     ensure!(
         key == key_a,
         "the reused entry {key} is not the stored one {key_a}"
     );
+    // A setting that changes the partitions is another key: partitioned again.
+    let seeded = with_seed(cached_job("bucket-cache-seed")?, 8)?;
+    let (third, key_s, _) = cached_run(client, ns, seeded, false).await?;
+    ensure!(key_s != key, "another seed kept the key {key}");
     let object = corrupt_one_file(server, &key).await?;
     let mut job = cached_job("bucket-cache-bad")?;
     job.spec
@@ -452,7 +457,8 @@ async fn partition_once_train_many(
         "bucket-cache-bad trained on a corrupted part:\n{log}"
     );
     Ok(format!(
-        "partitioned and stored: {first}; reused: {second}; a corrupted cached part: {failed}"
+        "partitioned and stored: {first}; reused: {second}; another seed, partitioned again: \
+         {third}; a corrupted cached part: {failed}"
     ))
 }
 
@@ -466,17 +472,28 @@ fn cached_job(name: &str) -> Result<DGLJob> {
     Ok(job)
 }
 
-/// Runs [`cached_job`] to Succeeded; `reused`: it must find the entry (no
+/// `job` with the partition seed `seed` (the launcher's flags, which the
+/// lookup and the partitioner take).
+fn with_seed(mut job: DGLJob, seed: u64) -> Result<DGLJob> {
+    let launcher = crate::stack::placement::main_container_mut(&mut job, ReplicaType::Launcher)?;
+    let args = launcher.args.get_or_insert_with(Vec::new);
+    // First: flags after a `--` would be the training script's.
+    args.splice(0..0, ["--partition-seed".to_string(), seed.to_string()]);
+    Ok(job)
+}
+
+/// Runs `job` (a [`cached_job`]) to Succeeded; `reused`: it must find the entry (no
 /// partitioner pod ever, reason PartitionsReused), else make it. Returns
 /// its summary, the entry's key and the seconds from apply to Running.
 async fn cached_run(
     client: &Client,
     ns: &str,
-    name: &str,
+    job: DGLJob,
     reused: bool,
 ) -> Result<(String, String, f64)> {
+    let name = &kube::ResourceExt::name_any(&job);
     let t = std::time::Instant::now();
-    apply_job(client, ns, &cached_job(name)?).await?;
+    apply_job(client, ns, &job).await?;
     let mut partitioner_seen = false;
     let mut to_running = None;
     let done = follow(

@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{ensure, Context, Result};
+use futures::StreamExt as _;
 use dgl_api::names::worker_name;
 use dgl_api::{DGLJob, JobPhase};
 use k8s_openapi::api::core::v1::Pod;
@@ -94,43 +95,68 @@ struct Tally {
     notes: Vec<String>,
 }
 
-/// Runs every fault `runs` times; fails on the first unexpected outcome
-/// after printing the table so far.
+/// Runs every fault `runs` times, `lanes` faults at a time (each in
+/// namespaces of its own; 1 for figures undisturbed by a neighbour); fails
+/// on the first unexpected outcome after printing the table so far.
 pub async fn run_all(
     client: &Client,
     cluster: &LocalCluster,
     faults: &[Fault],
     runs: u32,
     churn: u32,
+    lanes: usize,
 ) -> Result<String> {
+    let results: Vec<(Fault, Result<Tally>)> = futures::stream::iter(faults.iter().copied())
+        .map(|f| async move { (f, run_fault(client, cluster, f, runs, churn).await) })
+        .buffer_unordered(lanes.max(1))
+        .collect()
+        .await;
     let mut rows: BTreeMap<Fault, Tally> = BTreeMap::new();
-    for &f in faults {
-        for i in 0..runs {
-            let ns = localkube::create_test_namespace(client, "chaos").await?;
-            let t = Instant::now();
-            let (r, times) = timing::collect(run_one(client, cluster, &ns, f, i, churn)).await;
-            for timed in &times {
-                println!("{}", timing::line(f, i + 1, timed));
+    let mut first_err = None;
+    for (f, r) in results {
+        match r {
+            Ok(row) => {
+                rows.insert(f, row);
             }
-            let row = rows.entry(f).or_default();
-            row.runs += 1;
-            match r {
-                Ok(outcome) => {
-                    row.expected += 1;
-                    row.times
-                        .push(outcome.terminal.unwrap_or_else(|| t.elapsed()));
-                    row.left += outcome.left;
-                    row.notes.push(outcome.note);
-                    localkube::delete_namespace(client, &ns).await?;
-                }
-                Err(e) => {
-                    println!("{}", table(&rows));
-                    return Err(e.context(format!("chaos {f:?} run {} (namespace {ns})", i + 1)));
-                }
+            Err(e) => {
+                first_err.get_or_insert(e);
             }
         }
     }
+    if let Some(e) = first_err {
+        println!("{}", table(&rows));
+        return Err(e);
+    }
     Ok(table(&rows))
+}
+
+/// The `runs` runs of fault `f`, one after another, each in a new
+/// namespace (deleted when the run went as expected).
+async fn run_fault(
+    client: &Client,
+    cluster: &LocalCluster,
+    f: Fault,
+    runs: u32,
+    churn: u32,
+) -> Result<Tally> {
+    let mut row = Tally::default();
+    for i in 0..runs {
+        let ns = localkube::create_test_namespace(client, "chaos").await?;
+        let t = Instant::now();
+        let (r, times) = timing::collect(run_one(client, cluster, &ns, f, i, churn)).await;
+        for timed in &times {
+            println!("{}", timing::line(f, i + 1, timed));
+        }
+        row.runs += 1;
+        let outcome = r.with_context(|| format!("chaos {f:?} run {} (namespace {ns})", i + 1))?;
+        row.expected += 1;
+        row.times
+            .push(outcome.terminal.unwrap_or_else(|| t.elapsed()));
+        row.left += outcome.left;
+        row.notes.push(outcome.note);
+        localkube::delete_namespace(client, &ns).await?;
+    }
+    Ok(row)
 }
 
 /// Run `i` (from 0) of fault `f` in namespace `ns`.

@@ -17,6 +17,8 @@ pub fn run(args: Args) -> Result<()> {
         &faults,
         args.runs,
         args.churn_jobs,
+        // One fault at a time: its figures undisturbed by another job.
+        1,
     ));
     let down = if args.keep_cluster {
         Ok(())

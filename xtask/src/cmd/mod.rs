@@ -12,3 +12,4 @@ pub mod fuzz;
 pub mod kueue;
 pub mod pyenv;
 pub mod test;
+mod test_target;

@@ -297,6 +297,8 @@ pub fn run(args: Args) -> Result<()> {
         std::env::set_var("CARGO_INCREMENTAL", "0");
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    // Before the lint: clippy's dependency metadata is cached there too.
+    super::test_target::choose(&cargo)?;
 
     // First: the lint already compiles against OpenMPI's headers.
     let with_e2e = !args.no_e2e;

@@ -67,6 +67,17 @@ pub(crate) fn prepare(
     nodes: usize,
     profile: crate::images::Profile,
 ) -> Result<Stack> {
+    prepare_with(rt, name, nodes, profile, Vec::new())
+}
+
+/// [`prepare`] with only the images `only` (all when empty).
+pub(crate) fn prepare_with(
+    rt: &tokio::runtime::Runtime,
+    name: &str,
+    nodes: usize,
+    profile: crate::images::Profile,
+    only: Vec<crate::images::Which>,
+) -> Result<Stack> {
     let t = step(&format!(
         "node cluster {name:?}, {nodes} node(s) (control plane + containerd + kubelet + kube-proxy each)"
     ));
@@ -77,10 +88,17 @@ pub(crate) fn prepare(
     println!("    export KUBECONFIG={}", info.kubeconfig.display());
     done(t);
 
-    let t = step("images: operator, runtime, GraphSAGE training image (podman, no registry)");
+    let t = step(&format!(
+        "images: {} (podman, no registry)",
+        if only.is_empty() {
+            "operator, runtime, GraphSAGE and GraphStorm".to_owned()
+        } else {
+            format!("{only:?}")
+        }
+    ));
     crate::images::run(crate::images::Args {
         name: name.to_owned(),
-        only: Vec::new(),
+        only,
         no_load: false,
         force: false,
         smoke: false,

@@ -173,6 +173,48 @@ pub fn client_cert(ca_key_pem: &str, cn: &str, org: Option<&str>) -> Result<(Str
     Ok((cert.pem(), key.serialize_pem()))
 }
 
+/// A fresh CA and a serving certificate for `sans` (IPs or DNS names)
+/// signed by it: what a test server needs to speak HTTPS to clients that
+/// trust only that CA.
+#[derive(Clone)]
+pub struct ServerTls {
+    pub ca_cert: String,
+    pub cert: String,
+    pub key: String,
+}
+
+impl std::fmt::Debug for ServerTls {
+    // The private key never reaches a test's output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerTls(<ca>, <cert>, <key>)")
+    }
+}
+
+/// [`ServerTls`] for a server named `cn` at `sans`.
+pub fn server_tls(cn: &str, sans: &[String]) -> Result<ServerTls> {
+    let ca_key = KeyPair::generate()?;
+    let mut ca = params(&format!("{cn}-ca"), None);
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::from_params(&ca, &ca_key);
+    let key = KeyPair::generate()?;
+    let mut p = params(cn, None);
+    p.subject_alt_names = sans.iter().map(|s| san(s)).collect::<Result<_>>()?;
+    p.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    p.use_authority_key_identifier_extension = true;
+    let cert = p.signed_by(&key, &issuer)?;
+    Ok(ServerTls {
+        ca_cert: ca_cert.pem(),
+        cert: cert.pem(),
+        key: key.serialize_pem(),
+    })
+}
+
 /// Makes sure `<dir>/<stem>.crt` and `.key` hold a client certificate for
 /// `cn`/`org` signed by the current CA, (re)generating them when missing or
 /// when the CA changed (recorded as the CA's sha256 in `<stem>.ca`).

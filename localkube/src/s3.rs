@@ -5,6 +5,10 @@
 //! and list the test buckets) and an outsider (no access to them). Objects
 //! are put with the `object_store` crate, as the code under test reads them.
 //! The process is killed when the [`S3Server`] is dropped.
+//!
+//! [`S3Options`] add the server's STS, HTTPS with a CA made for the test,
+//! and a role that tokens of an OIDC issuer ([`oidc::OidcIssuer`]) may
+//! assume with AssumeRoleWithWebIdentity (see `s3/options.rs`).
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -13,7 +17,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use base64::Engine as _;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStoreExt, PutPayload, RetryConfig};
@@ -23,7 +26,11 @@ use crate::error::{Error, Result};
 use crate::tools::{installed_tool, GoTool};
 use crate::util;
 
+pub mod oidc;
+mod options;
 pub mod sts;
+
+pub use options::{S3Options, WebIdentityRole};
 
 /// The environment variable that names the `weed` binary (the test
 /// command's setup sets it); otherwise the cached build is used.
@@ -65,6 +72,8 @@ pub struct S3Server {
     s3_addr: SocketAddr,
     /// The STS signing key, when started with STS.
     sts_key: Option<Vec<u8>>,
+    /// `https://<ip>:<port>` and the CA file, when started with HTTPS.
+    https: Option<(String, PathBuf)>,
 }
 
 /// `weed server args`, its output appended to `dir/weed.log`.
@@ -121,22 +130,31 @@ impl S3Server {
     /// [`S3Server::start`] with the server's STS on (same identities):
     /// [`S3Server::assume_role`] gives temporary credentials.
     pub fn start_with_sts(buckets: &[&str]) -> Result<S3Server> {
-        S3Server::start_retrying("127.0.0.1", buckets, true)
+        let opts = S3Options {
+            sts: true,
+            ..Default::default()
+        };
+        S3Server::start_with(buckets, &opts)
+    }
+
+    /// [`S3Server::start`] on 127.0.0.1 with `opts`.
+    pub fn start_with(buckets: &[&str], opts: &S3Options) -> Result<S3Server> {
+        S3Server::start_retrying("127.0.0.1", buckets, opts)
     }
 
     /// [`S3Server::start`] on address `ip` of this host (e.g. the node
     /// cluster's [`crate::NODE_IP`], which every node's pods reach).
     pub fn start_on(ip: &str, buckets: &[&str]) -> Result<S3Server> {
-        S3Server::start_retrying(ip, buckets, false)
+        S3Server::start_retrying(ip, buckets, &S3Options::default())
     }
 
-    fn start_retrying(ip: &str, buckets: &[&str], sts: bool) -> Result<S3Server> {
+    fn start_retrying(ip: &str, buckets: &[&str], opts: &S3Options) -> Result<S3Server> {
         // A free port can be taken between its pick and weed's bind: a
         // start that fails so is tried again on other ports.
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match S3Server::start_once(ip, buckets, sts) {
+            match S3Server::start_once(ip, buckets, opts) {
                 Err(Error::Invalid(m)) if attempt < 3 && m.contains("address already in use") => {
                     continue
                 }
@@ -145,7 +163,7 @@ impl S3Server {
         }
     }
 
-    fn start_once(ip: &str, buckets: &[&str], sts: bool) -> Result<S3Server> {
+    fn start_once(ip: &str, buckets: &[&str], opts: &S3Options) -> Result<S3Server> {
         let weed = weed_binary()?;
         let addr: Ipv4Addr = ip
             .parse()
@@ -155,14 +173,21 @@ impl S3Server {
         let ids = [identity("admin"), identity("reader"), identity("outsider")];
         let config = identities_json(&ids, buckets);
         util::write_atomic(&dir.join("s3.json"), config.as_bytes(), 0o600)?;
-        let sts_key = sts.then(|| Sha256::digest(format!("sts-{}", unique())).to_vec());
-        let ports = free_ports(8)?;
+        let sts_key = opts
+            .with_sts()
+            .then(|| Sha256::digest(format!("sts-{}", unique())).to_vec());
+        let ports = free_ports(9)?;
         let mut args = server_args(ip, &dir, &ports);
         if let Some(key) = &sts_key {
             let path = dir.join("iam.json");
-            util::write_atomic(&path, iam_config(key).as_bytes(), 0o600)?;
+            let config = options::iam_config(key, opts.web_identity.as_ref(), buckets);
+            util::write_atomic(&path, config.as_bytes(), 0o600)?;
             args.push(format!("-s3.iam.config={}", path.display()));
         }
+        let https = match opts.https {
+            true => Some(options::https_args(ip, ports[8], &dir, &mut args)?),
+            false => None,
+        };
         let started = Instant::now();
         let child = spawn_weed(&weed, &args, &dir)?;
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -183,6 +208,7 @@ impl S3Server {
             args,
             s3_addr: SocketAddr::from((addr, ports[6])),
             sts_key,
+            https,
         };
         server.wait_ready(server.s3_addr, started)?;
         server.start_time = started.elapsed();
@@ -207,6 +233,16 @@ impl S3Server {
     /// `http://<ip>:<port>`.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
+    }
+
+    /// `https://<ip>:<port>` (S3 and STS), when started with HTTPS.
+    pub fn https_endpoint(&self) -> Option<&str> {
+        self.https.as_ref().map(|(e, _)| e.as_str())
+    }
+
+    /// The PEM file of the CA that signed the HTTPS certificate.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.https.as_ref().map(|(_, f)| f.as_path())
     }
 
     /// The server's resident memory now (VmRSS), in bytes.
@@ -317,7 +353,9 @@ impl S3Server {
                     self.log_tail(30)
                 )));
             }
-            let answering = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok();
+            let up =
+                |a: SocketAddr| TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok();
+            let answering = up(addr) && self.https_addr().is_none_or(up);
             if answering && self.probe() {
                 return Ok(());
             }
@@ -329,6 +367,11 @@ impl S3Server {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
+    }
+
+    fn https_addr(&self) -> Option<SocketAddr> {
+        let (endpoint, _) = self.https.as_ref()?;
+        endpoint.trim_start_matches("https://").parse().ok()
     }
 
     /// One admin request that needs the whole server (a listing).
@@ -457,22 +500,4 @@ fn files_under(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     out.sort();
     Ok(out)
-}
-
-/// The issuer written into the STS config (the server checks it).
-const ISSUER: &str = "localkube-sts";
-
-/// The `-s3.iam.config` file: the STS with `key` as its signing key; no
-/// roles or providers (a caller assumes a session of itself).
-fn iam_config(key: &[u8]) -> String {
-    serde_json::json!({
-        "sts": {
-            "tokenDuration": "1h",
-            "maxSessionLength": "12h",
-            "issuer": ISSUER,
-            "signingKey": base64::engine::general_purpose::STANDARD.encode(key),
-        },
-        "policy": {"defaultEffect": "Deny"},
-    })
-    .to_string()
 }

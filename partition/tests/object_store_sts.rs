@@ -15,7 +15,7 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dgl_partition::input::{write_chunked, EdgeFormat};
 use localkube::s3::S3Server;
@@ -26,19 +26,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_dgl-partition");
 /// `dgl-partition rank` of `url` with exactly the AWS variables `env`,
 /// logs at trace: success, all its output, how long it ran.
 fn rank_binary(env: &[(String, String)], url: &str) -> (bool, String, Duration) {
-    let out = tempfile::tempdir().unwrap();
-    let mut cmd = common::rank_command(BIN, url, out.path());
-    for (k, _) in std::env::vars() {
-        if k.starts_with("AWS_") {
-            cmd.env_remove(k);
-        }
-    }
-    cmd.envs(env.iter().map(|(k, v)| (k, v)));
-    let started = Instant::now();
-    let o = cmd.output().unwrap();
-    let took = started.elapsed();
-    let (ok, text) = common::output_text(&o);
-    (ok, text, took)
+    common::rank_with_aws_env(BIN, env, url)
 }
 
 fn upload_graph(s3: &S3Server, tmp: &Path) -> String {

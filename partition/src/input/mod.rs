@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use crate::model::{DType, InputGraph};
 use crate::{Error, Result};
 
-pub use store::Fetched;
+pub use store::{Fetched, CA_BUNDLE_VAR};
 pub use write::write_chunked;
 
 /// Where the input graph is.

@@ -15,8 +15,10 @@
 //!
 //! Errors name `s3://bucket/key` (the path) and the server's reason (status,
 //! S3 error code and message), never the credentials: the reason is cut
-//! from the response, and any credential value from the environment is
-//! replaced by `<redacted>` in it.
+//! from the response, and any credential value from the environment (and
+//! a web identity token) is replaced by `<redacted>` in it.
+//!
+//! How the client is made (CA certificates, web identity): [`setup`].
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -28,9 +30,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::aws::AmazonS3;
 use object_store::path::Path as ObjectPath;
 use object_store::{BackoffConfig, GetOptions, GetRange, ObjectStore, ObjectStoreExt, RetryConfig};
+
+mod setup;
+
+pub use setup::CA_BUNDLE_VAR;
 
 /// The scheme of object URLs.
 pub(crate) const SCHEME: &str = "s3://";
@@ -46,7 +52,7 @@ const SECRET_VARS: [&str; 3] = [
 ];
 
 /// Environment variables a client is built from (a change makes a new one).
-const CLIENT_VARS: [&str; 12] = [
+const CLIENT_VARS: [&str; 14] = [
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
@@ -56,9 +62,11 @@ const CLIENT_VARS: [&str; 12] = [
     "AWS_ENDPOINT_URL",
     "AWS_ENDPOINT_URL_S3",
     "AWS_ALLOW_HTTP",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_ROLE_ARN",
-    "AWS_ENDPOINT_URL_STS",
+    setup::TOKEN_FILE_VAR,
+    setup::ROLE_ARN_VAR,
+    "AWS_ROLE_SESSION_NAME",
+    setup::STS_ENDPOINT_VAR,
+    setup::CA_BUNDLE_VAR,
 ];
 
 /// What one read of the input fetched from object storage.
@@ -209,9 +217,10 @@ fn retry_config() -> RetryConfig {
     }
 }
 
-/// The client of `bucket`, from the environment (`AmazonS3Builder::from_env`:
-/// keys, session token, web identity, region, endpoint, AWS_ALLOW_HTTP);
-/// path-style requests unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST is true.
+/// The client of `bucket`, from the environment (as `AmazonS3Builder::from_env`:
+/// keys, session token, web identity, region, endpoint, AWS_ALLOW_HTTP; and
+/// AWS_CA_BUNDLE); path-style requests unless AWS_VIRTUAL_HOSTED_STYLE_REQUEST
+/// is true. With web identity the token is exchanged before it is returned.
 pub(crate) fn client(bucket: &str) -> io::Result<Arc<AmazonS3>> {
     static CLIENTS: OnceLock<Mutex<HashMap<String, Arc<AmazonS3>>>> = OnceLock::new();
     // Keyed by the variables too: a test may run processes' worth of
@@ -229,7 +238,7 @@ pub(crate) fn client(bucket: &str) -> io::Result<Arc<AmazonS3>> {
     // reqwest's rustls takes the process default provider: ring (the one
     // kube uses too; an error means one is installed already).
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let built = AmazonS3Builder::from_env()
+    let built = setup::builder()?
         .with_bucket_name(bucket)
         .with_retry(retry_config())
         .build()
@@ -239,6 +248,7 @@ pub(crate) fn client(bucket: &str) -> io::Result<Arc<AmazonS3>> {
                 redact(&e.to_string())
             ))
         })?;
+    setup::check_web_identity(&built)?;
     let c = Arc::new(built);
     map.insert(key, c.clone());
     Ok(c)
@@ -253,7 +263,7 @@ pub(crate) fn to_io(e: &object_store::Error) -> io::Error {
         | object_store::Error::Unauthenticated { .. } => io::ErrorKind::PermissionDenied,
         _ => io::ErrorKind::Other,
     };
-    let mut text = reason(&e.to_string());
+    let mut text = reason(&with_causes(e));
     let refused = kind == io::ErrorKind::PermissionDenied || text.contains("answered 400");
     let token = std::env::var("AWS_SESSION_TOKEN").unwrap_or_default();
     if refused && !token.is_empty() {
@@ -306,6 +316,22 @@ fn token_expiry(token: &str) -> Option<u64> {
     claims.get("exp")?.as_u64()
 }
 
+/// `e` and its causes: object_store's text of a transport error stops at
+/// "error sending request", its cause (a refused certificate, a refused
+/// connection) is in the source chain.
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let s = c.to_string();
+        if !text.contains(&s) {
+            text = format!("{text}: {s}");
+        }
+        cause = c.source();
+    }
+    text
+}
+
 /// The server's reason from an error's text: `status[, Code: Message]`,
 /// else the transport's error; credentials redacted, at most 300 chars.
 pub(crate) fn reason(text: &str) -> String {
@@ -333,14 +359,17 @@ pub(crate) fn reason(text: &str) -> String {
     clean
 }
 
-/// `text` with every credential value of the environment replaced.
+/// `text` with every credential value of the environment (and the web
+/// identity token, whole or any part but its header) replaced.
 pub(crate) fn redact(text: &str) -> String {
     let mut out = text.to_string();
-    for v in SECRET_VARS {
-        if let Ok(secret) = std::env::var(v) {
-            if secret.len() >= 4 {
-                out = out.replace(&secret, "<redacted>");
-            }
+    let vars = SECRET_VARS.iter().filter_map(|v| std::env::var(v).ok());
+    // Longest first: the whole token before its parts.
+    let mut secrets: Vec<String> = vars.chain(setup::token_secrets()).collect();
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    for secret in secrets {
+        if secret.len() >= 4 {
+            out = out.replace(&secret, "<redacted>");
         }
     }
     out
@@ -651,6 +680,29 @@ mod tests {
         assert!(!r.contains("AKX"));
         let r = reason("Server returned non-2xx status code: 404 Not Found: ");
         assert_eq!(r, "the server answered 404 Not Found");
+    }
+
+    #[test]
+    fn a_transport_error_keeps_its_cause() {
+        #[derive(Debug)]
+        struct Outer(io::Error);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("error sending request")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let e = Outer(io::Error::other("invalid peer certificate: UnknownIssuer"));
+        assert_eq!(
+            with_causes(&e),
+            "error sending request: invalid peer certificate: UnknownIssuer"
+        );
+        let plain = io::Error::other("refused");
+        assert_eq!(with_causes(&plain), "refused");
     }
 
     #[test]

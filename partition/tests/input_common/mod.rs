@@ -201,6 +201,29 @@ pub fn rank_command(bin: &str, url: &str, out: &Path) -> std::process::Command {
     cmd
 }
 
+/// [`rank_command`] run with exactly the AWS variables `env` (any other
+/// `AWS_*` of this process removed): success, all its output, how long
+/// it ran.
+pub fn rank_with_aws_env(
+    bin: &str,
+    env: &[(String, String)],
+    url: &str,
+) -> (bool, String, std::time::Duration) {
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = rank_command(bin, url, out.path());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("AWS_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
+    let started = std::time::Instant::now();
+    let o = cmd.output().unwrap();
+    let took = started.elapsed();
+    let (ok, text) = output_text(&o);
+    (ok, text, took)
+}
+
 /// A finished command's exit status and all its output, stdout first.
 pub fn output_text(o: &std::process::Output) -> (bool, String) {
     let text = format!(

@@ -143,8 +143,9 @@ fn install(with_e2e: bool) -> Result<(Installed, ClusterInfo, tokio::runtime::Ru
         // Kueue's manager (a Go build, cached) for operator/tests/kueue.rs.
         let kueue = std::thread::spawn(crate::stack::kueue::ensure_binary);
         // SeaweedFS's weed (a Go build, cached): the S3 server of
-        // partition/tests/object_store.rs, object_store_sts.rs and
-        // partition_cache.rs, which fail without it.
+        // partition/tests/object_store.rs, object_store_sts.rs,
+        // object_store_web_identity.rs and partition_cache.rs, which fail
+        // without it.
         let weed = std::thread::spawn(|| localkube::ensure_tool(localkube::GoTool::SeaweedFs));
         let python = crate::pyenv::ensure_venv(&repo_root())?;
         // GraphStorm's thin layer on it (dglrun/tests/graphstorm.rs).

@@ -19,13 +19,42 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// Every step this process began: its name, start, and time once done
+/// (for [`step_summary`]).
+static STEPS: std::sync::Mutex<Vec<(String, Instant, Option<std::time::Duration>)>> =
+    std::sync::Mutex::new(Vec::new());
+
 pub fn step(name: &str) -> Instant {
     println!("\n==> {name}");
-    Instant::now()
+    let now = Instant::now();
+    if let Ok(mut steps) = STEPS.lock() {
+        steps.push((name.to_owned(), now, None));
+    }
+    now
 }
 
 pub fn done(started: Instant) {
-    println!("    ({:.1}s)", started.elapsed().as_secs_f64());
+    let took = started.elapsed();
+    println!("    ({:.1}s)", took.as_secs_f64());
+    if let Ok(mut steps) = STEPS.lock() {
+        if let Some(s) = steps.iter_mut().rev().find(|s| s.1 == started) {
+            s.2 = Some(took);
+        }
+    }
+}
+
+/// The finished steps, one line each (time, then name, shortened), in the
+/// order they began: where a run's time went.
+pub fn step_summary() -> String {
+    let steps = STEPS.lock().map(|s| s.clone()).unwrap_or_default();
+    steps
+        .iter()
+        .filter_map(|(name, _, took)| {
+            let took = (*took)?;
+            let short: String = name.chars().take(90).collect();
+            Some(format!("  {:>7.1}s  {short}\n", took.as_secs_f64()))
+        })
+        .collect()
 }
 
 /// Runs a command in the repo root, inheriting output; fails naming it.
@@ -51,4 +80,19 @@ pub fn node_cluster_n(name: &str, nodes: usize) -> anyhow::Result<LocalCluster> 
     Ok(LocalCluster::new(
         ClusterConfig::new(name)?.with_nodes(nodes),
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finished_step_is_in_the_summary_and_an_unfinished_one_is_not() {
+        let t = step("summary-test finished step");
+        let _open = step("summary-test open step");
+        done(t);
+        let s = step_summary();
+        assert!(s.contains("s  summary-test finished step\n"), "{s}");
+        assert!(!s.contains("summary-test open step"), "{s}");
+    }
 }

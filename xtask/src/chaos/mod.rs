@@ -30,9 +30,9 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{ensure, Context, Result};
-use futures::StreamExt as _;
 use dgl_api::names::worker_name;
 use dgl_api::{DGLJob, JobPhase};
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube::{Client, ResourceExt};

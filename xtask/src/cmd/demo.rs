@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use dgl_api::{DGLJob, JobPhase};
 use kube::api::Api;
 
@@ -41,7 +41,36 @@ pub fn run(args: Args) -> Result<()> {
     // Only the images the example runs: the GraphStorm image (5.8 GB, about
     // 4 min to build and import cold) is for its own scenario.
     let images = vec![Which::Operator, Which::Runtime, Which::Graphsage];
-    let stack = stack::prepare_with(&rt, &args.name, 1, crate::images::Profile::Release, images)?;
+    // Cold, the images (debootstrap and the wheels over the network, the
+    // Python layers on disk, the release compile) and Helm are built beside
+    // the node cluster's Kubernetes build; `prepare_with` then finds them
+    // built and only imports them. Warm, all three are no-ops.
+    let stack = std::thread::scope(|s| {
+        let only = images.clone();
+        let name = args.name.clone();
+        let build = s.spawn(move || crate::images::run(crate::images::build_only(&name, only)));
+        let helm = s.spawn(|| localkube::ensure_tool(localkube::GoTool::Helm));
+        let wait = || -> Result<()> {
+            let t = crate::util::step("waiting for the images and Helm built beside the cluster");
+            build
+                .join()
+                .map_err(|_| anyhow::anyhow!("the image build thread panicked"))?
+                .context("building the images")?;
+            helm.join()
+                .map_err(|_| anyhow::anyhow!("the Helm build thread panicked"))?
+                .context("building Helm")?;
+            crate::util::done(t);
+            Ok(())
+        };
+        stack::prepare_with(
+            &rt,
+            &args.name,
+            1,
+            crate::images::Profile::Release,
+            images,
+            wait,
+        )
+    })?;
     let client = stack.client.clone();
     let ns = args.namespace.clone();
     let name = "graphsage";
@@ -99,7 +128,11 @@ pub fn run(args: Args) -> Result<()> {
         anyhow::Ok(())
     })?;
     println!(
-        "\nThe cluster keeps running ({:.0}s in all):\n  export KUBECONFIG={}\n  \
+        "\nWhere the time went (steps beside each other overlap):\n{}",
+        crate::util::step_summary()
+    );
+    println!(
+        "The cluster keeps running ({:.0}s in all):\n  export KUBECONFIG={}\n  \
          cargo xtask cluster down --name {}   # stops it and reverts every host change",
         started.elapsed().as_secs_f64(),
         stack.kubeconfig.display(),

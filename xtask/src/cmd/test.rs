@@ -369,7 +369,11 @@ pub fn run(args: Args) -> Result<()> {
     if with_e2e {
         e2e_then_multinode(&cargo, stack, multinode, &e2e_rt, &e2e_args)?;
     }
-    println!("\nall checks passed in {:.0}s", all.elapsed().as_secs_f64());
+    println!(
+        "\nall checks passed in {:.0}s; the steps:",
+        all.elapsed().as_secs_f64()
+    );
+    print!("{}", crate::util::step_summary());
     Ok(())
 }
 

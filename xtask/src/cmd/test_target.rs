@@ -61,7 +61,9 @@ fn prepare(cargo: &str, dir: &Path) -> Result<()> {
     let root = repo_root().display().to_string();
     let previous = fs::read_to_string(&stamp).unwrap_or_default();
     if !previous.is_empty() && previous != root {
-        println!("    the cached target dir held {previous}'s crates: removing them (`cargo clean -p`)");
+        println!(
+            "    the cached target dir held {previous}'s crates: removing them (`cargo clean -p`)"
+        );
         let mut cmd = Command::new(cargo);
         cmd.arg("clean").arg("--target-dir").arg(dir);
         for p in PACKAGES {

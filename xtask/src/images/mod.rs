@@ -690,6 +690,20 @@ fn print_report(report: &[(String, u64, Option<Duration>)], loaded: &[(String, O
     }
 }
 
+/// The arguments that build the release images `only` without loading them
+/// (the demo's build beside the node cluster's start).
+pub fn build_only(name: &str, only: Vec<Which>) -> Args {
+    Args {
+        name: name.to_owned(),
+        only,
+        no_load: true,
+        force: false,
+        smoke: false,
+        python_env_only: false,
+        profile: Profile::Release,
+    }
+}
+
 pub fn run(args: Args) -> Result<()> {
     if args.python_env_only {
         return prebuild_python_env();

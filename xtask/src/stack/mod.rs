@@ -67,16 +67,19 @@ pub(crate) fn prepare(
     nodes: usize,
     profile: crate::images::Profile,
 ) -> Result<Stack> {
-    prepare_with(rt, name, nodes, profile, Vec::new())
+    prepare_with(rt, name, nodes, profile, Vec::new(), || Ok(()))
 }
 
-/// [`prepare`] with only the images `only` (all when empty).
+/// [`prepare`] with only the images `only` (all when empty), calling
+/// `built` once the node cluster is up and before the images step (to wait
+/// for a build the caller started beside it).
 pub(crate) fn prepare_with(
     rt: &tokio::runtime::Runtime,
     name: &str,
     nodes: usize,
     profile: crate::images::Profile,
     only: Vec<crate::images::Which>,
+    built: impl FnOnce() -> Result<()>,
 ) -> Result<Stack> {
     let t = step(&format!(
         "node cluster {name:?}, {nodes} node(s) (control plane + containerd + kubelet + kube-proxy each)"
@@ -87,6 +90,7 @@ pub(crate) fn prepare_with(
         .with_context(|| format!("starting node cluster {name:?}"))?;
     println!("    export KUBECONFIG={}", info.kubeconfig.display());
     done(t);
+    built()?;
 
     let t = step(&format!(
         "images: {} (podman, no registry)",

@@ -57,6 +57,10 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
     let dist_partition = (opts.job.partition_mode == PartitionMode::DistParMetis)
         .then(|| dist_partition(opts, &graph_name, &hostfile))
         .transpose()?;
+    let store = match (&from_cache, &dist_partition) {
+        (None, Some(_)) => cache_store(opts, workers.len() as u32),
+        _ => None,
+    };
     let spec = TrainSpec {
         graph_name,
         entry_point,
@@ -79,6 +83,7 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
         workers,
         partitioner,
         from_cache,
+        store,
         token: opts.token()?,
         wait_timeout: duration::secs(opts.launch.wait_timeout),
         peer_timeout: opts.timeouts.peer(),
@@ -149,6 +154,20 @@ fn launch_cache(opts: &Options) -> anyhow::Result<Option<super::CacheEntry>> {
         url: url.clone(),
         key: lookup.key,
     }))
+}
+
+/// Partition mode DistParMETIS with --partition-cache, on a miss: where
+/// the ranks' parts are stored once made, and what their key is computed
+/// from. `None` (logged) when the key cannot be: the job goes on uncached.
+fn cache_store(opts: &Options, workers: u32) -> Option<super::cache_store::CacheStore> {
+    let url = opts.native.partition_cache.clone()?;
+    match crate::roles::cache_lookup::key_input(opts, Some(workers)) {
+        Ok(input) => Some(super::cache_store::CacheStore { url, input }),
+        Err(e) => {
+            tracing::error!("the partitions will not be stored in the partition cache: {e:#}");
+            None
+        }
+    }
 }
 
 /// The partitioner's agent: --partitioner, else the ConfigMap's partfile;

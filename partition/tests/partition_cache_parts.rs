@@ -88,7 +88,10 @@ fn upload_parts(cache: &Cache, key: &Key, dirs: &[PathBuf]) -> Vec<Vec<FileEntry
         .map(|(r, d)| cache.upload_part(key, d, r as u32, RANKS, r == 0).unwrap())
         .collect();
     let owners = |r: usize| -> Vec<Owner> { uploaded[r].iter().map(|f| f.part).collect() };
-    assert!(owners(0).contains(&Owner::Shared), "worker 0 sends the JSON");
+    assert!(
+        owners(0).contains(&Owner::Shared),
+        "worker 0 sends the JSON"
+    );
     assert!(owners(0).contains(&Owner::Other), "and the assignment");
     assert!(owners(0).contains(&Owner::Part(0)));
     for r in 1..RANKS as usize {
@@ -105,7 +108,10 @@ fn upload_parts(cache: &Cache, key: &Key, dirs: &[PathBuf]) -> Vec<Vec<FileEntry
         for f in &uploaded[r] {
             let bytes = &want[&f.path];
             let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
-            assert_eq!((f.size, f.sha256.as_str()), (bytes.len() as u64, sha.as_str()));
+            assert_eq!(
+                (f.size, f.sha256.as_str()),
+                (bytes.len() as u64, sha.as_str())
+            );
         }
     }
     uploaded
@@ -115,14 +121,21 @@ fn upload_parts(cache: &Cache, key: &Key, dirs: &[PathBuf]) -> Vec<Vec<FileEntry
 fn refused_commits(cache: &Cache, key: &Key, uploaded: &[Vec<FileEntry>]) {
     let two: Vec<FileEntry> = uploaded[..2].concat();
     let e = cache.commit(key, RANKS, two).unwrap_err().to_string();
-    assert!(e.contains("no file of part 2") && e.contains("manifest.json"), "{e}");
+    assert!(
+        e.contains("no file of part 2") && e.contains("manifest.json"),
+        "{e}"
+    );
     let mut lying = uploaded.concat();
     let f = lying.iter_mut().find(|f| f.part == Owner::Part(2)).unwrap();
     f.size += 1;
     let object = format!("s3://{BUCKET}/dist/cache/{key}/{}", f.path);
     let e = cache.commit(key, RANKS, lying).unwrap_err().to_string();
     assert!(e.contains(&object) && e.contains("not committed"), "{e}");
-    assert_eq!(cache.lookup(key).unwrap(), None, "a refused commit is a miss");
+    assert_eq!(
+        cache.lookup(key).unwrap(),
+        None,
+        "a refused commit is a miss"
+    );
     println!("refused commits: a missing part, a size the bucket does not hold ({e})");
 }
 
@@ -138,7 +151,10 @@ fn fetch_every_part(s3: &S3Server, cache: &Cache, key: &Key, dirs: &[PathBuf], t
             .into_iter()
             .filter(|(p, _)| p == "g.json" || p.starts_with(&format!("part{r}/")))
             .collect();
-        assert!(files(&dest) == want, "part {r} fetched is the one its rank wrote");
+        assert!(
+            files(&dest) == want,
+            "part {r} fetched is the one its rank wrote"
+        );
         assert_eq!(bytes, want.values().map(|v| v.len() as u64).sum::<u64>());
     }
     let f = hit.files.iter().find(|f| f.part == Owner::Part(1)).unwrap();
@@ -153,7 +169,10 @@ fn fetch_every_part(s3: &S3Server, cache: &Cache, key: &Key, dirs: &[PathBuf], t
         e.contains(&format!("s3://{BUCKET}/{rel}")) && e.contains("corrupted"),
         "{e}"
     );
-    assert!(!dest.join(&f.path).exists(), "the corrupted file is not kept");
+    assert!(
+        !dest.join(&f.path).exists(),
+        "the corrupted file is not kept"
+    );
     println!("a flipped byte in part 1: {e}");
 }
 

@@ -492,17 +492,21 @@ fn cached_job_in(name: &str, mode: PartitionMode) -> Result<DGLJob> {
 /// worker's part fetched from the cache, verified.
 async fn dist_partition_once(client: &Client, ns: &str, parmetis_key: &str) -> Result<String> {
     let mode = PartitionMode::DistParMetis;
-    let (first, key_a, _) = cached_run(client, ns, cached_job_in("bucket-dcache-a", mode)?, false).await?;
+    let (first, key_a, _) =
+        cached_run(client, ns, cached_job_in("bucket-dcache-a", mode)?, false).await?;
     ensure!(
         key_a != parmetis_key,
         "DistParMETIS has the ParMETIS entry's key {key_a}"
     );
-    let (second, key, _) = cached_run(client, ns, cached_job_in("bucket-dcache-b", mode)?, true).await?;
+    let (second, key, _) =
+        cached_run(client, ns, cached_job_in("bucket-dcache-b", mode)?, true).await?;
     ensure!(
         key == key_a,
         "the reused entry {key} is not the stored one {key_a}"
     );
-    Ok(format!("partitioned by the ranks and stored by the workers: {first}; reused: {second}"))
+    Ok(format!(
+        "partitioned by the ranks and stored by the workers: {first}; reused: {second}"
+    ))
 }
 
 /// The logs of the job's workers (0 and 1), joined.
@@ -534,7 +538,10 @@ async fn check_dist_cache(
 ) -> Result<()> {
     let workers = worker_logs(client, ns, name).await?;
     let ranks_ran = launcher.contains("partitioning on the workers");
-    let daemons = workers.iter().filter(|l| l.contains("started for dglrun rsh")).count();
+    let daemons = workers
+        .iter()
+        .filter(|l| l.contains("started for dglrun rsh"))
+        .count();
     if reused {
         ensure!(
             !ranks_ran && !launcher.contains("[partition]") && daemons == 0,
@@ -547,7 +554,10 @@ async fn check_dist_cache(
             );
         }
     } else {
-        ensure!(ranks_ran && daemons == 2, "{name}: the ranks did not run on a miss:\n{launcher}");
+        ensure!(
+            ranks_ran && daemons == 2,
+            "{name}: the ranks did not run on a miss:\n{launcher}"
+        );
         ensure!(
             launcher.contains(&format!("stored entry {key}")),
             "{name}: the launcher did not store entry {key}:\n{launcher}"

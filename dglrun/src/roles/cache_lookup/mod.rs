@@ -72,7 +72,10 @@ pub struct KeyInput {
 impl KeyInput {
     /// The key now (metadata.json read, one HEAD per chunk in a bucket).
     pub fn key(&self) -> anyhow::Result<Key> {
-        Ok(dgl_partition::cache::key::key(&self.source, &self.settings)?)
+        Ok(dgl_partition::cache::key::key(
+            &self.source,
+            &self.settings,
+        )?)
     }
 }
 
@@ -102,7 +105,9 @@ pub fn key(cfg: &PartitionConfig) -> anyhow::Result<Key> {
 /// Partition mode ParMETIS: the partitioner's input and settings.
 fn of_partitioner(cfg: &PartitionConfig) -> anyhow::Result<KeyInput> {
     let Some(native) = cfg.native.as_ref() else {
-        bail!("--partition-cache (spec.partitionCache) needs partition mode ParMETIS or DistParMETIS");
+        bail!(
+            "--partition-cache (spec.partitionCache) needs partition mode ParMETIS or DistParMETIS"
+        );
     };
     if cfg.entry_point.is_some() || cfg.command.is_some() {
         bail!("--partition-cache (spec.partitionCache) needs the chunked graph given by --partition-input: a loader (--partition-entry-point or --partition-command) writes its input only when it runs, so no key can name it before");
@@ -154,4 +159,84 @@ fn dist_key_input(opts: &Options, workers: Option<u32>) -> anyhow::Result<KeyInp
         settings: KeySettings::of_ranks(&cfg, workers, false),
         source: cfg.source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::roles::testing::opts;
+    use dgl_partition::cache::Mode;
+
+    fn dist(extra: &[&str]) -> Options {
+        let mut a = vec![
+            "--partition-mode",
+            "DistParMETIS",
+            "--graph-name",
+            "g",
+            "--num-partitions",
+            "2",
+            "--partition-seed",
+            "5",
+            "--balance-train",
+        ];
+        a.extend(extra);
+        opts(&a)
+    }
+
+    /// DistParMETIS keys the ranks' settings (one part per worker, the
+    /// worker count given over the flags'), never ParMETIS's entry.
+    #[test]
+    fn distparmetis_keys_the_ranks_settings() {
+        let o = dist(&["--partition-input", "s3://graphs/g/metadata.json"]);
+        let k = key_input(&o, Some(3)).unwrap();
+        let s = &k.settings;
+        assert_eq!(
+            s.mode,
+            Mode::DistParMetis {
+                gather_structure: false
+            }
+        );
+        assert_eq!((s.workers, s.num_parts, s.seed), (3, 3, 5));
+        assert_eq!(s.balance_train.as_deref(), Some("train_mask"));
+        assert_eq!(s.graph_name, "g");
+        let from_flags = key_input(&o, None).unwrap().settings;
+        assert_eq!(
+            from_flags.workers, 2,
+            "--num-partitions without the operator's count"
+        );
+        let mut par = vec!["--partition-mode", "ParMETIS", "--graph-name", "g"];
+        par.extend([
+            "--num-partitions",
+            "2",
+            "--partition-seed",
+            "5",
+            "--balance-train",
+        ]);
+        par.extend(["--partition-input", "s3://graphs/g/metadata.json"]);
+        let p = key_input(&opts(&par), None).unwrap().settings;
+        assert_eq!(p.mode, Mode::ParMetis);
+        assert_ne!(p, from_flags, "the mode is in the key");
+    }
+
+    /// The launcher computes the key, so it must be told where the input
+    /// is; what the ranks refuse (a loader) is refused before any key.
+    #[test]
+    fn distparmetis_needs_an_input_the_launcher_reads() {
+        let e = key_input(&dist(&[]), Some(2)).unwrap_err().to_string();
+        assert!(
+            e.contains("needs --partition-input") && e.contains("launcher pod"),
+            "{e}"
+        );
+        let o = dist(&[
+            "--partition-input",
+            "/in",
+            "--partition-entry-point",
+            "load.py",
+        ]);
+        let e = key_input(&o, Some(2)).unwrap_err().to_string();
+        assert!(e.contains("runs no loader script"), "{e}");
+        let skip = opts(&["--partition-mode", "Skip", "--num-partitions", "2"]);
+        let e = key_input(&skip, Some(2)).unwrap_err().to_string();
+        assert!(e.contains("ParMETIS or DistParMETIS, not Skip"), "{e}");
+    }
 }

@@ -264,6 +264,41 @@ mod tests {
         assert!(format!("{e:#}").contains("cannot read"), "{e:#}");
     }
 
+    /// DistParMETIS with a cache: on a miss the ranks run and their parts
+    /// are stored (keyed for the hostfile's workers); on a hit no rank runs
+    /// and no store is planned.
+    #[test]
+    fn a_distparmetis_launcher_stores_on_a_miss_and_ships_on_a_hit() {
+        let dir = launcher_files();
+        let state = dir.path().display().to_string();
+        let key = "ab".repeat(32);
+        let cached = |answer: &str| {
+            std::fs::write(dir.path().join(names::CACHE_LOOKUP_FILE), answer).unwrap();
+            let o = launcher_opts(
+                dir.path(),
+                &[
+                    "--partition-mode",
+                    "DistParMETIS",
+                    "--partition-input",
+                    "s3://graphs/g/metadata.json",
+                    "--partition-cache",
+                    "s3://graphs/cache",
+                    "--state-dir",
+                    &state,
+                ],
+            );
+            launch_config(&o).unwrap()
+        };
+        let miss = cached(&format!("miss {key}\n"));
+        assert!(miss.from_cache.is_none() && miss.dist_partition.is_some());
+        let store = miss.store.expect("a store on a miss");
+        assert_eq!(store.url, "s3://graphs/cache");
+        assert_eq!(store.input.settings.workers, 2, "the hostfile's workers");
+        let hit = cached(&format!("hit {key}\n"));
+        assert_eq!(hit.from_cache.map(|c| c.key), Some(key));
+        assert!(hit.store.is_none() && hit.partitioner.is_none());
+    }
+
     #[test]
     fn use_graphbolt_is_sent_to_the_workers_or_refused_naming_the_option() {
         let dir = launcher_files();

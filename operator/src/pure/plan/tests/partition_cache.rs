@@ -162,11 +162,20 @@ fn a_distparmetis_hit_runs_no_rank_and_needs_no_partitioned_marker() {
     assert!(!created(&p).contains(&partitioner_name(JOB)));
     assert_eq!(p.launch, Some(0));
     let c = cond(&p, JobPhase::Partitioned).expect("Partitioned");
-    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "PartitionsReused"));
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "PartitionsReused")
+    );
     assert!(c.message.contains(KEY) && c.message.contains("no partition rank ran"));
     // Running, not ready (no mpirun wrote the marker): the job runs.
     pods[2].state = PodState::Running { ready: false };
-    let p = plan(&j, Seen::pods(&pods), t(1), &BuildConfig::default(), Some(0));
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(1),
+        &BuildConfig::default(),
+        Some(0),
+    );
     j.status = Some(p.status.clone());
     assert_eq!(p.status.phase, Some(JobPhase::Running));
     let partitioning = cond(&p, JobPhase::Partitioning).expect("Partitioning");
@@ -195,14 +204,26 @@ fn a_distparmetis_miss_partitions_on_the_workers() {
     assert_eq!(p.launch, Some(0));
     assert!(cond(&p, JobPhase::Partitioned).is_none());
     pods[2].state = PodState::Running { ready: false };
-    let p = plan(&j, Seen::pods(&pods), t(1), &BuildConfig::default(), Some(0));
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(1),
+        &BuildConfig::default(),
+        Some(0),
+    );
     j.status = Some(p.status.clone());
     assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
     let c = cond(&p, JobPhase::Partitioning).expect("Partitioning");
     assert_eq!(c.reason, "JobPartitioning");
     assert!(cond(&p, JobPhase::Failed).is_none());
     pods[2].state = ready();
-    let p = plan(&j, Seen::pods(&pods), t(2), &BuildConfig::default(), Some(0));
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(2),
+        &BuildConfig::default(),
+        Some(0),
+    );
     assert_eq!(p.status.phase, Some(JobPhase::Running));
     let c = cond(&p, JobPhase::Partitioned).expect("Partitioned");
     assert_eq!(c.reason, "JobPartitioned");

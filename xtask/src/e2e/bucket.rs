@@ -473,9 +473,15 @@ fn cached_job(name: &str) -> Result<DGLJob> {
     cached_job_in(name, PartitionMode::ParMetis)
 }
 
-/// [`cached_job`] in partition mode `mode`.
+/// [`cached_job`] in partition mode `mode`. DistParMETIS keeps its pods
+/// once it ended (cleanPodPolicy None): the workers' logs are read then,
+/// and a worker still exiting when the launcher succeeded would be
+/// deleted as Running.
 fn cached_job_in(name: &str, mode: PartitionMode) -> Result<DGLJob> {
     let mut job = crate::stack::placement::spread_workers(job(name, mode)?)?;
+    if mode == PartitionMode::DistParMetis {
+        job.spec.clean_pod_policy = dgl_api::CleanPodPolicy::None;
+    }
     job.spec.partition_cache = Some(dgl_api::PartitionCacheSpec {
         url: format!("s3://{BUCKET}/{CACHE}"),
         credentials_secret: Some(CACHE_SECRET.into()),

@@ -82,7 +82,7 @@ use crate::rules;
 ).message("spec.runPolicy.schedulingPolicy.minAvailable: must not exceed the number of pods of the job (workers + launcher + partitioner)"))]
 #[x_kube(validation = rules::GRAPHBOLT_NOT_WITH_DISTPARMETIS.crd_rule())]
 #[x_kube(validation = rules::GRAPHBOLT_NEEDS_WORKERS.crd_rule())]
-#[x_kube(validation = rules::PARTITION_CACHE_NEEDS_PARMETIS.crd_rule())]
+#[x_kube(validation = rules::PARTITION_CACHE_NEEDS_NATIVE_PARTITIONER.crd_rule())]
 #[x_kube(validation = rules::no_launcher_account_rule(ReplicaType::Worker))]
 #[x_kube(validation = rules::no_launcher_account_rule(ReplicaType::Partitioner))]
 // On the spec, not the field: a rule on the field runs only when the old and
@@ -156,12 +156,14 @@ pub struct DGLJobSpec {
     pub managed_by: Option<String>,
 
     /// Partition once, train many: where partitions are kept and reused
-    /// (partition mode ParMETIS with a chunked `--partition-input`). Before
-    /// the partitioner is made, the launcher pod looks the job's key up (a
-    /// digest of the input's metadata.json and each chunk's size and ETag,
-    /// the partition settings and the worker count): found, no partitioner
-    /// runs and each worker downloads only its own part, verified by
-    /// SHA-256; not found, the partitioner partitions and stores them there.
+    /// (partition mode ParMETIS or DistParMETIS with a chunked
+    /// `--partition-input`). Before anything partitions, the launcher pod
+    /// looks the job's key up (a digest of the input's metadata.json and
+    /// each chunk's size and ETag, the partition settings and the worker
+    /// count): found, no partitioner or rank runs and each worker downloads
+    /// only its own part, verified by SHA-256; not found, the partitioner
+    /// (ParMETIS) or the workers' ranks (DistParMETIS, each worker its own
+    /// part) partition and store them there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition_cache: Option<PartitionCacheSpec>,
 }
@@ -253,10 +255,14 @@ impl PartitionMode {
         matches!(self, PartitionMode::DglApi | PartitionMode::ParMetis)
     }
 
+    /// The modes whose native pipeline (not a user's partition script)
+    /// makes the partitions.
+    pub const NATIVE: [PartitionMode; 2] = [PartitionMode::ParMetis, PartitionMode::DistParMetis];
+
     /// Whether the native pipeline (not a user's partition script) makes the
-    /// partitions.
+    /// partitions ([`PartitionMode::NATIVE`]).
     pub fn is_native(self) -> bool {
-        matches!(self, PartitionMode::ParMetis | PartitionMode::DistParMetis)
+        Self::NATIVE.contains(&self)
     }
 }
 

@@ -67,6 +67,9 @@ pub enum Fact {
     PartitionerSpec,
     /// `spec.partitionCache` is given.
     PartitionCache,
+    /// `spec.partitionMode` is one whose native pipeline makes the
+    /// partitions (ParMETIS or DistParMETIS: [`PartitionMode::NATIVE`]).
+    NativeMode,
 }
 
 impl Fact {
@@ -94,6 +97,14 @@ impl Fact {
                 "has(self.partitionCache)".to_string(),
                 "!has(self.partitionCache)".to_string(),
             ),
+            Fact::NativeMode => {
+                let modes: Vec<String> = PartitionMode::NATIVE
+                    .iter()
+                    .map(|m| format!("'{m}'"))
+                    .collect();
+                let within = format!("self.partitionMode in [{}]", modes.join(", "));
+                (within.clone(), format!("!({within})"))
+            }
         };
         if holds {
             yes
@@ -110,6 +121,7 @@ impl Fact {
             Fact::HasWorkers => f.has_workers,
             Fact::PartitionerSpec => f.partitioner_spec,
             Fact::PartitionCache => f.partition_cache,
+            Fact::NativeMode => f.partition_mode.is_native(),
         }
     }
 }
@@ -180,11 +192,12 @@ pub const GRAPHBOLT_NEEDS_WORKERS: SpecRule = SpecRule {
 };
 
 /// The cache is keyed by a chunked input the launcher can read before any
-/// partitioning: the native pipeline of the partitioner pod (ParMETIS).
-pub const PARTITION_CACHE_NEEDS_PARMETIS: SpecRule = SpecRule {
+/// partitioning, and stored from the native pipeline's output: the
+/// partitioner pod's (ParMETIS) or the workers' ranks' (DistParMETIS).
+pub const PARTITION_CACHE_NEEDS_NATIVE_PARTITIONER: SpecRule = SpecRule {
     when: (Fact::PartitionCache, true),
-    then: (Fact::Mode(PartitionMode::ParMetis), true),
-    message: "spec.partitionCache: needs spec.partitionMode ParMETIS (its key is computed from the chunked --partition-input before partitioning; DGL-API's script and Skip have no such input, and DistParMETIS's ranks do not store their parts yet)",
+    then: (Fact::NativeMode, true),
+    message: "spec.partitionCache: needs spec.partitionMode ParMETIS or DistParMETIS (its key is computed from the chunked --partition-input before partitioning; DGL-API's script and Skip have no such input)",
 };
 
 /// What DGL 2.1.0's GraphBolt cannot be given.

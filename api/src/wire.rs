@@ -212,6 +212,13 @@ pub enum Request {
     /// Worker in partition mode DistParMETIS: run MPI's daemon for `mpirun`
     /// (what ssh would run for it); only [`EXEC_PROGRAMS`] are accepted.
     Exec(ExecSpec),
+    /// Worker in partition mode DistParMETIS with `spec.partitionCache`,
+    /// once its rank wrote its part and its shard was checked: upload the
+    /// part to the cache's entry. Answered by [`Response::Manifest`] of the
+    /// files uploaded, each with its size and SHA-256 (with
+    /// [`Response::ShardProgress`] meanwhile, as for `PrepareShard`), or
+    /// `Error`. The entry is not a hit until the launcher commits it.
+    StorePart(StoreRequest),
 }
 
 /// Messages from the accepting side.
@@ -348,6 +355,22 @@ pub enum ShardSource {
     Cache { url: String, key: String },
 }
 
+/// `StorePart`'s parameters.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct StoreRequest {
+    pub graph_name: String,
+    /// The worker's partition id: it uploads `part<part_id>/`.
+    pub part_id: u32,
+    pub num_parts: u32,
+    /// The cache, `s3://bucket/prefix`.
+    pub url: String,
+    /// The entry's key (64 hex digits).
+    pub key: String,
+    /// Also upload the files outside every part's folder (the partition
+    /// JSON, the assignment): asked of one worker only.
+    pub shared: bool,
+}
+
 /// `PrepareShard`'s parameters.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ShardRequest {
@@ -381,11 +404,11 @@ pub struct ShardReport {
 /// How often a worker reports progress while it prepares its shard.
 pub const SHARD_PROGRESS_INTERVAL_SECS: u64 = 2;
 
-/// A worker's shard preparation goes on.
+/// A worker's shard preparation (or `StorePart`'s upload) goes on.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
 pub struct ShardProgress {
     pub part_id: u32,
-    /// Bytes received from the partitioner so far.
+    /// Bytes received from the partitioner so far (0 while uploading).
     pub received_bytes: u64,
 }
 

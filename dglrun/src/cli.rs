@@ -259,13 +259,15 @@ pub struct NativeArgs {
     /// Node feature that marks training nodes, balanced by --balance-train.
     #[arg(long, value_name = "NAME", default_value = "train_mask")]
     pub train_mask: String,
-    /// Partition once, train many (partition mode ParMETIS with a chunked
-    /// --partition-input): s3://bucket/prefix where partitions are kept
-    /// under a key of the input (metadata.json, each chunk's size and
-    /// ETag), the settings and the worker count. The partitioner stores
-    /// what it made there; a later job with the same key skips partitioning
-    /// and each worker downloads only its own part, checked by SHA-256.
-    /// The operator sets it from spec.partitionCache.
+    /// Partition once, train many (partition mode ParMETIS or DistParMETIS
+    /// with a chunked --partition-input): s3://bucket/prefix where
+    /// partitions are kept under a key of the input (metadata.json, each
+    /// chunk's size and ETag), the settings, the mode and the worker count.
+    /// The partitioner (ParMETIS) or each worker its own part (DistParMETIS,
+    /// the launcher writing the manifest last) stores what was made there;
+    /// a later job with the same key skips partitioning (no partitioner, no
+    /// rank) and each worker downloads only its own part, checked by
+    /// SHA-256. The operator sets it from spec.partitionCache.
     #[arg(long, env = names::ENV_PARTITION_CACHE, value_name = "URL")]
     pub partition_cache: Option<String>,
 }

@@ -172,6 +172,7 @@ fn launch_config(agent: SocketAddr, peer_timeout: Duration) -> LaunchConfig {
         }],
         partitioner: None,
         from_cache: None,
+        store: None,
         spec: TrainSpec {
             graph_name: "g".into(),
             entry_point: "train.py".into(),

@@ -192,8 +192,8 @@ fn build_job(s: &Spec, st: &Option<Status>) -> DGLJob {
     job.metadata.uid = Some("uid-1".into());
     job.metadata.generation = Some(1);
     job.spec.partition_mode = s.mode;
-    // The cache where the CRD allows it (ParMETIS), every other name.
-    if s.mode == PartitionMode::ParMetis && s.name.len().is_multiple_of(2) {
+    // The cache where the CRD allows it (the native modes), every other name.
+    if s.mode.is_native() && s.name.len().is_multiple_of(2) {
         job.spec.partition_cache = Some(dgl_api::PartitionCacheSpec {
             url: "s3://graphs/cache".into(),
             credentials_secret: Some("keys".into()),

@@ -190,3 +190,38 @@ async fn replica_counts_are_immutable_also_by_adding_or_removing_a_spec() {
     .await
     .expect("a Partitioner spec of the job's one partitioner");
 }
+
+/// `spec.partitionCache` (#35 item 4): the API server evaluates the
+/// generated CEL (a list membership) as the operator reads the rule: the
+/// native modes keep it, DGL-API and Skip are refused naming the field and
+/// the modes allowed.
+#[tokio::test]
+async fn a_partition_cache_needs_a_native_partition_mode() {
+    let (jobs, _) = setup("rules-cache").await;
+    let cached = |name: &str, mode: PartitionMode| {
+        seed(name, |j| {
+            j.spec.partition_mode = mode;
+            j.spec.partition_cache = Some(dgl_api::PartitionCacheSpec {
+                url: "s3://graphs/cache".into(),
+                credentials_secret: Some("keys".into()),
+            });
+        })
+    };
+    for (name, mode) in [
+        ("par", PartitionMode::ParMetis),
+        ("dist", PartitionMode::DistParMetis),
+    ] {
+        jobs.create(&PostParams::default(), &cached(name, mode))
+            .await
+            .unwrap_or_else(|e| panic!("{mode}: {e}"));
+    }
+    let want = dgl_api::rules::PARTITION_CACHE_NEEDS_NATIVE_PARTITIONER.message;
+    assert!(want.contains("ParMETIS or DistParMETIS"), "{want}");
+    for (name, mode) in [
+        ("api", PartitionMode::DglApi),
+        ("skip", PartitionMode::Skip),
+    ] {
+        let m = create_refused(&jobs, &cached(name, mode)).await;
+        assert!(m.contains(want), "{mode}: {m}");
+    }
+}

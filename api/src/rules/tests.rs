@@ -46,8 +46,8 @@ fn each_rule_generates_the_cel_the_crd_had() {
             "!has(self.useGraphbolt) || !self.useGraphbolt || 'Worker' in self.dglReplicaSpecs",
         ),
         (
-            &PARTITION_CACHE_NEEDS_PARMETIS,
-            "!has(self.partitionCache) || self.partitionMode == 'ParMETIS'",
+            &PARTITION_CACHE_NEEDS_NATIVE_PARTITIONER,
+            "!has(self.partitionCache) || self.partitionMode in ['ParMETIS', 'DistParMETIS']",
         ),
     ];
     for (rule, cel) in expected {
@@ -79,13 +79,23 @@ fn each_rule_is_kept_exactly_where_its_cel_holds() {
             ),
             (&GRAPHBOLT_NEEDS_WORKERS, !f.use_graphbolt || f.has_workers),
             (
-                &PARTITION_CACHE_NEEDS_PARMETIS,
-                !f.partition_cache || m == PartitionMode::ParMetis,
+                &PARTITION_CACHE_NEEDS_NATIVE_PARTITIONER,
+                !f.partition_cache
+                    || m == PartitionMode::ParMetis
+                    || m == PartitionMode::DistParMetis,
             ),
         ];
         for (rule, kept) in cases {
             assert_eq!(rule.kept_by(&f), kept, "{f:?}: {}", rule.message);
         }
+    }
+}
+
+/// The native modes the CEL lists are the ones `is_native` names.
+#[test]
+fn the_native_modes_are_listed_once() {
+    for m in MODES {
+        assert_eq!(PartitionMode::NATIVE.contains(&m), m.is_native(), "{m}");
     }
 }
 
@@ -126,7 +136,7 @@ fn the_crd_states_every_rule_on_the_spec() {
         &WORKERS_UNLESS_SKIP,
         &GRAPHBOLT_NOT_WITH_DISTPARMETIS,
         &GRAPHBOLT_NEEDS_WORKERS,
-        &PARTITION_CACHE_NEEDS_PARMETIS,
+        &PARTITION_CACHE_NEEDS_NATIVE_PARTITIONER,
     ] {
         let found = stated
             .iter()

@@ -93,7 +93,7 @@ fn graphbolt(job: &DGLJob) -> Result<(), Refusal> {
 /// `spec.partitionCache` only where its key can be computed (the CRD's
 /// rule, checked again as the others are).
 fn partition_cache(job: &DGLJob) -> Result<(), Refusal> {
-    let rule = &rules::PARTITION_CACHE_NEEDS_PARMETIS;
+    let rule = &rules::PARTITION_CACHE_NEEDS_NATIVE_PARTITIONER;
     if rule.kept_by(&rules::Facts::of(&job.spec)) {
         return Ok(());
     }

@@ -12,7 +12,8 @@
 //! - [`key`]: the cache key (a versioned digest format);
 //! - [`manifest`]: `manifest.json`, the list of cached files, written last
 //!   (a half upload is never a hit) and checked as untrusted input;
-//! - [`upload`]: a finished output folder into the bucket;
+//! - [`upload`]: a finished output folder into the bucket, whole or part
+//!   by part;
 //! - [`fetch`]: lookup and the verified download of one part;
 //! - [`cli`]: `dgl-partition cache upload|fetch`.
 //!
@@ -22,9 +23,12 @@
 //! block (they wait on the store's own runtime): from async code, call them
 //! in `spawn_blocking`.
 //!
-//! Not yet wired in: nothing in a `DGLJob` configures a cache, and neither
-//! the operator nor dglrun calls this module yet (only the
-//! `dgl-partition cache` command does).
+//! dglrun calls it for `spec.partitionCache`: its lookup role, the
+//! partitioner (partition mode ParMETIS: [`Cache::upload`] of its output
+//! folder), the launcher and workers of partition mode DistParMETIS (each
+//! worker's [`Cache::upload_part`] between the launcher's
+//! [`Cache::begin`] and [`Cache::commit`]), and every worker's
+//! [`Cache::fetch_part`] on a hit.
 
 pub mod cli;
 pub mod fetch;

@@ -2,6 +2,12 @@
 //! `s3://bucket/prefix/<key>/<relative path>`, hashed as it is read, then
 //! `manifest.json` last. An earlier manifest of the key is deleted first,
 //! so that while files are replaced the entry is a miss.
+//!
+//! Parts made on different machines (partition mode DistParMETIS) are
+//! uploaded in three steps: [`Cache::begin`] (the old manifest deleted),
+//! [`Cache::upload_part`] on each machine (its part, and on one of them the
+//! shared files), then [`Cache::commit`] of every machine's entries (the
+//! manifest, last).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -34,27 +40,108 @@ impl Cache {
     pub fn upload(&self, key: &Key, dir: &Path) -> Result<Manifest> {
         let files = list(dir)?;
         let num_parts = check_finished(dir, &files)?;
+        self.begin(key)?;
+        let entries = self.put_files(key, &files)?;
+        self.commit(key, num_parts, entries)
+    }
+
+    /// The first step of an entry whose parts lie on different machines
+    /// (partition mode DistParMETIS: part `i` on worker `i`): deletes the
+    /// key's manifest, so that the entry is a miss while its files are
+    /// replaced. Then each machine calls [`Cache::upload_part`], and one
+    /// [`Cache::commit`]s what they uploaded.
+    pub fn begin(&self, key: &Key) -> Result<()> {
         let store = client(self)?;
         let manifest_obj = self.object(key, MANIFEST)?;
         let manifest_name = self.name(&manifest_obj);
         let rt = runtime(&manifest_name)?;
         match rt.block_on(store.delete(&manifest_obj)) {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(store_error(&manifest_name, &e)),
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_error(&manifest_name, &e)),
         }
-        let mut entries = Vec::with_capacity(files.len());
-        for (rel, path) in &files {
-            let object = self.object(key, rel)?;
-            let (size, sha256) = put_file(rt, store.as_ref(), &object, &self.name(&object), path)?;
-            let part = Owner::of_path(rel).unwrap_or(Owner::Other);
-            entries.push(FileEntry {
-                path: rel.clone(),
-                size,
-                sha256,
-                part,
-            });
+    }
+
+    /// Uploads from output folder `dir` the files of part `part` (below
+    /// `part<part>/`) and, with `shared`, the files outside every part's
+    /// folder (the partition JSON, which must name `num_parts`, and the
+    /// assignment); returns their entries for [`Cache::commit`]. Other
+    /// parts' folders in `dir` are left out. The entry is not a hit until
+    /// it is committed.
+    pub fn upload_part(
+        &self,
+        key: &Key,
+        dir: &Path,
+        part: u32,
+        num_parts: u32,
+        shared: bool,
+    ) -> Result<Vec<FileEntry>> {
+        if part >= num_parts {
+            return Err(Error::Config(format!(
+                "part {part} of an entry of {num_parts} parts"
+            )));
         }
-        let manifest = Manifest::new(key.as_str(), num_parts, entries);
+        let files: Vec<(String, PathBuf)> = list(dir)?
+            .into_iter()
+            .filter(|(rel, _)| match Owner::of_path(rel) {
+                Some(Owner::Part(p)) => p == part,
+                _ => shared,
+            })
+            .collect();
+        if !files
+            .iter()
+            .any(|(rel, _)| Owner::of_path(rel) == Some(Owner::Part(part)))
+        {
+            return Err(refuse(&dir.join(format!("part{part}")), "missing or empty"));
+        }
+        if shared {
+            let named = json_num_parts(dir, &files)?;
+            if named != num_parts {
+                let why = format!("the partition JSON names {named} parts, expected {num_parts}");
+                return Err(refuse(dir, &why));
+            }
+        }
+        let entries = self.put_files(key, &files)?;
+        tracing::info!(
+            cache = %self.url(),
+            key = %key,
+            part,
+            files = entries.len(),
+            bytes = entries.iter().fold(0u64, |t, f| t.saturating_add(f.size)),
+            "part uploaded to the partition cache (not an entry until committed)"
+        );
+        Ok(entries)
+    }
+
+    /// The last step of an upload: writes entry `key`'s manifest listing
+    /// `files` (every part's, as [`Cache::upload_part`] returned them),
+    /// after checking them as a manifest that is read is checked (every
+    /// part and the partition JSON listed, plain paths) and that each is in
+    /// the bucket with its size. Only then is the entry a hit.
+    pub fn commit(&self, key: &Key, num_parts: u32, mut files: Vec<FileEntry>) -> Result<Manifest> {
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let manifest = Manifest::new(key.as_str(), num_parts, files);
+        let store = client(self)?;
+        let manifest_obj = self.object(key, MANIFEST)?;
+        let manifest_name = self.name(&manifest_obj);
+        manifest.check(&manifest_name, key.as_str())?;
+        let rt = runtime(&manifest_name)?;
+        for f in &manifest.files {
+            let object = self.object(key, &f.path)?;
+            let name = self.name(&object);
+            let meta = rt
+                .block_on(store.head(&object))
+                .map_err(|e| store_error(&name, &e))?;
+            if meta.size != f.size {
+                return Err(Error::input(
+                    &name,
+                    "",
+                    format!(
+                        "{} bytes in the bucket, {} reported by its uploader: not committed",
+                        meta.size, f.size
+                    ),
+                ));
+            }
+        }
         let text = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Stage {
             stage: "partition cache",
             message: format!("cannot encode the manifest: {e}"),
@@ -70,6 +157,26 @@ impl Cache {
             "partitions uploaded to the partition cache"
         );
         Ok(manifest)
+    }
+
+    /// Uploads `files` (relative path, path) under `key`; their entries.
+    fn put_files(&self, key: &Key, files: &[(String, PathBuf)]) -> Result<Vec<FileEntry>> {
+        let store = client(self)?;
+        let mut entries = Vec::with_capacity(files.len());
+        for (rel, path) in files {
+            let object = self.object(key, rel)?;
+            let name = self.name(&object);
+            let rt = runtime(&name)?;
+            let (size, sha256) = put_file(rt, store.as_ref(), &object, &name, path)?;
+            let part = Owner::of_path(rel).unwrap_or(Owner::Other);
+            entries.push(FileEntry {
+                path: rel.clone(),
+                size,
+                sha256,
+                part,
+            });
+        }
+        Ok(entries)
     }
 }
 
@@ -121,6 +228,27 @@ fn refuse(path: &Path, why: &str) -> Error {
 /// The partition JSON's `num_parts`, after checking that `files` are a
 /// finished output: one JSON at the top, a `part<i>/` for each part.
 fn check_finished(dir: &Path, files: &[(String, PathBuf)]) -> Result<u32> {
+    let num_parts = json_num_parts(dir, files)?;
+    for p in 0..num_parts {
+        if !files
+            .iter()
+            .any(|(rel, _)| Owner::of_path(rel) == Some(Owner::Part(p)))
+        {
+            return Err(refuse(&dir.join(format!("part{p}")), "missing or empty"));
+        }
+    }
+    if let Some((rel, _)) = files
+        .iter()
+        .find(|(rel, _)| matches!(Owner::of_path(rel), Some(Owner::Part(p)) if p >= num_parts))
+    {
+        let why = format!("a part past the partition JSON's num_parts {num_parts}");
+        return Err(refuse(&dir.join(rel), &why));
+    }
+    Ok(num_parts)
+}
+
+/// The `num_parts` of the one partition JSON at the top of `files`.
+fn json_num_parts(dir: &Path, files: &[(String, PathBuf)]) -> Result<u32> {
     let jsons: Vec<&PathBuf> = files
         .iter()
         .filter(|(rel, _)| !rel.contains('/') && rel.ends_with(".json"))
@@ -159,21 +287,6 @@ fn check_finished(dir: &Path, files: &[(String, PathBuf)]) -> Result<u32> {
                 format!("expected a count of 1 to {MAX_PARTS}"),
             )
         })? as u32;
-    for p in 0..num_parts {
-        if !files
-            .iter()
-            .any(|(rel, _)| Owner::of_path(rel) == Some(Owner::Part(p)))
-        {
-            return Err(refuse(&dir.join(format!("part{p}")), "missing or empty"));
-        }
-    }
-    if let Some((rel, _)) = files
-        .iter()
-        .find(|(rel, _)| matches!(Owner::of_path(rel), Some(Owner::Part(p)) if p >= num_parts))
-    {
-        let why = format!("a part past the partition JSON's num_parts {num_parts}");
-        return Err(refuse(&dir.join(rel), &why));
-    }
     Ok(num_parts)
 }
 

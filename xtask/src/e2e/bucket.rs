@@ -7,6 +7,9 @@
 //! with `--partition-input s3://...`, must Succeed with falling losses, the
 //! partitioner's or every rank's report naming the bytes it fetched from
 //! object storage, and (DistParMETIS) the workers on different nodes.
+//! Then partition once, train many (item 4): ParMETIS and DistParMETIS
+//! jobs with `spec.partitionCache`, each mode's first storing and its
+//! second reusing the entry (no partitioner pod; no rank, no MPI daemon).
 //! Last, the storage fault (item 3): the server killed before a third
 //! DistParMETIS job is applied and started again only once the job is
 //! Partitioning, so the ranks' first reads meet a dead server and their
@@ -422,9 +425,11 @@ const CACHE_SECRET: &str = "graph-cache";
 /// must Succeed with no partitioner pod ever made, Partitioned for reason
 /// PartitionsReused naming the entry, and every worker's part fetched from
 /// the cache; its time from apply to Running against the first's is the
-/// figure of item 5. A third with another partition seed must miss (a new
-/// key) and partition again. Then one cached file of part 1 gets a flipped byte
-/// (same size): a fourth job must fail naming that object, never training.
+/// figure of item 5. Then the same pair in partition mode DistParMETIS
+/// ([`dist_partition_once`]). A third ParMETIS job with another partition
+/// seed must miss (a new key) and partition again. Then one cached file of
+/// part 1 gets a flipped byte (same size): a fourth job must fail naming
+/// that object, never training.
 async fn partition_once_train_many(
     client: &Client,
     ns: &str,
@@ -438,6 +443,7 @@ async fn partition_once_train_many(
         key == key_a,
         "the reused entry {key} is not the stored one {key_a}"
     );
+    let dist = dist_partition_once(client, ns, &key).await?;
     // A setting that changes the partitions is another key: partitioned again.
     let seeded = with_seed(cached_job("bucket-cache-seed")?, 8)?;
     let (third, key_s, _) = cached_run(client, ns, seeded, false).await?;
@@ -457,19 +463,119 @@ async fn partition_once_train_many(
         "bucket-cache-bad trained on a corrupted part:\n{log}"
     );
     Ok(format!(
-        "partitioned and stored: {first}; reused: {second}; another seed, partitioned again: \
-         {third}; a corrupted cached part: {failed}"
+        "partitioned and stored: {first}; reused: {second}; DistParMETIS: {dist}; another seed, \
+         partitioned again: {third}; a corrupted cached part: {failed}"
     ))
 }
 
 /// The ParMETIS job reading the bucket, with the partition cache.
 fn cached_job(name: &str) -> Result<DGLJob> {
-    let mut job = crate::stack::placement::spread_workers(job(name, PartitionMode::ParMetis)?)?;
+    cached_job_in(name, PartitionMode::ParMetis)
+}
+
+/// [`cached_job`] in partition mode `mode`. DistParMETIS keeps its pods
+/// once it ended (cleanPodPolicy None): the workers' logs are read then,
+/// and a worker still exiting when the launcher succeeded would be
+/// deleted as Running.
+fn cached_job_in(name: &str, mode: PartitionMode) -> Result<DGLJob> {
+    let mut job = crate::stack::placement::spread_workers(job(name, mode)?)?;
+    if mode == PartitionMode::DistParMetis {
+        job.spec.clean_pod_policy = dgl_api::CleanPodPolicy::None;
+    }
     job.spec.partition_cache = Some(dgl_api::PartitionCacheSpec {
         url: format!("s3://{BUCKET}/{CACHE}"),
         credentials_secret: Some(CACHE_SECRET.into()),
     });
     Ok(job)
+}
+
+/// Partition once, train many in partition mode DistParMETIS, on the graph
+/// the ParMETIS jobs used: the first job misses (a key of its own: the
+/// mode is in it, so not `parmetis_key`), its ranks partition and every
+/// worker uploads its own part, the launcher committing the entry; the
+/// second finds it and must Succeed with no rank ever run (no mpirun line
+/// in the launcher's log, no MPI daemon started on any worker) and each
+/// worker's part fetched from the cache, verified.
+async fn dist_partition_once(client: &Client, ns: &str, parmetis_key: &str) -> Result<String> {
+    let mode = PartitionMode::DistParMetis;
+    let (first, key_a, _) =
+        cached_run(client, ns, cached_job_in("bucket-dcache-a", mode)?, false).await?;
+    ensure!(
+        key_a != parmetis_key,
+        "DistParMETIS has the ParMETIS entry's key {key_a}"
+    );
+    let (second, key, _) =
+        cached_run(client, ns, cached_job_in("bucket-dcache-b", mode)?, true).await?;
+    ensure!(
+        key == key_a,
+        "the reused entry {key} is not the stored one {key_a}"
+    );
+    Ok(format!(
+        "partitioned by the ranks and stored by the workers: {first}; reused: {second}"
+    ))
+}
+
+/// The logs of the job's workers (0 and 1), joined.
+async fn worker_logs(client: &Client, ns: &str, name: &str) -> Result<Vec<String>> {
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns);
+    let mut logs = Vec::new();
+    for i in 0..2 {
+        let pod = dgl_api::names::worker_name(name, i);
+        let log = pods
+            .logs(&pod, &LogParams::default())
+            .await
+            .with_context(|| format!("the log of {pod}"))?;
+        logs.push(log);
+    }
+    Ok(logs)
+}
+
+/// DistParMETIS: what the launcher's and the workers' logs must say of a
+/// cached job: on a hit no rank ran and each part was fetched, verified;
+/// on a miss the ranks ran and each worker uploaded its part, the launcher
+/// storing the entry `key`.
+async fn check_dist_cache(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    launcher: &str,
+    key: &str,
+    reused: bool,
+) -> Result<()> {
+    let workers = worker_logs(client, ns, name).await?;
+    let ranks_ran = launcher.contains("partitioning on the workers");
+    let daemons = workers
+        .iter()
+        .filter(|l| l.contains("started for dglrun rsh"))
+        .count();
+    if reused {
+        ensure!(
+            !ranks_ran && !launcher.contains("[partition]") && daemons == 0,
+            "{name}: ranks ran though the entry was cached ({daemons} MPI daemon(s)):\n{launcher}"
+        );
+        for (i, log) in workers.iter().enumerate() {
+            ensure!(
+                log.contains("part reused from the partition cache, verified"),
+                "{name}: worker {i} did not fetch its part from the cache:\n{log}"
+            );
+        }
+    } else {
+        ensure!(
+            ranks_ran && daemons == 2,
+            "{name}: the ranks did not run on a miss:\n{launcher}"
+        );
+        ensure!(
+            launcher.contains(&format!("stored entry {key}")),
+            "{name}: the launcher did not store entry {key}:\n{launcher}"
+        );
+        for (i, log) in workers.iter().enumerate() {
+            ensure!(
+                log.contains("part uploaded to the partition cache"),
+                "{name}: worker {i} uploaded no part:\n{log}"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `job` with the partition seed `seed` (the launcher's flags, which the
@@ -482,8 +588,9 @@ fn with_seed(mut job: DGLJob, seed: u64) -> Result<DGLJob> {
     Ok(job)
 }
 
-/// Runs `job` (a [`cached_job`]) to Succeeded; `reused`: it must find the entry (no
-/// partitioner pod ever, reason PartitionsReused), else make it. Returns
+/// Runs `job` (a [`cached_job_in`]) to Succeeded; `reused`: it must find the entry (no
+/// partitioner pod ever, reason PartitionsReused), else make it (ParMETIS:
+/// a partitioner pod; DistParMETIS: see [`check_dist_cache`]). Returns
 /// its summary, the entry's key and the seconds from apply to Running.
 async fn cached_run(
     client: &Client,
@@ -529,6 +636,10 @@ async fn cached_run(
         .with_context(|| format!("{name}: the lookup's log names no key:\n{lookup}"))?;
     let log = launcher_log(client, ns, name).await?;
     check_losses_fall(&losses_by_worker(&log), 2)?;
+    let dist = job.spec.partition_mode == PartitionMode::DistParMetis;
+    if dist {
+        check_dist_cache(client, ns, name, &log, &key, reused).await?;
+    }
     if reused {
         ensure!(
             !partitioner_seen,
@@ -544,8 +655,9 @@ async fn cached_run(
         );
     } else {
         ensure!(
-            partitioner_seen,
-            "{name}: no partitioner pod on a cache miss"
+            partitioner_seen != dist,
+            "{name}: a partitioner pod {} on a cache miss",
+            if dist { "in DistParMETIS" } else { "missing" }
         );
         ensure!(
             lookup.contains("no entry"),

@@ -266,19 +266,7 @@ fn outcome(
     let n = workers.len() as u32;
     let missing: Vec<u32> = (0..n).filter(|r| !seen.done.contains(r)).collect();
     if status.success() && missing.is_empty() {
-        let text = format!("partitioned by {n} ranks\n");
-        if let Some(dir) = cfg.marker.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| DistPartError::Failed {
-                worker: None,
-                message: format!("cannot create {}: {e}", dir.display()),
-            })?;
-        }
-        std::fs::write(&cfg.marker, text).map_err(|e| DistPartError::Failed {
-            worker: None,
-            message: format!("cannot write {}: {e}", cfg.marker.display()),
-        })?;
-        tracing::info!(marker = %cfg.marker.display(), "every worker holds its partition");
-        return Ok(());
+        return write_marker(&cfg.marker, &format!("partitioned by {n} ranks\n"));
     }
     if let Some(k) = seen.guarded.as_ref() {
         return Err(killed_rank(k, workers, status));
@@ -303,6 +291,23 @@ fn outcome(
         worker: rank.zip(worker).map(|(r, w)| format!("rank {r} on {w}")),
         message: format!("{why} (mpirun: {status})"),
     })
+}
+
+/// Writes the marker the launcher's readiness probe reads (`dglrun probe
+/// --partitioned`): every worker holds its partition.
+pub fn write_marker(marker: &std::path::Path, text: &str) -> Result<(), DistPartError> {
+    let failed = |message: String| DistPartError::Failed {
+        worker: None,
+        message,
+    };
+    if let Some(dir) = marker.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| failed(format!("cannot create {}: {e}", dir.display())))?;
+    }
+    std::fs::write(marker, text)
+        .map_err(|e| failed(format!("cannot write {}: {e}", marker.display())))?;
+    tracing::info!(marker = %marker.display(), "every worker holds its partition");
+    Ok(())
 }
 
 /// A rank killed by a signal, named with its worker and memory limit.

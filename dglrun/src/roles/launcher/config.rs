@@ -57,6 +57,10 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
     let dist_partition = (opts.job.partition_mode == PartitionMode::DistParMetis)
         .then(|| dist_partition(opts, &graph_name, &hostfile))
         .transpose()?;
+    let store = match (&from_cache, &dist_partition) {
+        (None, Some(_)) => cache_store(opts, workers.len() as u32),
+        _ => None,
+    };
     let spec = TrainSpec {
         graph_name,
         entry_point,
@@ -79,6 +83,7 @@ pub fn launch_config(opts: &Options) -> anyhow::Result<LaunchConfig> {
         workers,
         partitioner,
         from_cache,
+        store,
         token: opts.token()?,
         wait_timeout: duration::secs(opts.launch.wait_timeout),
         peer_timeout: opts.timeouts.peer(),
@@ -149,6 +154,20 @@ fn launch_cache(opts: &Options) -> anyhow::Result<Option<super::CacheEntry>> {
         url: url.clone(),
         key: lookup.key,
     }))
+}
+
+/// Partition mode DistParMETIS with --partition-cache, on a miss: where
+/// the ranks' parts are stored once made, and what their key is computed
+/// from. `None` (logged) when the key cannot be: the job goes on uncached.
+fn cache_store(opts: &Options, workers: u32) -> Option<super::cache_store::CacheStore> {
+    let url = opts.native.partition_cache.clone()?;
+    match crate::roles::cache_lookup::key_input(opts, Some(workers)) {
+        Ok(input) => Some(super::cache_store::CacheStore { url, input }),
+        Err(e) => {
+            tracing::error!("the partitions will not be stored in the partition cache: {e:#}");
+            None
+        }
+    }
 }
 
 /// The partitioner's agent: --partitioner, else the ConfigMap's partfile;
@@ -243,6 +262,41 @@ mod tests {
         assert_eq!((cfg.partitioner, cfg.spec.num_trainers), (None, 1));
         let e = launch_config(&launcher_opts(dir.path(), &[])).unwrap_err();
         assert!(format!("{e:#}").contains("cannot read"), "{e:#}");
+    }
+
+    /// DistParMETIS with a cache: on a miss the ranks run and their parts
+    /// are stored (keyed for the hostfile's workers); on a hit no rank runs
+    /// and no store is planned.
+    #[test]
+    fn a_distparmetis_launcher_stores_on_a_miss_and_ships_on_a_hit() {
+        let dir = launcher_files();
+        let state = dir.path().display().to_string();
+        let key = "ab".repeat(32);
+        let cached = |answer: &str| {
+            std::fs::write(dir.path().join(names::CACHE_LOOKUP_FILE), answer).unwrap();
+            let o = launcher_opts(
+                dir.path(),
+                &[
+                    "--partition-mode",
+                    "DistParMETIS",
+                    "--partition-input",
+                    "s3://graphs/g/metadata.json",
+                    "--partition-cache",
+                    "s3://graphs/cache",
+                    "--state-dir",
+                    &state,
+                ],
+            );
+            launch_config(&o).unwrap()
+        };
+        let miss = cached(&format!("miss {key}\n"));
+        assert!(miss.from_cache.is_none() && miss.dist_partition.is_some());
+        let store = miss.store.expect("a store on a miss");
+        assert_eq!(store.url, "s3://graphs/cache");
+        assert_eq!(store.input.settings.workers, 2, "the hostfile's workers");
+        let hit = cached(&format!("hit {key}\n"));
+        assert_eq!(hit.from_cache.map(|c| c.key), Some(key));
+        assert!(hit.store.is_none() && hit.partitioner.is_none());
     }
 
     #[test]

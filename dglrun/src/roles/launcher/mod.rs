@@ -25,6 +25,7 @@ use crate::net::hosts::Peer;
 use crate::progress::Reporter;
 use crate::roles::distpart::{self, DistPartError, DistPartition};
 
+pub mod cache_store;
 pub mod config;
 
 /// The launcher role (with workers) from the command line; the training's
@@ -56,8 +57,12 @@ pub struct LaunchConfig {
     /// DistParMETIS, and when the partitions are reused from the cache.
     pub partitioner: Option<SocketAddr>,
     /// `spec.partitionCache` had the job's partitions (the lookup's
-    /// answer): every worker downloads its own part from there.
+    /// answer): every worker downloads its own part from there (and in
+    /// DistParMETIS no rank runs).
     pub from_cache: Option<CacheEntry>,
+    /// DistParMETIS with `spec.partitionCache`, on a miss: the ranks' parts
+    /// are stored there once made and checked.
+    pub store: Option<cache_store::CacheStore>,
     /// What every worker runs; `machine_rank` is set per worker.
     pub spec: TrainSpec,
     pub token: Token,
@@ -345,29 +350,21 @@ async fn wait_for_workers(cfg: &LaunchConfig) -> Result<(), LaunchError> {
     Ok(())
 }
 
-/// Gets every worker its shard: the ranks partition first (DistParMETIS),
-/// then every worker pulls its shard from the partitioner or checks the one
-/// in its workspace. The first error when any failed.
+/// Gets every worker its shard: the ranks partition first (DistParMETIS,
+/// unless the partitions are reused from the cache), then every worker
+/// pulls its shard from the partitioner or the cache, or checks the one in
+/// its workspace; a DistParMETIS miss then stores the parts in the cache.
+/// The first error when any failed.
 async fn prepare_shards(cfg: &LaunchConfig) -> Result<(), LaunchError> {
-    if let Some(d) = &cfg.dist_partition {
+    let mut store_key = None;
+    if let (Some(d), None) = (&cfg.dist_partition, &cfg.from_cache) {
+        // Before the ranks read the input: see cache_store::store.
+        if let Some(s) = &cfg.store {
+            store_key = s.key_before().await;
+        }
         distpart::run(d, &cfg.workers).await?;
     }
-    let source = match (&cfg.from_cache, cfg.partitioner) {
-        (Some(c), _) => {
-            tracing::info!(
-                cache = %c.url, key = %c.key,
-                "partitions reused from the partition cache: no partitioner ran; each worker downloads its own part"
-            );
-            ShardSource::Cache {
-                url: c.url.clone(),
-                key: c.key.clone(),
-            }
-        }
-        (None, Some(p)) => ShardSource::Partitioner {
-            addr: p.to_string(),
-        },
-        (None, None) => ShardSource::Local,
-    };
+    let source = shard_source(cfg);
     let mut set = JoinSet::new();
     for w in &cfg.workers {
         let req = Request::PrepareShard(ShardRequest {
@@ -408,7 +405,40 @@ async fn prepare_shards(cfg: &LaunchConfig) -> Result<(), LaunchError> {
             message,
         });
     }
-    shard_error.map_or(Ok(()), Err)
+    if let Some(e) = shard_error {
+        return Err(e);
+    }
+    if let (Some(s), Some(key)) = (&cfg.store, store_key) {
+        s.store(cfg, &key).await;
+    }
+    if let (Some(d), Some(c)) = (&cfg.dist_partition, &cfg.from_cache) {
+        // The probe's marker: every worker holds its part, none made here.
+        let text = format!("reused entry {} of the partition cache {}\n", c.key, c.url);
+        distpart::write_marker(&d.marker, &text)?;
+    }
+    Ok(())
+}
+
+/// Where the workers' shards come from: the cache on a hit, else the
+/// partitioner, else their own workspace (Skip, DistParMETIS's ranks).
+fn shard_source(cfg: &LaunchConfig) -> ShardSource {
+    match (&cfg.from_cache, cfg.partitioner) {
+        (Some(c), _) => {
+            tracing::info!(
+                cache = %c.url, key = %c.key,
+                "partitions reused from the partition cache: no partitioner ran{}; each worker downloads its own part",
+                if cfg.dist_partition.is_some() { " and no rank (mpirun)" } else { "" }
+            );
+            ShardSource::Cache {
+                url: c.url.clone(),
+                key: c.key.clone(),
+            }
+        }
+        (None, Some(p)) => ShardSource::Partitioner {
+            addr: p.to_string(),
+        },
+        (None, None) => ShardSource::Local,
+    }
 }
 
 /// Asks one worker for its shard and waits for the answer, reading its

@@ -28,6 +28,7 @@ use crate::net::hosts::parse_addr;
 use crate::transfer::{Fetcher, RetryPolicy};
 
 pub mod config;
+mod store;
 
 /// The worker role from the command line; the training's exit status.
 pub async fn main(opts: &Options) -> anyhow::Result<i32> {
@@ -187,6 +188,10 @@ async fn serve(
                 let resp = prepare_reporting(&shared, &req, &mut ch).await?;
                 ch.send(&resp).await?
             }
+            Request::StorePart(req) => {
+                let resp = store::store_reporting(&shared, &req, &mut ch).await?;
+                ch.send(&resp).await?
+            }
             Request::Start(spec) => {
                 if let Some(message) = start_refusal(&shared).await {
                     ch.send(&Response::Error { message }).await?;
@@ -325,24 +330,36 @@ async fn prepare_reporting(
     ch: &mut Channel,
 ) -> Result<Response, ChannelError> {
     let received = Arc::new(AtomicU64::new(0));
-    let work = prepare(shared, req, received.clone());
+    let work = async {
+        prepare(shared, req, received.clone())
+            .await
+            .map(Response::ShardReady)
+    };
+    reporting(req.part_id, work, &received, ch).await
+}
+
+/// Runs `work`, sending a progress report (`received` bytes so far) every
+/// few seconds meanwhile; its answer, or its error as `Error` (logged).
+async fn reporting(
+    part_id: u32,
+    work: impl std::future::Future<Output = Result<Response, String>>,
+    received: &AtomicU64,
+    ch: &mut Channel,
+) -> Result<Response, ChannelError> {
     tokio::pin!(work);
     let interval = Duration::from_secs(SHARD_PROGRESS_INTERVAL_SECS);
     let mut tick = tokio::time::interval_at(crate::clock::after(interval), interval);
     loop {
         tokio::select! {
             r = &mut work => {
-                return Ok(match r {
-                    Ok(r) => Response::ShardReady(r),
-                    Err(message) => {
-                        tracing::error!("{message}");
-                        Response::Error { message }
-                    }
-                });
+                return Ok(r.unwrap_or_else(|message| {
+                    tracing::error!("{message}");
+                    Response::Error { message }
+                }));
             }
             _ = tick.tick() => {
                 let p = ShardProgress {
-                    part_id: req.part_id,
+                    part_id,
                     received_bytes: received.load(Ordering::Relaxed),
                 };
                 ch.send(&Response::ShardProgress(p)).await?;

@@ -69,6 +69,10 @@ impl<'a> Planner<'a> {
         if self.job.spec.partition_mode != PartitionMode::DistParMetis {
             return true;
         }
+        // A cache hit: no rank runs, and `cache_lookup` said Partitioned.
+        if launcher.reuses_partitions() {
+            return true;
+        }
         if launcher.is_ready() {
             self.mark_partitioned();
             return true;
@@ -102,7 +106,8 @@ impl<'a> Planner<'a> {
     }
 
     /// Creates the partitioner if missing; true once it serves the shards
-    /// (Ready), and always in a mode without one. One that exited 0 before
+    /// (Ready), and always in a mode without one (DistParMETIS: once the
+    /// cache's lookup answered, if the job has a cache). One that exited 0 before
     /// this run trained is deleted to be made again (see [`ended_early`]).
     fn partition(
         &mut self,
@@ -110,6 +115,11 @@ impl<'a> Planner<'a> {
         valid: &ValidJob<'_>,
         cfg: &BuildConfig,
     ) -> bool {
+        if self.job.spec.partition_mode == PartitionMode::DistParMetis {
+            // The launcher's ranks partition once it is launched; with a
+            // cache, not before its lookup answered, and on a hit never.
+            return !matches!(self.cache_lookup(current), Lookup::Pending);
+        }
         if !self.job.spec.has_partitioner() {
             return true;
         }
@@ -144,8 +154,9 @@ impl<'a> Planner<'a> {
     }
 
     /// `spec.partitionCache`: what the current launcher's lookup found.
-    /// Until it answers no partitioner is made (Partitioning says so); a
-    /// hit is the job Partitioned, with the entry named and no partitioner.
+    /// Until it answers no partitioner is made and no run launched
+    /// (Partitioning says so); a hit is the job Partitioned, with the entry
+    /// named and no partitioner (nor, in DistParMETIS, any rank).
     fn cache_lookup(&mut self, current: &[&ObservedPod]) -> Lookup {
         let Some(cache) = &self.job.spec.partition_cache else {
             return Lookup::NoCache;
@@ -166,8 +177,13 @@ impl<'a> Planner<'a> {
             return Lookup::Miss;
         }
         let message = format!(
-            "The partitions were reused from the partition cache {} (entry {}): no partitioner ran; each worker downloads its own part.",
-            cache.url, found.key
+            "The partitions were reused from the partition cache {} (entry {}): no {} ran; each worker downloads its own part.",
+            cache.url,
+            found.key,
+            match self.job.spec.partition_mode {
+                PartitionMode::DistParMetis => "partition rank",
+                _ => "partitioner",
+            }
         );
         if self.sb.condition(JobPhase::Partitioning.into()).is_none() {
             self.sb

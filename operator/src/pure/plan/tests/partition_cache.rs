@@ -1,6 +1,8 @@
 //! `spec.partitionCache` (#35 item 4): no partitioner before the launcher's
 //! lookup answers; a hit is Partitioned with no partitioner at all; a miss
-//! partitions as before.
+//! partitions as before. DistParMETIS: no run launched (no rank) before the
+//! answer; a hit runs without the ranks' readiness marker; a miss
+//! partitions on the workers as without a cache.
 
 use super::*;
 use dgl_api::partition_cache::Lookup;
@@ -119,4 +121,110 @@ fn a_launched_run_from_the_cache_misses_no_partitioner() {
     // A miss does wait for the partitioner.
     pods[2].cache_lookup.as_mut().unwrap().hit = false;
     assert!(!crate::pure::kueue::pods_started(&j, &pods));
+}
+
+/// DistParMETIS with a cache: the job as its launcher's lookup leaves it.
+fn cached_dist_job() -> DGLJob {
+    let mut j = cached_job();
+    j.spec.partition_mode = PartitionMode::DistParMetis;
+    j
+}
+
+/// DistParMETIS: no run is launched (so no rank can start) before the
+/// lookup answers; no partitioner pod in any case.
+#[test]
+fn distparmetis_launches_nothing_before_the_lookup_answers() {
+    let mut j = cached_dist_job();
+    let p = step(&mut j, &[], t(0));
+    assert_eq!(
+        created(&p),
+        vec![worker_name(JOB, 0), worker_name(JOB, 1), launcher_name(JOB)]
+    );
+    let mut pods = workers();
+    pods.push(launcher(None));
+    let p = step(&mut j, &pods, t(1));
+    assert!(created(&p).is_empty(), "{:?}", created(&p));
+    assert_eq!(p.launch, None);
+    let c = cond(&p, JobPhase::Partitioning).expect("Partitioning");
+    assert_eq!(c.reason, "PartitionCacheLookup");
+}
+
+/// DistParMETIS hit: Partitioned (PartitionsReused, the entry named, no
+/// rank said to run) as soon as the lookup answers; the run is launched,
+/// and its launcher Running is the job Running without the readiness the
+/// ranks' marker gives; nothing is missed by the failure logic or Kueue.
+#[test]
+fn a_distparmetis_hit_runs_no_rank_and_needs_no_partitioned_marker() {
+    let mut j = cached_dist_job();
+    let mut pods = workers();
+    pods.push(launcher(Some(true)));
+    let p = step(&mut j, &pods, t(0));
+    assert!(!created(&p).contains(&partitioner_name(JOB)));
+    assert_eq!(p.launch, Some(0));
+    let c = cond(&p, JobPhase::Partitioned).expect("Partitioned");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "PartitionsReused")
+    );
+    assert!(c.message.contains(KEY) && c.message.contains("no partition rank ran"));
+    // Running, not ready (no mpirun wrote the marker): the job runs.
+    pods[2].state = PodState::Running { ready: false };
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(1),
+        &BuildConfig::default(),
+        Some(0),
+    );
+    j.status = Some(p.status.clone());
+    assert_eq!(p.status.phase, Some(JobPhase::Running));
+    let partitioning = cond(&p, JobPhase::Partitioning).expect("Partitioning");
+    assert_eq!(
+        (partitioning.status.as_str(), partitioning.reason.as_str()),
+        ("False", "PartitionsReused"),
+        "not the ranks' JobPartitioning"
+    );
+    assert!(cond(&p, JobPhase::Failed).is_none() && cond(&p, JobPhase::Restarting).is_none());
+    assert!(deleted(&p).is_empty(), "{:?}", deleted(&p));
+    assert!(crate::pure::kueue::pods_started(&j, &pods));
+    pods[2].state = PodState::Succeeded;
+    let p = step(&mut j, &pods, t(2));
+    assert_eq!(p.status.phase, Some(JobPhase::Succeeded));
+}
+
+/// DistParMETIS miss: launched once the lookup answers; the ranks then
+/// partition behind the launcher's readiness, as without a cache.
+#[test]
+fn a_distparmetis_miss_partitions_on_the_workers() {
+    let mut j = cached_dist_job();
+    let mut pods = workers();
+    pods.push(launcher(Some(false)));
+    let p = step(&mut j, &pods, t(0));
+    assert!(created(&p).is_empty(), "{:?}", created(&p));
+    assert_eq!(p.launch, Some(0));
+    assert!(cond(&p, JobPhase::Partitioned).is_none());
+    pods[2].state = PodState::Running { ready: false };
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(1),
+        &BuildConfig::default(),
+        Some(0),
+    );
+    j.status = Some(p.status.clone());
+    assert_eq!(p.status.phase, Some(JobPhase::Partitioning));
+    let c = cond(&p, JobPhase::Partitioning).expect("Partitioning");
+    assert_eq!(c.reason, "JobPartitioning");
+    assert!(cond(&p, JobPhase::Failed).is_none());
+    pods[2].state = ready();
+    let p = plan(
+        &j,
+        Seen::pods(&pods),
+        t(2),
+        &BuildConfig::default(),
+        Some(0),
+    );
+    assert_eq!(p.status.phase, Some(JobPhase::Running));
+    let c = cond(&p, JobPhase::Partitioned).expect("Partitioned");
+    assert_eq!(c.reason, "JobPartitioned");
 }

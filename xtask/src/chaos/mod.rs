@@ -96,8 +96,10 @@ struct Tally {
 }
 
 /// Runs every fault `runs` times, `lanes` faults at a time (each in
-/// namespaces of its own; 1 for figures undisturbed by a neighbour); fails
-/// on the first unexpected outcome after printing the table so far.
+/// namespaces of its own; 1 for figures undisturbed by a neighbour). A
+/// fault stops at its first unexpected outcome, leaving that namespace for
+/// diagnosis; the others still run, and the table of those that passed is
+/// printed before the first error is returned.
 pub async fn run_all(
     client: &Client,
     cluster: &LocalCluster,

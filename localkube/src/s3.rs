@@ -273,15 +273,27 @@ impl S3Server {
         .to_vec()
     }
 
-    /// An `object_store` client of `bucket` as `who`, with few retries.
+    /// An `object_store` client of `bucket` as `who`. It retries for up
+    /// to 30 s: a loaded SeaweedFS answers a PUT 500 InternalError while it
+    /// grows a volume (seen on 2026-11-29 with 2 retries in 0.3 s), and a
+    /// fixture that gives up then fails the test for nothing it checks.
     pub fn store(&self, bucket: &str, who: &Credentials) -> Result<Arc<AmazonS3>> {
         // reqwest's rustls takes the process default: ring, as kube's.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let retry = RetryConfig {
-            max_retries: 2,
-            retry_timeout: Duration::from_secs(10),
+            max_retries: 8,
+            retry_timeout: Duration::from_secs(30),
             ..Default::default()
         };
+        self.store_retrying(bucket, who, retry)
+    }
+
+    fn store_retrying(
+        &self,
+        bucket: &str,
+        who: &Credentials,
+        retry: RetryConfig,
+    ) -> Result<Arc<AmazonS3>> {
         AmazonS3Builder::new()
             .with_endpoint(&self.endpoint)
             .with_allow_http(true)
@@ -376,7 +388,14 @@ impl S3Server {
 
     /// One admin request that needs the whole server (a listing).
     fn probe(&self) -> bool {
-        let Ok(store) = self.store("probe", &self.admin) else {
+        // Few retries: the readiness loop asks again itself.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let retry = RetryConfig {
+            max_retries: 2,
+            retry_timeout: Duration::from_secs(10),
+            ..Default::default()
+        };
+        let Ok(store) = self.store_retrying("probe", &self.admin, retry) else {
             return false;
         };
         let key = ObjectPath::from("ready");

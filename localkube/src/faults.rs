@@ -79,38 +79,11 @@ impl LocalCluster {
 
     /// Freezes `c` with SIGSTOP for `pause`, then lets it go on (SIGCONT).
     pub async fn pause_component(&self, c: Component, pause: Duration) -> Result<()> {
-        self.pause_component_during(c, pause, std::future::pending::<()>())
-            .await
-            .map(drop)
-    }
-
-    /// Freezes `c` while `until` runs, at most `max` (a fault whose
-    /// effect is observed need not wait out a fixed freeze), then lets it
-    /// go on and waits for it to serve; then waits for `until` if the
-    /// freeze ran out first. Returns how long `c` was frozen and `until`'s
-    /// output.
-    pub async fn pause_component_during<T>(
-        &self,
-        c: Component,
-        max: Duration,
-        until: impl std::future::Future<Output = T>,
-    ) -> Result<(Duration, T)> {
         let rec = self.running(c)?;
         process::signal(&rec, libc::SIGSTOP)?;
-        let frozen = Instant::now();
-        tokio::pin!(until);
-        let early = tokio::select! {
-            out = &mut until => Some(out),
-            () = tokio::time::sleep(max) => None,
-        };
-        let took = frozen.elapsed();
+        tokio::time::sleep(pause).await;
         process::signal(&rec, libc::SIGCONT)?;
-        self.wait_serving(c, &rec).await?;
-        let out = match early {
-            Some(out) => out,
-            None => until.await,
-        };
-        Ok((took, out))
+        self.wait_serving(c, &rec).await
     }
 
     async fn wait_serving(&self, c: Component, rec: &PidRecord) -> Result<()> {

@@ -271,12 +271,12 @@ async fn evict_all(client: &Client, ns: &str, pods: &[Pod]) -> Result<usize> {
     }
 }
 
-/// How long the kubelet may stay frozen: long enough for the control plane
-/// to mark the node NotReady (its node-monitor grace, 40-50 s here) and the
-/// operator to act, with margin; the freeze ends once the old pod is gone.
+/// How long the kubelet is frozen: long enough for the control plane to
+/// mark the node NotReady (its node-monitor grace, 40-50 s here) with
+/// margin, so the operator's node watch certainly sees it.
 const HANG: Duration = Duration::from_secs(100);
 
-/// The node stops answering (its kubelet frozen with SIGSTOP, at most [`HANG`])
+/// The node stops answering (its kubelet frozen with SIGSTOP for [`HANG`])
 /// while the job trains, and worker 0 is deleted (default grace 30 s): the
 /// delete restarts the run (restart 1), and its pod stays Terminating, as on
 /// a dead node. Once the node turns NotReady the operator's node watch takes
@@ -354,20 +354,16 @@ async fn hang_and_delete(
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     };
-    // The kubelet answers again as soon as the old pod is gone (what the
-    // fault is about), not after a fixed freeze: 40-50 s of the run saved.
-    let (frozen_for, watched) = cluster
-        .pause_component_during(Component::Kubelet, HANG, watch)
-        .await
-        .context("freezing the kubelet")?;
+    let (paused, watched) = tokio::join!(cluster.pause_component(Component::Kubelet, HANG), watch);
+    paused.context("freezing the kubelet")?;
     let (gone_after, not_ready) = watched?;
     let not_ready = not_ready.map_or("not seen".into(), |d| {
         format!("after {:.0}s", d.as_secs_f64())
     });
     Ok(format!(
-        "kubelet frozen {:.0}s, {victim} deleted: its old pod gone {:.0}s after the delete \
+        "kubelet frozen {}s, {victim} deleted: its old pod gone {:.0}s after the delete \
          (node NotReady {not_ready})",
-        frozen_for.as_secs_f64(),
+        HANG.as_secs(),
         gone_after.as_secs_f64()
     ))
 }

@@ -77,12 +77,12 @@ fn command(s3: &S3Server, cache: &Cache, key: &Key, out: &Path, tmp: &Path) -> S
         "{all}"
     );
     assert!(all.contains("TRACE"), "the logs were captured:\n{all}");
-    let want: BTreeMap<String, Vec<u8>> = files(out)
+    let want: BTreeMap<String, Vec<u8>> = common::files(out)
         .into_iter()
         .filter(|(p, _)| p == "g.json" || p.starts_with("part2/"))
         .collect();
     assert!(
-        files(&dest) == want,
+        common::files(&dest) == want,
         "the command's part 2 is the original's"
     );
 
@@ -107,32 +107,12 @@ fn command(s3: &S3Server, cache: &Cache, key: &Key, out: &Path, tmp: &Path) -> S
         .lookup(&Key::from_hex(&new).unwrap())
         .unwrap()
         .unwrap();
-    assert_eq!(m.files.len(), files(out).len());
+    assert_eq!(m.files.len(), common::files(out).len());
     println!(
         "the command: {} lines of output and logs",
         all.lines().count()
     );
     all
-}
-
-/// Every file below `dir` (relative path → bytes).
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for e in std::fs::read_dir(dir).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    if dir.exists() {
-        walk(dir, dir, &mut out);
-    }
-    out
 }
 
 /// `dgl-partition cache fetch` of `key`'s `part` into `out` (none: the
@@ -209,7 +189,7 @@ fn round_trip(cache: &Cache, key: &Key, out: &Path, tmp: &Path) -> Manifest {
         uploaded.files.iter().any(|f| f.part == Owner::Other),
         "the assignment is kept"
     );
-    let all = files(out);
+    let all = common::files(out);
     assert_eq!(uploaded.files.len(), all.len(), "every file is listed");
 
     let hit = cache.lookup(key).unwrap().expect("a hit after the upload");
@@ -220,7 +200,7 @@ fn round_trip(cache: &Cache, key: &Key, out: &Path, tmp: &Path) -> Manifest {
         .into_iter()
         .filter(|(p, _)| p == "g.json" || p.starts_with("part1/"))
         .collect();
-    let got = files(&dest);
+    let got = common::files(&dest);
     assert_eq!(
         got.keys().collect::<Vec<_>>(),
         want.keys().collect::<Vec<_>>()
@@ -280,7 +260,7 @@ fn corrupted(
         } else {
             assert!(e.contains("the manifest says"), "{e}");
         }
-        let left = files(&dest.join("part1"));
+        let left = common::files(&dest.join("part1"));
         assert!(
             !left
                 .keys()

@@ -35,26 +35,6 @@ const BUCKET: &str = "partcache";
 const CACHE: &str = "s3://partcache/dist/cache";
 const RANKS: u32 = 3;
 
-/// Every file below `dir` (relative path → bytes).
-fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for e in std::fs::read_dir(dir).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                let rel = p.strip_prefix(root).unwrap().to_str().unwrap().to_string();
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    if dir.exists() {
-        walk(dir, dir, &mut out);
-    }
-    out
-}
-
 /// Each rank writes its part into `<workers>/w<rank>`, as on its worker.
 fn partition_on_workers(cfg: &Config<OwnPart>, workers: &Path) -> Vec<PathBuf> {
     let dirs: Vec<PathBuf> = (0..RANKS).map(|r| workers.join(format!("w{r}"))).collect();
@@ -67,7 +47,7 @@ fn partition_on_workers(cfg: &Config<OwnPart>, workers: &Path) -> Vec<PathBuf> {
         r.unwrap();
     }
     for (r, d) in dirs.iter().enumerate() {
-        let parts: Vec<Owner> = files(d)
+        let parts: Vec<Owner> = common::files(d)
             .into_keys()
             .filter_map(|p| Owner::of_path(&p))
             .filter(|o| matches!(o, Owner::Part(_)))
@@ -104,7 +84,7 @@ fn upload_parts(cache: &Cache, key: &Key, dirs: &[PathBuf]) -> Vec<Vec<FileEntry
     }
     // Every file of a worker's part, with the SHA-256 of its bytes.
     for (r, d) in dirs.iter().enumerate() {
-        let want = files(d);
+        let want = common::files(d);
         for f in &uploaded[r] {
             let bytes = &want[&f.path];
             let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(bytes));
@@ -147,12 +127,12 @@ fn fetch_every_part(s3: &S3Server, cache: &Cache, key: &Key, dirs: &[PathBuf], t
     for (r, d) in dirs.iter().enumerate() {
         let dest = tmp.join(format!("fetched{r}"));
         let bytes = cache.fetch_part(&hit, r as u32, &dest).unwrap();
-        let want: BTreeMap<String, Vec<u8>> = files(d)
+        let want: BTreeMap<String, Vec<u8>> = common::files(d)
             .into_iter()
             .filter(|(p, _)| p == "g.json" || p.starts_with(&format!("part{r}/")))
             .collect();
         assert!(
-            files(&dest) == want,
+            common::files(&dest) == want,
             "part {r} fetched is the one its rank wrote"
         );
         assert_eq!(bytes, want.values().map(|v| v.len() as u64).sum::<u64>());

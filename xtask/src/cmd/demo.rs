@@ -38,39 +38,7 @@ pub struct Args {
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
     let rt = stack::runtime()?;
-    // Only the images the example runs: the GraphStorm image (5.8 GB, about
-    // 4 min to build and import cold) is for its own scenario.
-    let images = vec![Which::Operator, Which::Runtime, Which::Graphsage];
-    // Cold, the images (debootstrap and the wheels over the network, the
-    // Python layers on disk, the release compile) and Helm are built beside
-    // the node cluster's Kubernetes build; `prepare_with` then finds them
-    // built and only imports them. Warm, all three are no-ops.
-    let stack = std::thread::scope(|s| {
-        let only = images.clone();
-        let name = args.name.clone();
-        let build = s.spawn(move || crate::images::run(crate::images::build_only(&name, only)));
-        let helm = s.spawn(|| localkube::ensure_tool(localkube::GoTool::Helm));
-        let wait = || -> Result<()> {
-            let t = crate::util::step("waiting for the images and Helm built beside the cluster");
-            build
-                .join()
-                .map_err(|_| anyhow::anyhow!("the image build thread panicked"))?
-                .context("building the images")?;
-            helm.join()
-                .map_err(|_| anyhow::anyhow!("the Helm build thread panicked"))?
-                .context("building Helm")?;
-            crate::util::done(t);
-            Ok(())
-        };
-        stack::prepare_with(
-            &rt,
-            &args.name,
-            1,
-            crate::images::Profile::Release,
-            images,
-            wait,
-        )
-    })?;
+    let stack = prepare(&rt, &args.name)?;
     let client = stack.client.clone();
     let ns = args.namespace.clone();
     let name = "graphsage";
@@ -139,4 +107,41 @@ pub fn run(args: Args) -> Result<()> {
         args.name
     );
     Ok(())
+}
+
+/// The node cluster with the operator installed. Only the images the
+/// example runs: the GraphStorm image (5.8 GB, about 4 min to build and
+/// import cold) is for its own scenario. Cold, the images (debootstrap and
+/// the wheels over the network, the Python layers on disk, the release
+/// compile) and Helm are built beside the node cluster's Kubernetes build;
+/// `prepare_with` then finds them built and only imports them. Warm, all
+/// three are no-ops.
+fn prepare(rt: &tokio::runtime::Runtime, cluster: &str) -> Result<stack::Stack> {
+    let images = vec![Which::Operator, Which::Runtime, Which::Graphsage];
+    std::thread::scope(|s| {
+        let only = images.clone();
+        let name = cluster.to_owned();
+        let build = s.spawn(move || crate::images::run(crate::images::build_only(&name, only)));
+        let helm = s.spawn(|| localkube::ensure_tool(localkube::GoTool::Helm));
+        let wait = || -> Result<()> {
+            let t = crate::util::step("waiting for the images and Helm built beside the cluster");
+            build
+                .join()
+                .map_err(|_| anyhow::anyhow!("the image build thread panicked"))?
+                .context("building the images")?;
+            helm.join()
+                .map_err(|_| anyhow::anyhow!("the Helm build thread panicked"))?
+                .context("building Helm")?;
+            crate::util::done(t);
+            Ok(())
+        };
+        stack::prepare_with(
+            rt,
+            cluster,
+            1,
+            crate::images::Profile::Release,
+            images,
+            wait,
+        )
+    })
 }

@@ -154,29 +154,7 @@ fn create(venv: &Path, requirements: &Path) -> Result<()> {
     })?;
     let python = venv.join("bin").join("python");
 
-    // Files already in the wheelhouse are not fetched again; pip still asks
-    // the index to resolve, which takes seconds.
-    let wheels = cache_dir()?.join("wheels");
-    fs::create_dir_all(&wheels).with_context(|| format!("creating {}", wheels.display()))?;
-    eprintln!(
-        "pyenv: downloading {} into {} (~2.5 GB of torch/CUDA wheels the first time)",
-        requirements.display(),
-        wheels.display()
-    );
-    run_to_stderr(
-        Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--disable-pip-version-check",
-                "--dest",
-            ])
-            .arg(&wheels)
-            .arg("-r")
-            .arg(requirements),
-    )
-    .with_context(|| format!("pip download -r {} failed", requirements.display()))?;
+    let wheels = download(&python, requirements)?;
 
     eprintln!("pyenv: installing from {}", wheels.display());
     run_to_stderr(
@@ -201,6 +179,53 @@ fn create(venv: &Path, requirements: &Path) -> Result<()> {
         )
     })?;
     Ok(())
+}
+
+/// Only the wheelhouse, which the training image installs from: the
+/// images alone (the demo) need no 5 GB environment installed on the host.
+/// `pip download` runs in a small venv of its own (Debian's Python may
+/// have no pip).
+pub fn ensure_wheels(repo_root: &Path) -> Result<PathBuf> {
+    let requirements = repo_root.join(REQUIREMENTS);
+    let tool = cache_dir()?.join("venv").join("pip-download");
+    // The venv's lock: its build downloads into the same wheelhouse.
+    let _lock = lock_cache(&venv_dir()?)?;
+    let python = tool.join("bin").join("python");
+    if !python.exists() {
+        let base = base_python();
+        ensure_venv_module(&base)?;
+        run_to_stderr(Command::new(&base).arg("-m").arg("venv").arg(&tool))
+            .with_context(|| format!("`{base} -m venv {}` failed", tool.display()))?;
+    }
+    download(&python, &requirements)
+}
+
+/// `pip download` of the requirements into the cache's wheelhouse.
+fn download(python: &Path, requirements: &Path) -> Result<PathBuf> {
+    // Files already in the wheelhouse are not fetched again; pip still asks
+    // the index to resolve, which takes seconds.
+    let wheels = cache_dir()?.join("wheels");
+    fs::create_dir_all(&wheels).with_context(|| format!("creating {}", wheels.display()))?;
+    eprintln!(
+        "pyenv: downloading {} into {} (~2.5 GB of torch/CUDA wheels the first time)",
+        requirements.display(),
+        wheels.display()
+    );
+    run_to_stderr(
+        Command::new(python)
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--disable-pip-version-check",
+                "--dest",
+            ])
+            .arg(&wheels)
+            .arg("-r")
+            .arg(requirements),
+    )
+    .with_context(|| format!("pip download -r {} failed", requirements.display()))?;
+    Ok(wheels)
 }
 
 /// Run the import check and return its output ("<dgl version> <torch version>").

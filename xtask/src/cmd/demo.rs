@@ -20,7 +20,7 @@ use crate::stack::{self, jobs};
     install the operator with Helm, apply examples/graphsage/dgljob.yaml and follow it to \
     Succeeded.\n\n\
     Needs root. The first run builds Kubernetes, etcd, Helm, the Python environment and \
-    the images (about 40 min on 2 cores, cached afterwards); later runs take a few minutes. \
+    the images (cached afterwards); later runs take a few minutes. \
     The cluster keeps running afterwards; `cargo xtask cluster down --name <name>` stops it."
 )]
 pub struct Args {
@@ -33,12 +33,24 @@ pub struct Args {
     /// Give up following the job after this many seconds.
     #[arg(long, default_value_t = 900)]
     timeout_seconds: u64,
+    /// Binaries in the images (see `cargo xtask images --help`). `debug`, the
+    /// default, compiles cold in about a third of `release`'s time and runs
+    /// the example alike; `release` is what users deploy.
+    #[arg(long, value_enum, default_value_t = crate::images::Profile::Debug)]
+    profile: crate::images::Profile,
 }
 
 pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
     let rt = stack::runtime()?;
-    let stack = prepare(&rt, &args.name)?;
+    // As the test command: the cached target dir (a later `cargo xtask
+    // test` finds the dependencies compiled), no incremental caches.
+    if std::env::var_os("CARGO_INCREMENTAL").is_none() {
+        std::env::set_var("CARGO_INCREMENTAL", "0");
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    super::test_target::choose(&cargo)?;
+    let stack = prepare(&rt, &args.name, args.profile)?;
     let client = stack.client.clone();
     let ns = args.namespace.clone();
     let name = "graphsage";
@@ -116,12 +128,17 @@ pub fn run(args: Args) -> Result<()> {
 /// compile) and Helm are built beside the node cluster's Kubernetes build;
 /// `prepare_with` then finds them built and only imports them. Warm, all
 /// three are no-ops.
-fn prepare(rt: &tokio::runtime::Runtime, cluster: &str) -> Result<stack::Stack> {
+fn prepare(
+    rt: &tokio::runtime::Runtime,
+    cluster: &str,
+    profile: crate::images::Profile,
+) -> Result<stack::Stack> {
     let images = vec![Which::Operator, Which::Runtime, Which::Graphsage];
     std::thread::scope(|s| {
         let only = images.clone();
         let name = cluster.to_owned();
-        let build = s.spawn(move || crate::images::run(crate::images::build_only(&name, only)));
+        let build =
+            s.spawn(move || crate::images::run(crate::images::build_only(&name, only, profile)));
         let helm = s.spawn(|| localkube::ensure_tool(localkube::GoTool::Helm));
         let wait = || -> Result<()> {
             let t = crate::util::step("waiting for the images and Helm built beside the cluster");
@@ -135,13 +152,6 @@ fn prepare(rt: &tokio::runtime::Runtime, cluster: &str) -> Result<stack::Stack> 
             crate::util::done(t);
             Ok(())
         };
-        stack::prepare_with(
-            rt,
-            cluster,
-            1,
-            crate::images::Profile::Release,
-            images,
-            wait,
-        )
+        stack::prepare_with(rt, cluster, 1, profile, images, wait)
     })
 }

@@ -314,7 +314,10 @@ pub fn run(args: Args) -> Result<()> {
 
     let (installed, info, rt) = install(with_e2e)?;
 
-    let (build_args, test_args) = split_test_args(&args.cargo_test_args);
+    let (build_args, mut test_args) = split_test_args(&args.cargo_test_args);
+    if with_e2e {
+        skip_covered_by_e2e(&mut test_args);
+    }
     // DGL_OPERATOR_TEST_STRICT: a test whose prerequisite is missing fails
     // here instead of skipping (everything it needs was just installed).
     let envs: [(&str, &Path); 5] = [
@@ -333,6 +336,8 @@ pub fn run(args: Args) -> Result<()> {
         // The binaries `cargo test` just built: no second (release) compile.
         profile: crate::images::Profile::Dev,
         parallel: args.parallel,
+        // Heavy suites run small here and whole from their own command.
+        small_chaos: true,
     };
     let e2e_rt = crate::stack::runtime()?;
     let lanes = args.lanes as usize;
@@ -380,6 +385,33 @@ pub fn run(args: Args) -> Result<()> {
 /// The test binary of localkube's several-nodes test (`#[ignore]`d: it
 /// needs root and the host's node to itself).
 const MULTINODE_TEST: &str = "localkube: test multinode";
+
+/// Host tests that train what an e2e scenario of the same run trains on
+/// the node: the same dglrun, DGL and example, the same outcome checked,
+/// with Kubernetes around it. With the e2e tier they are skipped, so each
+/// path trains once per run (about 5 CPU-minutes saved on 2 cores); with
+/// `--no-e2e`, and under plain `cargo test`, they run. Each name is one
+/// test of the workspace (`--skip` matches substrings).
+const COVERED_BY_E2E: [(&str, &str); 7] = [
+    ("a_crashing_trainer_stops_the_job", "fail"),
+    ("a_launcher_without_workers_trains_alone", "standalone"),
+    ("graphsage_trains_on_native_partitions", "parmetis"),
+    ("graphsage_trains_on_two_machines", "train"),
+    ("graphsage_trains_with_graphbolt", "graphbolt"),
+    ("launchpy_commands_train_on_two_machines", "launchpy"),
+    (
+        "graphstorm_node_classification_trains_on_two_machines",
+        "graphstorm",
+    ),
+];
+
+fn skip_covered_by_e2e(test_args: &mut Vec<String>) {
+    println!("    host tests trained again by an e2e scenario of this run, skipped here:");
+    for (test, scenario) in COVERED_BY_E2E {
+        println!("      {test} (e2e {scenario})");
+        test_args.extend(["--skip".to_owned(), test.to_owned()]);
+    }
+}
 
 /// `cargo_test_args` split at `--`: cargo's build arguments, then the test
 /// binaries' arguments.

@@ -123,7 +123,7 @@ pub enum Scenario {
     Graphstorm,
     /// Every `cargo xtask chaos` fault confined to one job, once each, two at a time.
     ChaosJob,
-    /// Every `cargo xtask chaos` fault that disturbs the whole cluster, once each. Runs alone.
+    /// Every `cargo xtask chaos` fault that disturbs the whole cluster, once each (`--small-chaos`: without KubeletHang). Runs alone.
     Chaos,
     /// Replaces the Helm release with deploy/namespaced (PSA restricted) and trains the example there. Runs last.
     Namespaced,
@@ -232,6 +232,12 @@ pub struct Args {
     /// (1: one after another, as a slow machine may need).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=16))]
     pub parallel: u32,
+    /// The `chaos` scenario without KubeletHang (the test command's small
+    /// run): its path, a node NotReady and the run restarted naming it, is
+    /// NodeLoss's too, and its 100 s freeze is the scenario's longest
+    /// wait. `cargo xtask chaos` and this command without the flag run it.
+    #[arg(long)]
+    pub small_chaos: bool,
 }
 
 /// Starts the node cluster, loads the images and installs the operator;
@@ -261,7 +267,7 @@ pub(crate) fn finish(
     let result = rt.block_on(run_scenarios(
         &stack,
         &chosen(&args.only),
-        args.parallel,
+        (args.parallel, args.small_chaos),
         &mut report,
     ));
     if result.is_err() {
@@ -303,7 +309,7 @@ fn chosen(only: &[Scenario]) -> Vec<Scenario> {
 async fn run_scenarios(
     stack: &Stack,
     scenarios: &[Scenario],
-    parallel: u32,
+    (parallel, small_chaos): (u32, bool),
     report: &mut Vec<String>,
 ) -> Result<()> {
     let (alone, shared): (Vec<Scenario>, Vec<Scenario>) = scenarios.iter().partition(|s| s.alone());
@@ -312,7 +318,7 @@ async fn run_scenarios(
             "scenarios side by side, {parallel} at a time: {shared:?}"
         ));
         let mut results: Vec<(Scenario, Result<String>)> = futures::stream::iter(shared)
-            .map(|s| async move { (s, timed(stack, s).await) })
+            .map(|s| async move { (s, timed(stack, s, small_chaos).await) })
             .buffer_unordered(parallel as usize)
             .collect()
             .await;
@@ -334,7 +340,7 @@ async fn run_scenarios(
     }
     for s in alone {
         let t = step(&format!("scenario {s:?}"));
-        let r = timed(stack, s).await;
+        let r = timed(stack, s, small_chaos).await;
         done(t);
         report.push(format!(
             "{s:?}: {}",
@@ -346,16 +352,16 @@ async fn run_scenarios(
 
 /// One scenario, its wall time printed when it ends (side by side, the
 /// step's own timer covers the whole group).
-async fn timed(stack: &Stack, s: Scenario) -> Result<String> {
+async fn timed(stack: &Stack, s: Scenario, small_chaos: bool) -> Result<String> {
     let t = Instant::now();
     println!("    [{s:?}] started");
-    let r = scenario(stack, s).await;
+    let r = scenario(stack, s, small_chaos).await;
     let outcome = if r.is_ok() { "passed" } else { "FAILED" };
     println!("    [{s:?}] {outcome} in {:.1}s", t.elapsed().as_secs_f64());
     r
 }
 
-async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
+async fn scenario(stack: &Stack, s: Scenario, small_chaos: bool) -> Result<String> {
     let faults = |want: bool| -> Vec<Fault> {
         Fault::ALL
             .into_iter()
@@ -376,7 +382,11 @@ async fn scenario(stack: &Stack, s: Scenario) -> Result<String> {
             crate::chaos::run_all(&stack.client, &stack.cluster, &faults, 1, 4, lanes).await
         }
         Scenario::Chaos => {
-            crate::chaos::run_all(&stack.client, &stack.cluster, &faults(false), 1, 4, 1).await
+            let mut faults = faults(false);
+            if small_chaos {
+                faults.retain(|&f| f != Fault::KubeletHang);
+            }
+            crate::chaos::run_all(&stack.client, &stack.cluster, &faults, 1, 4, 1).await
         }
         Scenario::Namespaced => namespaced::namespaced(&stack.client, &stack.kubeconfig).await,
         Scenario::NeverStart => never_start::never_start(&stack.client).await,

@@ -732,7 +732,21 @@ pub fn run(args: Args) -> Result<()> {
     let wanted = wanted_images(&args.only);
 
     let base = ensure_base(&podman, &cache, &log_dir)?;
-    let (prebuilt, bin_hashes) = host_binaries(&root, &cache, args.profile)?;
+    // Cold, the training image's python-env stage (the wheels over the
+    // network, then 3.6 GB unpacked: little CPU) builds beside the compile;
+    // the training image below then reuses its layers. Warm, a no-op.
+    let (prebuilt, bin_hashes) = std::thread::scope(|s| {
+        let env = wanted
+            .contains(&Which::Graphsage)
+            .then(|| s.spawn(prebuild_python_env));
+        let bins = host_binaries(&root, &cache, args.profile);
+        if let Some(env) = env {
+            env.join()
+                .map_err(|_| anyhow::anyhow!("the python-env build thread panicked"))?
+                .context("building the training image's python-env stage")?;
+        }
+        bins
+    })?;
     let dockerfile = root.join("Dockerfile");
 
     let mut report = Vec::new();

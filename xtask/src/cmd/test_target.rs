@@ -23,7 +23,7 @@ const LIMIT_GIB: u64 = 24;
 /// The checkout whose crates the dir holds.
 const STAMP: &str = "dgl-operator-checkout";
 /// The workspace's packages (Cargo.toml `members`).
-const PACKAGES: [&str; 7] = [
+const PACKAGES: [&str; 8] = [
     "dgl-api",
     "dgl-operator",
     "dglrun",
@@ -31,6 +31,7 @@ const PACKAGES: [&str; 7] = [
     "watcher-loop",
     "localkube",
     "xtask",
+    "xtask-launcher",
 ];
 
 /// Sets `CARGO_TARGET_DIR` for every cargo this command runs (and for the
@@ -117,6 +118,45 @@ fn dir_bytes(dir: &Path) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `cargo clean -p` fails on a name that is not a package, and a
+    /// package left out keeps another checkout's crates: both lists (this
+    /// one and the dependency-free launcher's) are exactly the members.
+    #[test]
+    fn the_package_lists_are_the_workspace_members() {
+        let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["metadata", "--no-deps", "--format-version", "1"])
+            .current_dir(repo_root())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut members: Vec<String> = meta["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_owned())
+            .collect();
+        members.sort();
+        let mut ours: Vec<String> = PACKAGES.iter().map(|p| p.to_string()).collect();
+        ours.sort();
+        assert_eq!(ours, members);
+        let launcher = fs::read_to_string(repo_root().join("xtask/launcher/src/main.rs")).unwrap();
+        let start = launcher.find("const PACKAGES").unwrap();
+        let list = &launcher[start..start + launcher[start..].find("];").unwrap()];
+        let mut theirs: Vec<String> = list
+            .split('"')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect();
+        theirs.sort();
+        assert_eq!(theirs, members, "xtask/launcher/src/main.rs's PACKAGES");
+    }
 
     #[test]
     fn dir_bytes_counts_nested_files_and_a_missing_dir_is_empty() {

@@ -19,8 +19,8 @@ use crate::stack::{self, jobs};
     long_about = "Bring up a node cluster on this machine, build and load the images, \
     install the operator with Helm, apply examples/graphsage/dgljob.yaml and follow it to \
     Succeeded.\n\n\
-    Needs root. The first run builds Kubernetes, etcd, Helm, the Python environment and \
-    the images (cached afterwards); later runs take a few minutes. \
+    Needs root. The first run builds Kubernetes, etcd, Helm, the wheels and the images \
+    (about 20 min on 2 cores, cached afterwards); later runs take a few minutes. \
     The cluster keeps running afterwards; `cargo xtask cluster down --name <name>` stops it."
 )]
 pub struct Args {
@@ -34,8 +34,9 @@ pub struct Args {
     #[arg(long, default_value_t = 900)]
     timeout_seconds: u64,
     /// Binaries in the images (see `cargo xtask images --help`). `debug`, the
-    /// default, compiles cold in about a third of `release`'s time and runs
-    /// the example alike; `release` is what users deploy.
+    /// default, is the dev profile (no optimisation, no LTO): the quickest
+    /// cold compile, and it runs the example alike; `release` is what users
+    /// deploy.
     #[arg(long, value_enum, default_value_t = crate::images::Profile::Debug)]
     profile: crate::images::Profile,
 }

@@ -131,8 +131,9 @@ pub enum Profile {
     /// compile would add minutes to a cold run. Same code, bigger binaries.
     Dev,
     /// `cargo build` (the dev profile) of only the image's binaries: the
-    /// quickest cold compile (the demo's default; about a third of the
-    /// release build's time on 2 cores). Same code, unoptimised.
+    /// quickest cold compile (the demo's default: 11 min cold on 2 cores
+    /// beside the Kubernetes build, where the release build took 15).
+    /// Same code, unoptimised.
     Debug,
 }
 

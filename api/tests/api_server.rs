@@ -445,9 +445,11 @@ async fn every_field_round_trips() {
 async fn every_example_job_is_accepted() {
     let (client, ns) = setup("api-examples").await;
     let api = dynamic_api(&client, &ns);
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples");
+    let manifest_dir = std::env::var("CARGO_MANIFEST_DIR")
+        .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test");
+    let root = format!("{manifest_dir}/../examples");
     let mut files = vec![format!("{root}/seed-dgljob.yaml")];
-    for entry in std::fs::read_dir(root).unwrap() {
+    for entry in std::fs::read_dir(&root).unwrap() {
         let job = entry.unwrap().path().join("dgljob.yaml");
         if job.is_file() {
             files.push(job.display().to_string());

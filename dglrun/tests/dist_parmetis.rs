@@ -33,10 +33,13 @@ const PORT: &str = "30249";
 const IPS: [&str; 3] = ["10.79.0.2", "10.79.0.3", "10.79.0.1"];
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
+    )
+    .parent()
+    .unwrap()
+    .to_path_buf()
 }
 
 /// $DGLRUN_TEST_PYTHON, else the venv of `cargo xtask pyenv` (complete:

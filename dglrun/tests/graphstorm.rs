@@ -74,10 +74,13 @@ const VOLUME: &str = "/data/gsexample";
 const PARTS_VIEW: &str = "/gs-partitions";
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
+    )
+    .parent()
+    .unwrap()
+    .to_path_buf()
 }
 
 fn example(file: &str) -> PathBuf {

@@ -48,10 +48,13 @@ const AGENT_PORT: &str = "30049";
 const PARTITIONER_PORT: &str = "30061";
 
 fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
+    )
+    .parent()
+    .unwrap()
+    .to_path_buf()
 }
 
 /// The DGL interpreter: $DGLRUN_TEST_PYTHON, else the venv `cargo xtask

@@ -206,10 +206,13 @@ async fn a_launcher_may_change_its_progress_annotation_and_nothing_else() {
 }
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .into()
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
+    )
+    .parent()
+    .unwrap()
+    .into()
 }
 
 fn render(tool: localkube::GoTool, args: &[&str]) -> Vec<Value> {

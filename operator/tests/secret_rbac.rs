@@ -30,10 +30,13 @@ const KUSTOMIZE_NS: &str = "dgl-operator-system";
 const RBAC_KINDS: [&str; 4] = ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"];
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
+    )
+    .parent()
+    .unwrap()
+    .to_path_buf()
 }
 
 fn run(cmd: &mut Command) -> Vec<Value> {

@@ -24,9 +24,12 @@ fn python() -> PathBuf {
 }
 
 fn script(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join(name)
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
+    )
+    .join("tests")
+    .join(name)
 }
 
 /// Runs a test script; its output is shown, a failure fails the test.

@@ -202,10 +202,13 @@ mod tests {
     use super::*;
 
     fn root() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .unwrap()
-            .to_path_buf()
+        Path::new(
+            &std::env::var_os("CARGO_MANIFEST_DIR")
+                .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
+        )
+        .parent()
+        .unwrap()
+        .to_path_buf()
     }
 
     /// The venv's name promises these; GraphStorm 0.5.1 and torchdata 0.9

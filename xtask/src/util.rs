@@ -12,10 +12,21 @@ use localkube::{ClusterConfig, LocalCluster};
 /// transport (dglrun never links it: it does not depend on dgl-partition).
 pub const WORKSPACE_FEATURES: &str = "dgl-partition/mpi";
 
+/// The workspace's root. Read at run time (`cargo xtask`, `cargo run` and
+/// `cargo test` set `CARGO_MANIFEST_DIR` to xtask's folder): a path compiled
+/// in would name whichever checkout built the cached xtask
+/// (`checkout-mtimes`). Run directly, the binary looks up from the working
+/// directory for the workspace.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("xtask lives in the workspace")
+    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+        if let Some(root) = Path::new(&dir).parent() {
+            return root.to_path_buf();
+        }
+    }
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    cwd.ancestors()
+        .find(|d| d.join("xtask/Cargo.toml").is_file() && d.join("Cargo.toml").is_file())
+        .unwrap_or(&cwd)
         .to_path_buf()
 }
 

@@ -11,10 +11,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
+    )
+    .parent()
+    .unwrap()
+    .to_path_buf()
 }
 
 fn tool(t: localkube::GoTool) -> PathBuf {

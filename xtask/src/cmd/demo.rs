@@ -50,7 +50,8 @@ pub fn run(args: Args) -> Result<()> {
         std::env::set_var("CARGO_INCREMENTAL", "0");
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    super::test_target::choose(&cargo)?;
+    // Held to the end: the dir's lock (see test_target).
+    let _target = super::test_target::choose(&cargo)?;
     let stack = prepare(&rt, &args.name, args.profile)?;
     let client = stack.client.clone();
     let ns = args.namespace.clone();

@@ -42,7 +42,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // built apart so that the usual release artifacts stay as they are.
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+            .unwrap_or_else(|| crate::util::repo_root().join("target"));
         cmd.arg("--release")
             .env("CARGO_PROFILE_RELEASE_OVERFLOW_CHECKS", "true")
             .env("CARGO_TARGET_DIR", target.join("fuzz"));

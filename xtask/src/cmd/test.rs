@@ -299,7 +299,8 @@ pub fn run(args: Args) -> Result<()> {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     // Before the lint: clippy's dependency metadata is cached there too.
-    super::test_target::choose(&cargo)?;
+    // Held to the end: the dir's lock (see test_target).
+    let _target = super::test_target::choose(&cargo)?;
 
     // First: the lint already compiles against OpenMPI's headers.
     let with_e2e = !args.no_e2e;

@@ -1,14 +1,19 @@
 //! The test command's cargo target dir, kept in the cache so that a fresh
-//! clone (what CI runs) finds its dependencies compiled: about 4 of the 5
-//! minutes of a cold `clippy` + `cargo test --no-run` are the dependencies,
-//! which no commit of ours changes.
+//! clone (what CI runs) finds its crates compiled: a cold `clippy` +
+//! `cargo test --no-run` is about 8 minutes on 2 cores, nearly all of it
+//! work no change of ours redoes.
 //!
-//! Only the workspace's own crates differ between checkouts (their
-//! artifacts are named after the checkout's path), so when the checkout
-//! changes they are removed (`cargo clean -p`), and a dir grown past
-//! [`LIMIT_GIB`] anyway (a new lockfile's crates beside the old) is removed
-//! whole: the cache must not fill the disk the test node's kubelet evicts
-//! from.
+//! Cargo judges the workspace's own crates by file times, which a fresh
+//! clone makes all new; `checkout-mtimes` sets them from the files' content
+//! (its doc says how that stays exact), under the dir's lock, held for the
+//! whole command. So a clone of a commit tested before compiles nothing,
+//! and one with a change compiles what the change touches. The build flags
+//! carry nothing of the checkout's path (a flag that differs between clones
+//! makes cargo rebuild every dependency), and the images strip the
+//! binaries' debug info, which names the checkout
+//! (`images::host_binaries`). A dir grown past [`LIMIT_GIB`] (a new
+//! lockfile's crates beside the old) is removed whole: the cache must not
+//! fill the disk the test node's kubelet evicts from.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -20,10 +25,8 @@ use crate::util::{repo_root, run_cmd};
 
 /// Above this the dir is removed before the build.
 const LIMIT_GIB: u64 = 24;
-/// The checkout whose crates the dir holds.
-const STAMP: &str = "dgl-operator-checkout";
 /// The workspace's packages (Cargo.toml `members`).
-const PACKAGES: [&str; 8] = [
+const PACKAGES: [&str; 9] = [
     "dgl-api",
     "dgl-operator",
     "dglrun",
@@ -32,42 +35,35 @@ const PACKAGES: [&str; 8] = [
     "localkube",
     "xtask",
     "xtask-launcher",
+    "checkout-mtimes",
 ];
 
+/// The target dir the command builds in; its lock (when it is the cache's)
+/// lasts as long as this value.
+pub struct TestTarget {
+    pub dir: PathBuf,
+    _lock: Option<checkout_mtimes::Lock>,
+}
+
 /// Sets `CARGO_TARGET_DIR` for every cargo this command runs (and for the
-/// image and benchmark steps, which read it) unless the user set it;
-/// returns the dir used.
-pub fn choose(cargo: &str) -> Result<PathBuf> {
-    remap_checkout();
+/// image and benchmark steps, which read it) unless the user set it.
+pub fn choose(cargo: &str) -> Result<TestTarget> {
     if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        return Ok(PathBuf::from(dir));
+        return Ok(TestTarget {
+            dir: PathBuf::from(dir),
+            _lock: None,
+        });
     }
     let dir = localkube::cache_dir()?.join("test-target");
-    prepare(cargo, &dir)?;
+    let lock = prepare(cargo, &dir)?;
     std::env::set_var("CARGO_TARGET_DIR", &dir);
-    Ok(dir)
+    Ok(TestTarget {
+        dir,
+        _lock: Some(lock),
+    })
 }
 
-/// The checkout's path is written into the binaries' debug line tables
-/// (the compile's working dir): two clones of one commit would build
-/// different bytes, and the images, keyed by the binaries' SHA-256, would
-/// be built and imported into every node again (minutes for the training
-/// image). Mapped to one name, they build the same bytes. Flags the user
-/// set win.
-fn remap_checkout() {
-    if std::env::var_os("RUSTFLAGS").is_some()
-        || std::env::var_os("CARGO_ENCODED_RUSTFLAGS").is_some()
-    {
-        return;
-    }
-    let root = repo_root().display().to_string();
-    std::env::set_var(
-        "CARGO_ENCODED_RUSTFLAGS",
-        format!("--remap-path-prefix={root}=/dgl-operator"),
-    );
-}
-
-fn prepare(cargo: &str, dir: &Path) -> Result<()> {
+fn prepare(cargo: &str, dir: &Path) -> Result<checkout_mtimes::Lock> {
     let size = dir_bytes(dir);
     if size > LIMIT_GIB << 30 {
         println!(
@@ -77,14 +73,30 @@ fn prepare(cargo: &str, dir: &Path) -> Result<()> {
         );
         fs::remove_dir_all(dir).with_context(|| format!("removing {}", dir.display()))?;
     }
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let stamp = dir.join(STAMP);
-    let root = repo_root().display().to_string();
-    let previous = fs::read_to_string(&stamp).unwrap_or_default();
-    if !previous.is_empty() && previous != root {
-        println!(
-            "    the cached target dir held {previous}'s crates: removing them (`cargo clean -p`)"
-        );
+    let lock = checkout_mtimes::lock(dir)?;
+    let root = repo_root();
+    let clean = match checkout_mtimes::align(&root, dir, &lock) {
+        Ok(a) => {
+            println!(
+                "    checkout's file times set from their content: {} of {} file(s) new to {}{}",
+                a.changed,
+                a.files,
+                dir.display(),
+                if a.back {
+                    ""
+                } else {
+                    " (times only moved forward: the checkout has builds of its own in target/)"
+                }
+            );
+            a.first_use
+        }
+        Err(e) => {
+            println!("    {e}: the workspace's crates are built again");
+            true
+        }
+    };
+    if clean {
+        // A dir from before the manifest: its crates may be any checkout's.
         let mut cmd = Command::new(cargo);
         cmd.arg("clean").arg("--target-dir").arg(dir);
         for p in PACKAGES {
@@ -92,12 +104,11 @@ fn prepare(cargo: &str, dir: &Path) -> Result<()> {
         }
         run_cmd(&mut cmd)?;
     }
-    fs::write(&stamp, &root).with_context(|| format!("writing {}", stamp.display()))?;
     println!(
         "    cargo target dir: {} (cached; set CARGO_TARGET_DIR to use another)",
         dir.display()
     );
-    Ok(())
+    Ok(lock)
 }
 
 /// Bytes of the regular files under `dir` (0 if it does not exist).
@@ -156,6 +167,39 @@ mod tests {
             .collect();
         theirs.sort();
         assert_eq!(theirs, members, "xtask/launcher/src/main.rs's PACKAGES");
+    }
+
+    /// The cached target dirs serve every checkout (`checkout-mtimes`), so
+    /// a path compiled in would name another one: the workspace reads
+    /// `CARGO_MANIFEST_DIR` at run time.
+    #[test]
+    fn no_checkout_path_is_compiled_in() {
+        let needle = ["env!(\"CARGO", "_MANIFEST_DIR\")"].concat();
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(repo_root())
+            .args([
+                "ls-files",
+                "--cached",
+                "--others",
+                "--exclude-standard",
+                "*.rs",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let mut found = Vec::new();
+        for rel in String::from_utf8(out.stdout).unwrap().lines() {
+            let Ok(text) = fs::read_to_string(repo_root().join(rel)) else {
+                continue;
+            };
+            for (i, line) in text.lines().enumerate() {
+                if line.contains(&needle) && !line.trim_start().starts_with("//") {
+                    found.push(format!("{rel}:{}", i + 1));
+                }
+            }
+        }
+        assert!(found.is_empty(), "compile-time checkout paths: {found:?}");
     }
 
     #[test]

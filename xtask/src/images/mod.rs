@@ -202,12 +202,19 @@ fn host_binaries(
     for b in BINARIES {
         let src = target.join(b);
         let dst = out.join(b);
-        let h = file_sha256(&src)?;
-        if file_sha256(&dst).ok().as_deref() != Some(h.as_str()) {
-            let tmp = out.join(format!(".{b}.tmp"));
+        let tmp = out.join(format!(".{b}.tmp"));
+        if profile == Profile::Release {
+            // Stripped by the profile already.
             fs::copy(&src, &tmp)
                 .with_context(|| format!("copying {} to {}", src.display(), tmp.display()))?;
+        } else {
+            strip_debug(&src, &tmp)?;
+        }
+        let h = file_sha256(&tmp)?;
+        if file_sha256(&dst).ok().as_deref() != Some(h.as_str()) {
             fs::rename(&tmp, &dst).with_context(|| format!("renaming to {}", dst.display()))?;
+        } else {
+            fs::remove_file(&tmp).with_context(|| format!("removing {}", tmp.display()))?;
         }
         hashes.insert(b.to_owned(), h);
     }
@@ -216,6 +223,28 @@ fn host_binaries(
         t.elapsed().as_secs_f64()
     );
     Ok((out, hashes))
+}
+
+/// Copies a debug build without its debug info: the line tables name the
+/// checkout's path (the compile's working dir), so two clones of one commit
+/// would give the images, keyed by the binaries' SHA-256, different bytes and
+/// every node a new import of the training image. Panics still name file and
+/// line (those are in the code, relative to the workspace).
+fn strip_debug(src: &Path, dst: &Path) -> Result<()> {
+    let status = Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(src)
+        .arg(dst)
+        .status()
+        .context("running objcopy (binutils, installed with the C toolchain cargo links with)")?;
+    if !status.success() {
+        bail!(
+            "objcopy --strip-debug {} {} failed ({status})",
+            src.display(),
+            dst.display()
+        );
+    }
+    Ok(())
 }
 
 // ------------------------------------------------------------------ images

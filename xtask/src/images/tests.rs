@@ -4,7 +4,11 @@ use super::*;
 /// in its content hash, and every hashed file exists.
 #[test]
 fn the_training_image_hash_covers_what_it_copies() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = std::path::Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
+    )
+    .join("..");
     let dockerfile = std::fs::read_to_string(root.join("examples/graphsage/Dockerfile")).unwrap();
     let copied: Vec<&str> = dockerfile
         .lines()
@@ -50,7 +54,11 @@ fn copied_files_span_continuation_lines() {
 /// and every hashed file exists.
 #[test]
 fn the_graphstorm_image_hash_covers_what_it_copies() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = std::path::Path::new(
+        &std::env::var_os("CARGO_MANIFEST_DIR")
+            .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
+    )
+    .join("..");
     let dockerfile = std::fs::read_to_string(root.join("examples/graphstorm/Dockerfile")).unwrap();
     let copied = copied_from_examples(&dockerfile);
     assert_eq!(copied.len(), GRAPHSTORM_IMAGE_FILES.len(), "{copied:?}");

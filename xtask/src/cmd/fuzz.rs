@@ -6,7 +6,7 @@
 //! single allocation, and how many inputs were read without an error.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 

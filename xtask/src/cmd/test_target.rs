@@ -16,7 +16,7 @@
 //! fill the disk the test node's kubelet evicts from.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context, Result};
@@ -38,29 +38,22 @@ const PACKAGES: [&str; 9] = [
     "checkout-mtimes",
 ];
 
-/// The target dir the command builds in; its lock (when it is the cache's)
-/// lasts as long as this value.
+/// The cache's target dir's lock, held as long as this value (none when
+/// the user set `CARGO_TARGET_DIR`).
 pub struct TestTarget {
-    pub dir: PathBuf,
     _lock: Option<checkout_mtimes::Lock>,
 }
 
 /// Sets `CARGO_TARGET_DIR` for every cargo this command runs (and for the
 /// image and benchmark steps, which read it) unless the user set it.
 pub fn choose(cargo: &str) -> Result<TestTarget> {
-    if let Some(dir) = std::env::var_os("CARGO_TARGET_DIR") {
-        return Ok(TestTarget {
-            dir: PathBuf::from(dir),
-            _lock: None,
-        });
+    if std::env::var_os("CARGO_TARGET_DIR").is_some() {
+        return Ok(TestTarget { _lock: None });
     }
     let dir = localkube::cache_dir()?.join("test-target");
     let lock = prepare(cargo, &dir)?;
     std::env::set_var("CARGO_TARGET_DIR", &dir);
-    Ok(TestTarget {
-        dir,
-        _lock: Some(lock),
-    })
+    Ok(TestTarget { _lock: Some(lock) })
 }
 
 fn prepare(cargo: &str, dir: &Path) -> Result<checkout_mtimes::Lock> {

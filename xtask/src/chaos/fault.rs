@@ -19,10 +19,12 @@ pub enum Fault {
     TokenDelete,
     /// A worker's node cut off the network mid-training (needs 2 nodes).
     NodeLoss,
+    /// The partitioner's node cut off the network while it partitions (needs 2 nodes).
+    NodeLossPartitioning,
 }
 
 impl Fault {
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 15] = [
         Fault::OperatorKill,
         Fault::WorkerDelete,
         Fault::Churn,
@@ -37,6 +39,7 @@ impl Fault {
         Fault::KubeletHang,
         Fault::TokenDelete,
         Fault::NodeLoss,
+        Fault::NodeLossPartitioning,
     ];
 }
 

@@ -191,7 +191,8 @@ async fn run_one(
         Fault::Drain => evict::drain(client, ns).await,
         Fault::KubeletHang => evict::kubelet_hang(client, cluster, ns).await,
         Fault::TokenDelete => token::token_delete(client, ns).await,
-        Fault::NodeLoss => node_loss::node_loss(client, cluster, ns).await,
+        Fault::NodeLoss => node_loss::training(client, cluster, ns).await,
+        Fault::NodeLossPartitioning => node_loss::partitioning(client, cluster, ns).await,
     }
 }
 

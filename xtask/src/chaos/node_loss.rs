@@ -7,7 +7,7 @@
 //! stops the run and replaces the lost pods on the remaining node; the job
 //! restarts once and Succeeds. The node is joined again once the new run's
 //! pods are placed; then no process of the old run may be left on it.
-//! Then the same for the partitioner's node while it partitions: the
+//! NodeLossPartitioning: the same for the partitioner's node while it partitions: the
 //! launch.py-style example with a Partitioner template that prefers the
 //! extra node and a partition command that, on that node only, takes ten
 //! minutes (so the cut certainly falls in it); its replacement, on node 0,
@@ -35,31 +35,48 @@ const NAME_WITHIN: Duration = Duration::from_secs(60);
 /// The control plane's node-monitor grace (40-50 s) and some slack.
 const NOT_READY_WITHIN: Duration = Duration::from_secs(120);
 
-/// A worker's node lost while the job trains, then the partitioner's
-/// while it partitions.
-pub async fn node_loss(client: &Client, cluster: &LocalCluster, ns: &str) -> Result<Outcome> {
+/// A worker's node lost while the job trains.
+pub async fn training(client: &Client, cluster: &LocalCluster, ns: &str) -> Result<Outcome> {
+    let extra = extra_nodes(cluster)?;
+    let started = Instant::now();
+    let name = "chaos-nodeloss";
+    let workers: Vec<String> = (0..2).map(|i| worker_name(name, i)).collect();
+    let (note, left) = lose_one(client, cluster, ns, example(name, 2)?, &workers, &extra).await?;
+    Ok(Outcome {
+        terminal: Some(started.elapsed()),
+        left,
+        note: format!("training: {note}"),
+    })
+}
+
+/// The partitioner's node lost while it partitions.
+pub async fn partitioning(client: &Client, cluster: &LocalCluster, ns: &str) -> Result<Outcome> {
+    let extra = extra_nodes(cluster)?;
+    let target = extra.iter().next().cloned().unwrap_or_default();
+    let started = Instant::now();
+    let name = "chaos-nodeloss-part";
+    let job = slow_partitioner_on(name, &target)?;
+    let partitioner = vec![partitioner_name(name)];
+    let (note, left) = lose_one(client, cluster, ns, job, &partitioner, &extra).await?;
+    Ok(Outcome {
+        terminal: Some(started.elapsed()),
+        left,
+        note: format!("partitioning: {note}"),
+    })
+}
+
+/// The nodes besides node 0 (each in a network namespace of its own).
+fn extra_nodes(cluster: &LocalCluster) -> Result<BTreeSet<String>> {
     let extra: BTreeSet<String> = cluster
         .node_summaries()
         .into_iter()
         .filter(|n| !n.host_network)
         .map(|n| n.node_name)
         .collect();
-    let Some(target) = extra.iter().next().cloned() else {
+    if extra.is_empty() {
         bail!("NodeLoss needs a cluster of 2 nodes or more (`--nodes 2`)");
-    };
-    let started = Instant::now();
-    let name = "chaos-nodeloss";
-    let workers: Vec<String> = (0..2).map(|i| worker_name(name, i)).collect();
-    let (a, left_a) = lose_one(client, cluster, ns, example(name, 2)?, &workers, &extra).await?;
-    let name = "chaos-nodeloss-part";
-    let job = slow_partitioner_on(name, &target)?;
-    let partitioner = vec![partitioner_name(name)];
-    let (b, left_b) = lose_one(client, cluster, ns, job, &partitioner, &extra).await?;
-    Ok(Outcome {
-        terminal: Some(started.elapsed()),
-        left: left_a + left_b,
-        note: format!("training: {a} / partitioning: {b}"),
-    })
+    }
+    Ok(extra)
 }
 
 /// Runs `job` until one of `victims` (pod names) is on an extra node and

@@ -47,6 +47,7 @@ enum Task {
 }
 
 fn main() -> anyhow::Result<()> {
+    util::forget_manifest_dir();
     let cli = Cli::parse();
     match cli.task {
         Task::Pyenv(args) => cmd::pyenv::run(args),

@@ -16,18 +16,33 @@ pub const WORKSPACE_FEATURES: &str = "dgl-partition/mpi";
 /// `cargo test` set `CARGO_MANIFEST_DIR` to xtask's folder): a path compiled
 /// in would name whichever checkout built the cached xtask
 /// (`checkout-mtimes`). Run directly, the binary looks up from the working
-/// directory for the workspace.
+/// directory for the workspace. Read once: [`forget_manifest_dir`] removes
+/// the variable.
 pub fn repo_root() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
-        if let Some(root) = Path::new(&dir).parent() {
-            return root.to_path_buf();
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        if let Some(dir) = std::env::var_os("CARGO_MANIFEST_DIR") {
+            if let Some(root) = Path::new(&dir).parent() {
+                return root.to_path_buf();
+            }
         }
-    }
-    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    cwd.ancestors()
-        .find(|d| d.join("xtask/Cargo.toml").is_file() && d.join("Cargo.toml").is_file())
-        .unwrap_or(&cwd)
-        .to_path_buf()
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        cwd.ancestors()
+            .find(|d| d.join("xtask/Cargo.toml").is_file() && d.join("Cargo.toml").is_file())
+            .unwrap_or(&cwd)
+            .to_path_buf()
+    })
+    .clone()
+}
+
+/// Notes the workspace's root, then removes `CARGO_MANIFEST_DIR` from this
+/// process's environment, so that no cargo it starts inherits it: build
+/// scripts that read it (ring's) make cargo track it, and its value, the
+/// checkout's path, would rebuild them and every crate above them in each
+/// new clone. Called first in `main`, before any thread starts.
+pub fn forget_manifest_dir() {
+    repo_root();
+    std::env::remove_var("CARGO_MANIFEST_DIR");
 }
 
 /// Every step this process began: its name, start, and time once done

@@ -39,7 +39,8 @@ fn main() {
         (None, Some(cache)) => cache.join("xtask-target"),
         _ => {
             let mut cmd = Command::new(&cargo);
-            cmd.args(["run", "--quiet", "--package", "xtask", "--manifest-path"])
+            cmd.env_remove("CARGO_MANIFEST_DIR")
+                .args(["run", "--quiet", "--package", "xtask", "--manifest-path"])
                 // The workspace's manifest: `cargo xtask` runs from any folder of it.
                 .arg(root.join("Cargo.toml"))
                 .arg("--")
@@ -72,7 +73,8 @@ fn build(cargo: &OsString, root: &Path, target: &Path) -> PathBuf {
     if clean {
         // A dir from before the manifest: its crates may be any checkout's.
         let mut c = Command::new(cargo);
-        c.args(["clean", "--quiet", "--manifest-path"])
+        c.env_remove("CARGO_MANIFEST_DIR")
+            .args(["clean", "--quiet", "--manifest-path"])
             .arg(root.join("Cargo.toml"))
             .arg("--target-dir")
             .arg(target);
@@ -81,8 +83,12 @@ fn build(cargo: &OsString, root: &Path, target: &Path) -> PathBuf {
         }
         run(c, "removing the workspace's crates");
     }
+    // Not the launcher's own CARGO_MANIFEST_DIR (cargo run sets it): build
+    // scripts that read it make cargo track its value, the checkout's path,
+    // and rebuild them (ring, and all above it) in every new clone.
     let mut c = Command::new(cargo);
-    c.args(["build", "--quiet", "--package", "xtask", "--manifest-path"])
+    c.env_remove("CARGO_MANIFEST_DIR")
+        .args(["build", "--quiet", "--package", "xtask", "--manifest-path"])
         .arg(root.join("Cargo.toml"))
         .arg("--target-dir")
         .arg(target);

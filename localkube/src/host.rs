@@ -720,8 +720,83 @@ pub(crate) fn nfacct_delete(name: &str) -> Result<bool> {
     }
 }
 
+/// A pipe fed from `from` by a thread that counts what passes and prints,
+/// every [`METER_EVERY`], how far it is: an image import streams GiB for a
+/// minute or more and would otherwise say nothing. Returns the pipe's read
+/// end (a child's stdin) and the thread, which ends with the byte count when
+/// `from` ends (or with the error when the reader went away first).
+pub fn metered(
+    mut from: impl std::io::Read + Send + 'static,
+    what: String,
+    total: Option<u64>,
+) -> Result<(Stdio, std::thread::JoinHandle<std::io::Result<u64>>)> {
+    let (reader, mut writer) =
+        std::io::pipe().map_err(|e| Error::Invalid(format!("making a pipe for {what}: {e}")))?;
+    let pump = std::thread::spawn(move || {
+        let (start, mut shown, mut n) = (Instant::now(), Instant::now(), 0u64);
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let got = from.read(&mut buf)?;
+            if got == 0 {
+                return Ok(n);
+            }
+            std::io::Write::write_all(&mut writer, &buf[..got])?;
+            n = n.saturating_add(got as u64);
+            if shown.elapsed() >= METER_EVERY {
+                shown = Instant::now();
+                progress!("{}", meter_line(&what, n, total, start.elapsed()));
+            }
+        }
+    });
+    Ok((Stdio::from(reader), pump))
+}
+
+/// How often [`metered`] reports.
+pub const METER_EVERY: Duration = Duration::from_secs(10);
+
+/// `what: 1.2 of 3.6 GiB (33%), 45 MB/s`.
+fn meter_line(what: &str, n: u64, total: Option<u64>, took: Duration) -> String {
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    let rate = n as f64 / took.as_secs_f64().max(0.001) / 1e6;
+    match total {
+        Some(t) if t > 0 => format!(
+            "{what}: {:.2} of {:.2} GiB ({:.0}%), {rate:.0} MB/s",
+            gib(n),
+            gib(t),
+            (n as f64 / t as f64 * 100.0).min(100.0)
+        ),
+        _ => format!("{what}: {:.2} GiB, {rate:.0} MB/s", gib(n)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_meter_says_how_far_and_how_fast() {
+        let d = Duration::from_secs(10);
+        assert_eq!(
+            super::meter_line("img", 1 << 30, Some(4 << 30), d),
+            "img: 1.00 of 4.00 GiB (25%), 107 MB/s"
+        );
+        assert_eq!(
+            super::meter_line("img", 1 << 29, None, d),
+            "img: 0.50 GiB, 54 MB/s"
+        );
+    }
+
+    #[test]
+    fn metered_passes_every_byte_on() {
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
+        let (stdin, pump) =
+            super::metered(std::io::Cursor::new(data.clone()), "t".into(), None).unwrap();
+        let out = std::process::Command::new("cat")
+            .stdin(stdin)
+            .output()
+            .unwrap();
+        assert_eq!(pump.join().unwrap().unwrap(), data.len() as u64);
+        assert_eq!(out.stdout, data);
+    }
+
     use super::*;
 
     #[test]

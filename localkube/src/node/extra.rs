@@ -633,7 +633,11 @@ fn copy_image(from: &Path, to: &Path, reference: &str) -> Result<()> {
     if let Some(base) = base_name(reference) {
         import.args(["--base-name", base]);
     }
-    let imported = host::run_with_stdin(import.arg("-"), Stdio::from(pipe));
+    let what = format!("copying {reference} to {}", to.display());
+    let (stdin, pump) = host::metered(pipe, what, None)?;
+    let imported = host::run_with_stdin(import.arg("-"), stdin);
+    // The pump's error only says ctr stopped reading; ctr's own is the news.
+    let _ = pump.join();
     let status = export
         .wait()
         .map_err(Error::io("waiting for ctr images export of", from))?;

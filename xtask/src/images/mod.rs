@@ -423,7 +423,16 @@ fn save_into_node0(
     // The archive's RepoTags carry the full name. --base-name only matters for
     // OCI archives that name images by tag alone, but keeps ctr from inventing
     // an "import-<date>" name if podman ever writes one.
-    let imported = cluster.import_image_stream(Stdio::from(archive), Some(img.repository()));
+    // The archive is about the image's size (uncompressed layers).
+    let size = podman
+        .inspect(&img.reference, "{{.Size}}")
+        .ok()
+        .and_then(|s| s.trim().parse().ok());
+    let what = format!("loading {} into node 0", img.reference);
+    let (stdin, pump) = localkube::host::metered(archive, what, size)?;
+    let imported = cluster.import_image_stream(stdin, Some(img.repository()));
+    // The pump's error only says ctr stopped reading; ctr's own is the news.
+    let _ = pump.join();
     let saved = save.wait().context("waiting for podman save")?;
     if !saved.success() {
         bail!(

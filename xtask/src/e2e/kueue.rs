@@ -37,8 +37,10 @@ use crate::stack::kueue::{operator_kueue, NodeKueue, NodeOptions};
 use crate::stack::{dump_operator, Stack, EXAMPLE_STANDALONE};
 
 /// Long enough for a healthy job's pods to start (its launcher starts once
-/// the graph is partitioned), short enough to keep the scenario short.
-const PODS_READY_TIMEOUT_S: u32 = 60;
+/// the graph is partitioned: about 8 s after admission on the 2-core
+/// machine), short enough to keep the scenario short (the gang's eviction
+/// waits it out).
+const PODS_READY_TIMEOUT_S: u32 = 40;
 /// The requeue backoff after a waitForPodsReady eviction.
 const BACKOFF_BASE_S: u32 = 10;
 /// What one wait may take at most (a job trains in about 30 s).

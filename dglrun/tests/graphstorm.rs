@@ -639,28 +639,8 @@ fn infer(job: &Job, m: &mut Machines, ips: [&str; 2], dataset: &Path) -> Duratio
 /// nearest-class-centroid accuracy against the tables' labels far above
 /// chance (ids left in the partitions' shuffled order score ~0.25).
 fn check_embeddings(job: &Job, all: &str) -> String {
-    const CHECK: &str = r#"
-import glob, json, os, sys
-import numpy as np, pyarrow.parquet as pq, torch as th
-emb_dir, tables = sys.argv[1], sys.argv[2]
-info = json.load(open(os.path.join(emb_dir, "emb_info.json")))
-rows = sorted(glob.glob(os.path.join(emb_dir, "_N", "embed-*.pt")))
-nids = sorted(glob.glob(os.path.join(emb_dir, "_N", "embed_nids-*.pt")))
-assert len(rows) == len(nids) == info["world_size"], (rows, nids, info)
-emb = th.cat([th.load(f) for f in rows]).numpy()
-ids = th.cat([th.load(f) for f in nids]).numpy()
-labels = pq.read_table(os.path.join(tables, "nodes.parquet")).column("label").to_numpy()
-n = len(labels)
-assert emb.shape[0] == n, f"{emb.shape[0]} rows for {n} nodes"
-assert np.array_equal(np.sort(ids), np.arange(n)), "node ids are not 0..n-1, each once"
-assert np.isfinite(emb).all(), "non-finite values"
-full = np.empty_like(emb)
-full[ids] = emb
-cent = np.stack([full[labels == c].mean(axis=0) for c in range(labels.max() + 1)])
-pred = ((full[:, None, :] - cent[None]) ** 2).sum(-1).argmin(1)
-print(f"rows={emb.shape[0]} dim={emb.shape[1]} files={len(rows)} "
-      f"centroid_accuracy={(pred == labels).mean():.3f}")
-"#;
+    /// Shared with the e2e graphstorm scenario (xtask/src/e2e/graphstorm.rs).
+    const CHECK: &str = include_str!("graphstorm_embeddings.py");
     let out = Command::new(&job.python)
         .args(["-c", CHECK])
         .arg(job.path("volume/embeddings"))

@@ -393,7 +393,7 @@ const MULTINODE_TEST: &str = "localkube: test multinode";
 /// path trains once per run (about 5 CPU-minutes saved on 2 cores); with
 /// `--no-e2e`, and under plain `cargo test`, they run. Each name is one
 /// test of the workspace (`--skip` matches substrings).
-const COVERED_BY_E2E: [(&str, &str); 7] = [
+const COVERED_BY_E2E: [(&str, &str); 8] = [
     ("a_crashing_trainer_stops_the_job", "fail"),
     ("a_launcher_without_workers_trains_alone", "standalone"),
     ("graphsage_trains_on_native_partitions", "parmetis"),
@@ -402,6 +402,10 @@ const COVERED_BY_E2E: [(&str, &str); 7] = [
     ("launchpy_commands_train_on_two_machines", "launchpy"),
     (
         "graphstorm_node_classification_trains_on_two_machines",
+        "graphstorm",
+    ),
+    (
+        "graphstorm_trains_on_native_partitions_then_infers_embeddings",
         "graphstorm",
     ),
 ];

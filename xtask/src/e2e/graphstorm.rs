@@ -14,7 +14,8 @@
 //! mode Skip on those partitions, GraphStorm's gsgnn_node_emb restoring the
 //! model) must Succeed and leave emb_info.json and, per worker, its
 //! embedding rows (at least 4 bytes per node and hidden unit in all) and
-//! their node ids. (dglrun/tests/graphstorm.rs checks their values.)
+//! their node ids, whose values must follow the tables' ids
+//! (`dglrun/tests/graphstorm_embeddings.py`, as the host test checks them).
 
 use std::time::Duration;
 
@@ -128,14 +129,62 @@ async fn native_then_infer_in(
         example_succeeds_on(client, ns, infer, EXAMPLE_INFER, place(node), |_, _, _| {}).await?;
     let hidden = config_number(&nc, "hidden_size")?;
     let (files, bytes) = embeddings_written(&dir.join("embeddings"), NODES * hidden * 4)?;
+    let emb = dir.join("embeddings");
+    let values = tokio::task::spawn_blocking(move || embeddings_follow_the_tables(&emb)).await??;
     delete_and_check_children(client, ns, infer).await?;
     Ok(format!(
-        "native partitions (ParMETIS): Succeeded {:.0}s after apply, loss {:.3} -> {:.3}; inference: Succeeded {:.0}s after apply, {files} embedding files, {bytes} bytes",
+        "native partitions (ParMETIS): Succeeded {:.0}s after apply, loss {:.3} -> {:.3}; inference: Succeeded {:.0}s after apply, {files} embedding files, {bytes} bytes, {values}",
         took.as_secs_f64(),
         per_epoch[0].1,
         per_epoch[per_epoch.len() - 1].1,
         inferred.as_secs_f64()
     ))
+}
+
+/// The embeddings' values, as dglrun/tests/graphstorm.rs checks them on
+/// hosts (which the test command then skips: `COVERED_BY_E2E`): one per
+/// node in the tables' ids, finite, and a nearest-class-centroid accuracy
+/// above 0.6 against the labels of the tables built into the image
+/// (make_tables.py's), with the GraphStorm venv's Python.
+fn embeddings_follow_the_tables(emb: &std::path::Path) -> Result<String> {
+    const CHECK: &str = include_str!("../../../dglrun/tests/graphstorm_embeddings.py");
+    let root = repo_root();
+    let python = crate::graphstorm_env::ensure(&root, &crate::pyenv::ensure_venv(&root)?)?;
+    let tables = std::env::temp_dir().join(format!("dgl-e2e-gstables-{}", std::process::id()));
+    if tables.exists() {
+        std::fs::remove_dir_all(&tables)
+            .with_context(|| format!("removing {}", tables.display()))?;
+    }
+    crate::images::copy_out_of_image(
+        crate::images::Which::Graphstorm,
+        "/opt/graphstorm/data",
+        &tables,
+    )?;
+    let out = std::process::Command::new(&python)
+        .args(["-c", CHECK])
+        .arg(emb)
+        .arg(&tables)
+        .output()
+        .with_context(|| format!("running {}", python.display()));
+    std::fs::remove_dir_all(&tables).ok();
+    let out = out?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    ensure!(
+        out.status.success(),
+        "the embeddings in {} against the image's tables: {text}\n{}",
+        emb.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let accuracy: f64 = text
+        .split("centroid_accuracy=")
+        .nth(1)
+        .and_then(|v| v.trim().parse().ok())
+        .with_context(|| format!("no accuracy in {text:?}"))?;
+    ensure!(
+        accuracy > 0.6,
+        "the embeddings do not follow the tables' ids: {text}"
+    );
+    Ok(text)
 }
 
 /// GraphStorm's embedding folder: emb_info.json with world_size 2 (one

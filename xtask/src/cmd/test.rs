@@ -37,8 +37,9 @@ pub struct Args {
     /// a row, with the e2e tier's images built after it).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=8))]
     lanes: u32,
-    /// e2e scenarios that run side by side (see `cargo xtask e2e --help`).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=16))]
+    /// e2e scenarios that run side by side (see `cargo xtask e2e --help`;
+    /// 2: two lanes planned for the 2-node cluster's CPU).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
     parallel: u32,
     /// Extra arguments for `cargo test`: before a `--` for the build (e.g.
     /// `-p dglrun`), after it for the test binaries (e.g. a name filter).

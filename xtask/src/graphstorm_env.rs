@@ -202,13 +202,7 @@ mod tests {
     use super::*;
 
     fn root() -> PathBuf {
-        Path::new(
-            &std::env::var_os("CARGO_MANIFEST_DIR")
-                .expect("cargo sets CARGO_MANIFEST_DIR when it runs a test"),
-        )
-        .parent()
-        .unwrap()
-        .to_path_buf()
+        crate::util::repo_root()
     }
 
     /// The venv's name promises these; GraphStorm 0.5.1 and torchdata 0.9

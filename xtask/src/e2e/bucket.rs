@@ -594,48 +594,15 @@ async fn cached_run(
     let mode = job.spec.partition_mode;
     let dist = mode == PartitionMode::DistParMetis;
     let nodes = node_count(client).await?;
-    let t = std::time::Instant::now();
-    apply_job(client, ns, &job).await?;
-    let (mut partitioner_seen, mut to_running) = (false, None);
-    let mut placement = Placement::default();
-    let partitioner = dgl_api::names::partitioner_name(name);
-    let mut observe = |j: &DGLJob, pods: &[k8s_openapi::api::core::v1::Pod]| {
-        partitioner_seen |= pods
-            .iter()
-            .any(|p| kube::ResourceExt::name_any(p) == partitioner);
-        if to_running.is_none() && phase(j) == Some(dgl_api::JobPhase::Running) {
-            to_running = Some(t.elapsed().as_secs_f64());
-        }
-        placement.observe(pods);
-    };
-    // A miss in ParMETIS: the partitioner's report is read while it serves
-    // the shards; the job's end may delete it before a later read.
-    let mut partitioner_log = None;
-    if !reused && !dist {
-        follow(
-            client,
-            ns,
-            name,
-            JOB_TIMEOUT,
-            |p| p.is_some_and(|p| p == dgl_api::JobPhase::Running || p.is_terminal()),
-            |j, pods, _| observe(j, pods),
-        )
-        .await?;
-        let log = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
-            .logs(&partitioner, &LogParams::default())
-            .await
-            .with_context(|| format!("the log of {partitioner}"))?;
-        partitioner_log = Some(log);
-    }
-    let done = follow(
-        client,
-        ns,
-        name,
-        JOB_TIMEOUT,
-        |p| p.is_some_and(dgl_api::JobPhase::is_terminal),
-        |j, pods, _| observe(j, pods),
-    )
-    .await?;
+    // A miss in ParMETIS: the partitioner's report is read while it serves.
+    let watched = apply_and_watch(client, ns, &job, !reused && !dist).await?;
+    let Watched {
+        done,
+        partitioner_seen,
+        to_running,
+        placement,
+        partitioner_log,
+    } = watched;
     ensure!(
         phase(&done) == Some(dgl_api::JobPhase::Succeeded),
         "DGLJob {ns}/{name} (partition cache) ended {:?}: {:?}",
@@ -696,6 +663,76 @@ async fn cached_run(
         key,
         secs,
     ))
+}
+
+/// What [`apply_and_watch`] saw of a job until it ended.
+struct Watched {
+    done: DGLJob,
+    partitioner_seen: bool,
+    /// Seconds from apply to phase Running.
+    to_running: Option<f64>,
+    placement: Placement,
+    partitioner_log: Option<String>,
+}
+
+/// Applies `job` and follows it to its end, noting whether a partitioner
+/// pod appeared, when it was Running and where its pods sat; with
+/// `read_partitioner`, the partitioner's log is read once the job is
+/// Running (the job's end may delete the pod before a later read).
+async fn apply_and_watch(
+    client: &Client,
+    ns: &str,
+    job: &DGLJob,
+    read_partitioner: bool,
+) -> Result<Watched> {
+    let name = &kube::ResourceExt::name_any(job);
+    let t = std::time::Instant::now();
+    apply_job(client, ns, job).await?;
+    let (mut partitioner_seen, mut to_running) = (false, None);
+    let mut placement = Placement::default();
+    let partitioner = dgl_api::names::partitioner_name(name);
+    let mut observe = |j: &DGLJob, pods: &[k8s_openapi::api::core::v1::Pod]| {
+        partitioner_seen |= pods
+            .iter()
+            .any(|p| kube::ResourceExt::name_any(p) == partitioner);
+        if to_running.is_none() && phase(j) == Some(dgl_api::JobPhase::Running) {
+            to_running = Some(t.elapsed().as_secs_f64());
+        }
+        placement.observe(pods);
+    };
+    let mut partitioner_log = None;
+    if read_partitioner {
+        follow(
+            client,
+            ns,
+            name,
+            JOB_TIMEOUT,
+            |p| p.is_some_and(|p| p == dgl_api::JobPhase::Running || p.is_terminal()),
+            |j, pods, _| observe(j, pods),
+        )
+        .await?;
+        let log = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+            .logs(&partitioner, &LogParams::default())
+            .await
+            .with_context(|| format!("the log of {partitioner}"))?;
+        partitioner_log = Some(log);
+    }
+    let done = follow(
+        client,
+        ns,
+        name,
+        JOB_TIMEOUT,
+        |p| p.is_some_and(dgl_api::JobPhase::is_terminal),
+        |j, pods, _| observe(j, pods),
+    )
+    .await?;
+    Ok(Watched {
+        done,
+        partitioner_seen,
+        to_running,
+        placement,
+        partitioner_log,
+    })
 }
 
 /// The lookup container's log (it names the key and what it found).

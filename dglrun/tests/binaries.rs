@@ -528,7 +528,7 @@ fn shards_flow_to_the_workers_and_preflight_refuses_a_python_without_dgl() {
     }
     // The first worker to fail is named, with the reason.
     assert!(log.contains("training failed: worker-"), "{log}");
-    assert!(log.contains("DGL does not import"), "{log}");
+    assert!(log.contains("DGL is not installed"), "{log}");
     assert!(log.contains("No module named 'dgl'"), "{log}");
     for w in [w0, w1] {
         let s = procs

@@ -10,5 +10,5 @@ pub fn run(args: Args) -> Result<()> {
     let started = Instant::now();
     let rt = runtime()?;
     let stack = start(&rt, &args)?;
-    finish(&rt, stack, &args, started)
+    finish(&rt, stack, &args, (started, Default::default()))
 }

@@ -191,8 +191,13 @@ fn install(with_e2e: bool) -> Result<(Installed, ClusterInfo, tokio::runtime::Ru
 }
 
 /// The outcome of the test binaries, the e2e stack started beside them (if
-/// any), and localkube's two-node test binary (when built with lanes).
-type TestsRun = (Result<()>, Result<Option<Stack>>, Option<TestBinary>);
+/// any) with the scenarios run on it meanwhile, and localkube's two-node
+/// test binary (when built with lanes).
+type TestsRun = (
+    Result<()>,
+    Result<Option<(Stack, crate::e2e::Ran)>>,
+    Option<TestBinary>,
+);
 
 /// The workspace's test binaries, `lanes` at a time with the e2e stack
 /// started beside them, or `cargo test` in a row for `--lanes 1`.
@@ -214,14 +219,15 @@ fn run_tests(
         multinode = bins.iter().find(|b| b.label == MULTINODE_TEST).cloned();
         done(t);
         std::thread::scope(|scope| {
-            // The node, the images and the operator's install, beside the tests.
+            // The node, the images and the operator's install, then the
+            // scenarios that leave the CPU idle the most, beside the tests.
             let stack = with_e2e.then(|| {
                 scope.spawn(|| {
                     let t =
                         step("end-to-end stack (beside the tests): node cluster, images, operator");
                     let s = crate::e2e::start(e2e_rt, e2e_args);
                     done(t);
-                    s
+                    crate::e2e::beside_the_tests(e2e_rt, s?, e2e_args)
                 })
             });
             let t = step(&format!("test binaries, {lanes} at a time"));
@@ -264,17 +270,17 @@ fn stop_test_control_plane(rt: &tokio::runtime::Runtime, info: &ClusterInfo) -> 
 /// localkube's two-node test once that node cluster is down.
 fn e2e_then_multinode(
     cargo: &str,
-    stack: Option<Stack>,
+    stack: Option<(Stack, crate::e2e::Ran)>,
     multinode: Option<TestBinary>,
     e2e_rt: &tokio::runtime::Runtime,
     e2e_args: &crate::e2e::Args,
 ) -> Result<()> {
     let t = step("end-to-end: cargo xtask e2e");
-    let stack = match stack {
+    let (stack, ran) = match stack {
         Some(s) => s,
-        None => crate::e2e::start(e2e_rt, e2e_args)?,
+        None => (crate::e2e::start(e2e_rt, e2e_args)?, Default::default()),
     };
-    crate::e2e::finish(e2e_rt, stack, e2e_args, Instant::now())?;
+    crate::e2e::finish(e2e_rt, stack, e2e_args, (Instant::now(), ran))?;
     done(t);
     if let (Some(bin), false) = (multinode, e2e_args.keep_cluster) {
         let t = step(

@@ -46,8 +46,9 @@ const BACKOFF_BASE_S: u32 = 10;
 /// What one wait may take at most (a job trains in about 30 s).
 const STEP_TIMEOUT: Duration = Duration::from_secs(240);
 /// Epochs of the job that is preempted, so that it still trains when the
-/// urgent job arrives.
-const LONG_EPOCHS: u32 = 12;
+/// urgent job arrives (it is applied once the job is Running; an epoch
+/// takes about 3 s, so 6 leave it well over 10 s of training).
+const LONG_EPOCHS: u32 = 6;
 const QUEUE_A: &str = "team-a";
 const QUEUE_B: &str = "team-b";
 

@@ -82,7 +82,9 @@
 //! machine the group took longer at 3 in any pairing than at 1 (pods
 //! Pending on the nodes' CPU requests, docs/benchmarks.md, "Test command"),
 //! while one at a time left about a third of the CPU idle; the test command
-//! runs them in two lanes planned to fit (`--parallel 2`, [`LANES`]).
+//! runs them in two lanes planned to fit (`--parallel 2`, [`LANES`]), and
+//! runs `train` and `chaos` earlier, while its test binaries run on the
+//! host ([`BESIDE_THE_TESTS`]).
 //!
 //! On a failure, the job's status, its pods, Events and the operator's and
 //! pods' logs are printed before the cluster is stopped.
@@ -305,18 +307,67 @@ pub(crate) fn start(rt: &tokio::runtime::Runtime, args: &Args) -> Result<Stack> 
     })
 }
 
+/// The scenarios that must run alone yet leave much of the CPU idle
+/// (waiting for a node to turn NotReady, a control plane to serve again, a
+/// restarted operator), which the test command runs on its node cluster
+/// while the test binaries run on the host (they share no cluster, port or
+/// file). Namespaced stays last (it replaces the Helm release the others
+/// use), and Kueue after the group: both were measured too (docs/benchmarks.md,
+/// "Test command").
+const BESIDE_THE_TESTS: [Scenario; 2] = [Scenario::Train, Scenario::Chaos];
+
+/// Scenarios already run on the stack, and their report lines.
+#[derive(Default)]
+pub(crate) struct Ran {
+    scenarios: Vec<Scenario>,
+    report: Vec<String>,
+}
+
+/// Runs [`BESIDE_THE_TESTS`] (those asked for) on a started stack; on a
+/// failure dumps the operator's state and stops the cluster (unless kept).
+pub(crate) fn beside_the_tests(
+    rt: &tokio::runtime::Runtime,
+    stack: Stack,
+    args: &Args,
+) -> Result<(Stack, Ran)> {
+    let mut ran = Ran::default();
+    let wanted = chosen(&args.only);
+    let result = rt.block_on(async {
+        for s in BESIDE_THE_TESTS.into_iter().filter(|s| wanted.contains(s)) {
+            ran.report
+                .push(run_alone(&stack, s, args.small_chaos).await?);
+            ran.scenarios.push(s);
+        }
+        anyhow::Ok(())
+    });
+    if let Err(e) = result {
+        rt.block_on(dump_operator(&stack.client));
+        if !args.keep_cluster {
+            if let Err(down) = rt.block_on(stack.cluster.down(false)) {
+                eprintln!("e2e: stopping node cluster {:?}: {down:#}", args.name);
+            }
+        }
+        return Err(e);
+    }
+    Ok((stack, ran))
+}
+
 /// Runs the scenarios on a started stack, then stops the cluster (unless
 /// kept) and prints one line per scenario.
 pub(crate) fn finish(
     rt: &tokio::runtime::Runtime,
     stack: Stack,
     args: &Args,
-    started: Instant,
+    (started, ran): (Instant, Ran),
 ) -> Result<()> {
-    let mut report = Vec::new();
+    let mut report = ran.report;
+    let left: Vec<Scenario> = chosen(&args.only)
+        .into_iter()
+        .filter(|s| !ran.scenarios.contains(s))
+        .collect();
     let result = rt.block_on(run_scenarios(
         &stack,
-        &chosen(&args.only),
+        &left,
         (args.parallel, args.small_chaos),
         &mut report,
     ));
@@ -433,19 +484,24 @@ async fn run_scenarios(
         }
     }
     for s in alone {
-        let t = step(&format!("scenario {s:?}"));
-        let run = Run {
-            small_chaos,
-            chaos_job_lanes: CHAOS_JOB_LANES,
-        };
-        let r = timed(stack, s, run).await;
-        done(t);
-        report.push(format!(
-            "{s:?}: {}",
-            r.context(format!("e2e scenario {s:?} failed"))?
-        ));
+        report.push(run_alone(stack, s, small_chaos).await?);
     }
     Ok(())
+}
+
+/// One scenario that must run alone, as a step of its own; its report line.
+async fn run_alone(stack: &Stack, s: Scenario, small_chaos: bool) -> Result<String> {
+    let t = step(&format!("scenario {s:?}"));
+    let run = Run {
+        small_chaos,
+        chaos_job_lanes: CHAOS_JOB_LANES,
+    };
+    let r = timed(stack, s, run).await;
+    done(t);
+    Ok(format!(
+        "{s:?}: {}",
+        r.context(format!("e2e scenario {s:?} failed"))?
+    ))
 }
 
 /// One scenario, its wall time printed when it ends (side by side, the

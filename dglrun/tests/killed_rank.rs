@@ -117,11 +117,15 @@ async fn a_killed_rank_is_named_with_its_worker_and_memory_limit() {
         &mpirun,
         &format!(
             "#!/bin/sh\nexport OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1\n\
+             export TMPDIR={tmp}\n\
              echo $$ > {procs}\n\
              exec mpirun --oversubscribe -n 2 {DGLRUN} rank-guard -- sh -c \
              'if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then \
              exec dd if=/dev/zero of=/dev/null bs=1G count=1; fi; exec sleep 20'\n",
-            procs = cg.dir.join("cgroup.procs").display()
+            procs = cg.dir.join("cgroup.procs").display(),
+            // MPI's session files in a dir of its own (OpenMPI processes
+            // started at once race creating /tmp/ompi.<host>.<uid>).
+            tmp = d.path().display()
         ),
     );
     let cfg = DistPartition {

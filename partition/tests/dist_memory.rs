@@ -17,6 +17,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_dgl-partition");
 const LIMIT: &str = "300000000";
 
 fn mpirun_limited(metadata: &Path, out: &Path, extra: &[&str]) -> Output {
+    // MPI's session files in a dir of its own: OpenMPI processes started
+    // at once race creating /tmp/ompi.<host>.<uid> ("File exists").
+    let mpi_tmp = tempfile::tempdir().expect("a temp dir for MPI's session files");
     Command::new("mpirun")
         .args(["-n", "3", "--oversubscribe", "--bind-to", "none"])
         .args(["--mca", "btl", "tcp,self", "--mca", "pml", "ob1"])
@@ -32,6 +35,7 @@ fn mpirun_limited(metadata: &Path, out: &Path, extra: &[&str]) -> Output {
         .args(extra)
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("TMPDIR", mpi_tmp.path())
         .env_remove("DGL_OPERATOR_WORKER_INDEX")
         .output()
         .unwrap_or_else(|e| panic!("cannot run mpirun (install openmpi-bin): {e}"))

@@ -169,6 +169,9 @@ mod mpi {
 
     /// `mpirun -n <ranks> dgl-partition rank ...` on this machine, TCP only.
     fn mpirun(ranks: u32, args: &[String]) -> std::process::Output {
+        // MPI's session files in a dir of its own: OpenMPI processes started
+        // at once race creating /tmp/ompi.<host>.<uid> ("File exists").
+        let mpi_tmp = tempfile::tempdir().expect("a temp dir for MPI's session files");
         Command::new("mpirun")
             .args(["-n", &ranks.to_string(), "--oversubscribe"])
             .args(["--bind-to", "none", "--mca", "btl", "tcp,self"])
@@ -179,6 +182,7 @@ mod mpi {
             .args(args)
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("TMPDIR", mpi_tmp.path())
             .env_remove("DGL_OPERATOR_WORKER_INDEX")
             .output()
             .unwrap_or_else(|e| panic!("cannot run mpirun (install openmpi-bin): {e}"))

@@ -107,6 +107,9 @@ fn single_process(l: &Layout) -> dgl_partition::Result<()> {
 
 /// `dgl-partition rank` as a world of one; its exit code and stderr.
 fn rank(l: &Layout, extra: &[&str]) -> (Option<i32>, String) {
+    // MPI's session files in a dir of its own: OpenMPI processes started
+    // at once race creating /tmp/ompi.<host>.<uid> ("File exists").
+    let mpi_tmp = tempfile::tempdir().expect("a temp dir for MPI's session files");
     let out = std::process::Command::new(BIN)
         .args(["rank", "--graph-name", "g", "--threads", "1"])
         .args(["--part-method", "random", "--input"])
@@ -117,6 +120,7 @@ fn rank(l: &Layout, extra: &[&str]) -> (Option<i32>, String) {
         .env_remove("DGL_OPERATOR_WORKER_INDEX")
         .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
         .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("TMPDIR", mpi_tmp.path())
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();

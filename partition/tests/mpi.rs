@@ -11,6 +11,9 @@ const BIN: &str = env!("CARGO_BIN_EXE_dgl-partition");
 
 /// Runs the self-test on `ranks` local ranks; returns each rank's line.
 fn mpirun(ranks: u32, extra: &[&str]) -> Vec<String> {
+    // MPI's session files in a dir of its own: OpenMPI processes started
+    // at once race creating /tmp/ompi.<host>.<uid> ("File exists").
+    let mpi_tmp = tempfile::tempdir().expect("a temp dir for MPI's session files");
     let mut cmd = Command::new("mpirun");
     cmd.args([
         "-n",
@@ -32,7 +35,8 @@ fn mpirun(ranks: u32, extra: &[&str]) -> Vec<String> {
     .args(extra)
     // mpirun refuses root without these; harmless otherwise.
     .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    .env("TMPDIR", mpi_tmp.path());
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run mpirun (install openmpi-bin): {e}"));

@@ -46,6 +46,9 @@ impl Cgroup {
     /// `dgl-partition rank` on `metadata` inside the cgroup, which it sees
     /// as its container's.
     fn run(&self, metadata: &Path, out: &Path) -> Output {
+        // MPI's session files in a dir of its own: OpenMPI processes started
+        // at once race creating /tmp/ompi.<host>.<uid> ("File exists").
+        let mpi_tmp = tempfile::tempdir().expect("a temp dir for MPI's session files");
         let script = format!(
             "echo $$ > {dir}/cgroup.procs && mount --bind {dir} {base} && exec \"$0\" \"$@\"",
             dir = self.dir.display(),
@@ -59,6 +62,7 @@ impl Cgroup {
             .arg(out)
             .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
             .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+            .env("TMPDIR", mpi_tmp.path())
             .env_remove("DGL_OPERATOR_WORKER_INDEX")
             .output()
             .expect("unshare (util-linux) runs")

@@ -234,6 +234,8 @@ fn run_tests(
             let tests =
                 crate::test_binaries::run_all(cargo, bins, build_args, test_args, envs, lanes);
             done(t);
+            // While the e2e scenarios beside finish.
+            let tests = tests.and_then(|()| small_partition_bench());
             let stack = stack.map(|h| {
                 h.join()
                     .map_err(|_| anyhow::anyhow!("the e2e stack thread panicked"))?
@@ -242,12 +244,24 @@ fn run_tests(
         })
     } else {
         let t = step("cargo test --workspace");
-        let tests = crate::test_binaries::run_in_a_row(cargo, build_args, test_args, envs);
+        let tests = crate::test_binaries::run_in_a_row(cargo, build_args, test_args, envs)
+            .and_then(|()| small_partition_bench());
         done(t);
         (tests, Ok(None))
     };
     let (tests, stack) = result;
     Ok((tests, stack, multinode))
+}
+
+/// The partition benchmark's small run: DGL's partition_graph, the
+/// ParMETIS pipeline and DistParMETIS's ranks on one 20 k-node graph, each
+/// output loaded and evaluated (the full run: `cargo xtask bench partition`;
+/// its figures, not these, go in docs/benchmarks.md).
+fn small_partition_bench() -> Result<()> {
+    let t = step("partition benchmark, small (cargo xtask bench partition --dev)");
+    crate::bench::partition::run(crate::bench::partition::PartitionArgs::small())?;
+    done(t);
+    Ok(())
 }
 
 /// Stops the control plane the tests used (its name is its state dir's).
@@ -368,16 +382,6 @@ pub fn run(args: Args) -> Result<()> {
         return Err(e);
     }
     let stack = stack?;
-
-    // The partition benchmark's small run: DGL's partition_graph, the
-    // ParMETIS pipeline and DistParMETIS's ranks on one 20 k-node graph, each
-    // output loaded and evaluated (the full run: `cargo xtask bench partition`).
-    let t = step("partition benchmark, small (cargo xtask bench partition --dev)");
-    if let Err(e) = crate::bench::partition::run(crate::bench::partition::PartitionArgs::small()) {
-        stop_node(&e2e_rt, &e2e_args, stack.is_some());
-        return Err(e);
-    }
-    done(t);
 
     if with_e2e {
         e2e_then_multinode(&cargo, stack, multinode, &e2e_rt, &e2e_args)?;

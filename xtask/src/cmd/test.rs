@@ -6,10 +6,11 @@
 //!
 //! Order, and what overlaps: lint; the venv beside the test control plane;
 //! `cargo test --no-run`; then the test binaries (two at a time,
-//! `test_binaries`) while the node cluster starts and the images are built
-//! and imported into it (disk and podman, mostly waiting, beside tests that
-//! mostly wait on their processes); the small partition benchmark; the
-//! e2e scenarios on the stack made ready meanwhile.
+//! `test_binaries`) and the small partition benchmark, while the node
+//! cluster starts, the images are built and imported into it (disk and
+//! podman, mostly waiting) and the chaos scenario runs there (it mostly
+//! waits too: `e2e::BESIDE_THE_TESTS`); then the other e2e scenarios on
+//! that stack.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -24,6 +24,7 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use anyhow::{ensure, Context, Result};
 use dgl_api::{DGLJob, PartitionMode, ReplicaType};
@@ -204,37 +205,16 @@ async fn run(
     if let Some(s) = restart {
         outage = revive_once_partitioning(client, ns, name, s).await?;
     }
-    let mut placement = Placement::default();
     let nodes = node_count(client).await?;
     // ParMETIS: the partitioner's report is read while it serves the
-    // shards; the job's end may delete it before a later read.
-    let partitioner_log = if mode == PartitionMode::DistParMetis {
-        None
-    } else {
-        follow(
-            client,
-            ns,
-            name,
-            JOB_TIMEOUT,
-            |p| p.is_some_and(|p| p == dgl_api::JobPhase::Running || p.is_terminal()),
-            |_, pods, _| placement.observe(pods),
-        )
-        .await?;
-        let log = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
-            .logs(&format!("{name}-partitioner"), &LogParams::default())
-            .await
-            .with_context(|| format!("the log of {name}-partitioner"))?;
-        Some(log)
-    };
-    let done = follow(
-        client,
-        ns,
-        name,
-        JOB_TIMEOUT,
-        |p| p.is_some_and(dgl_api::JobPhase::is_terminal),
-        |_, pods, _| placement.observe(pods),
-    )
-    .await?;
+    // shards.
+    let read_partitioner = mode != PartitionMode::DistParMetis;
+    let Watched {
+        done,
+        placement,
+        partitioner_log,
+        ..
+    } = watch(client, ns, name, read_partitioner, Instant::now()).await?;
     ensure!(
         phase(&done) == Some(dgl_api::JobPhase::Succeeded),
         "DGLJob {ns}/{name} ({mode:?}, graph in a bucket) ended {:?}: {:?}",
@@ -280,7 +260,7 @@ async fn revive_once_partitioning(
     server: Shared,
 ) -> Result<String> {
     let jobs: Api<DGLJob> = Api::namespaced(client.clone(), ns);
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     loop {
         let j = jobs.get(name).await?;
         let partitioning = j
@@ -370,7 +350,7 @@ async fn fails_naming(
     keys: &[&str],
 ) -> Result<String> {
     let name = kube::ResourceExt::name_any(&job);
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     apply_job(client, ns, &job).await?;
     let done = follow(
         client,
@@ -685,9 +665,27 @@ async fn apply_and_watch(
     job: &DGLJob,
     read_partitioner: bool,
 ) -> Result<Watched> {
-    let name = &kube::ResourceExt::name_any(job);
-    let t = std::time::Instant::now();
+    let t = Instant::now();
     apply_job(client, ns, job).await?;
+    watch(
+        client,
+        ns,
+        &kube::ResourceExt::name_any(job),
+        read_partitioner,
+        t,
+    )
+    .await
+}
+
+/// Follows the applied job `name` to its end (see [`apply_and_watch`]);
+/// `to_running` is counted from `t`.
+async fn watch(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    read_partitioner: bool,
+    t: Instant,
+) -> Result<Watched> {
     let (mut partitioner_seen, mut to_running) = (false, None);
     let mut placement = Placement::default();
     let partitioner = dgl_api::names::partitioner_name(name);
